@@ -1,0 +1,193 @@
+"""The contract every solver fulfils.
+
+A solver is a module with one function::
+
+    solve(X, request, *, random_state=None, **options) -> SolverResult
+
+``X`` is a validated dask array (2-D, float32/float64, known chunks; see
+``daskpca._validation.as_dask_matrix``). The solver builds the dask graph of each pass and
+computes it once per pass; it never loads the whole input, and it reports how many full reads it
+made in ``SolverResult.n_passes``. It checks for NaN/±inf inside its first pass
+(``_validation.find_nonfinite`` per block, ``raise_if_nonfinite`` on the merged count).
+
+The estimator (``daskpca.pca.PCA``) turns a ``SolverResult`` into fitted attributes: it fixes the
+signs, derives ratios, singular values, noise variance and distortion.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from numbers import Integral, Real
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SolverResult:
+    """What a solver hands back to the estimator (all small, all NumPy, all float64).
+
+    Attributes
+    ----------
+    components : ndarray of shape (k, d)
+        Orthonormal rows, ordered by decreasing explained variance. Signs are not normalised
+        yet (the estimator does that).
+    explained_variance : ndarray of shape (k,)
+        Eigenvalues of the sample covariance (``ddof=1``) along each component.
+    mean : ndarray of shape (d,)
+    n_samples : int
+    total_variance : float
+        Trace of the sample covariance (``ddof=1``): the sum of *all* eigenvalues, needed for
+        ratios even when only k components were computed.
+    n_passes : int
+        Full reads of the input this fit made.
+    spectrum : ndarray of shape (min(n, d),) or None
+        Every eigenvalue of the sample covariance, when the solver has them (needed for
+        ``n_components="mle"``); ``None`` for solvers that compute only the leading ones.
+    info : dict
+        Solver diagnostics (iterations, convergence, missing fraction, noise variance, the
+        sufficient statistics for exact updates, ...). JSON-able values or NumPy arrays.
+    """
+
+    components: np.ndarray
+    explained_variance: np.ndarray
+    mean: np.ndarray
+    n_samples: int
+    total_variance: float
+    n_passes: int
+    spectrum: np.ndarray | None = None
+    info: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ComponentRequest:
+    """The user's ``n_components`` and the shape it applies to.
+
+    Solvers that compute the full spectrum call :meth:`resolve` with it; solvers that compute
+    only the leading components call :meth:`fixed` (a fraction or ``"mle"`` cannot be honoured
+    without the full spectrum, and that is said clearly).
+    """
+
+    value: int | float | str | None
+    n_samples: int
+    n_features: int
+
+    @property
+    def upper_bound(self) -> int:
+        return min(self.n_samples, self.n_features)
+
+    def validate(self) -> None:
+        """Raise for a value that no solver can honour on this shape."""
+        value, bound = self.value, self.upper_bound
+        if value is None:
+            return
+        if isinstance(value, str):
+            if value != "mle":
+                raise ValueError(
+                    f"n_components={value!r} is not understood: use an int in [1, {bound}], "
+                    "a float in (0, 1) for a variance fraction, 'mle', or None."
+                )
+            if self.n_samples < self.n_features:
+                raise ValueError(
+                    f"n_components='mle' needs n_samples >= n_features; got {self.n_samples} "
+                    f"samples and {self.n_features} features. Use an int or a variance "
+                    "fraction such as 0.95 instead."
+                )
+            return
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"n_components={value!r}: expected an int, a float in (0, 1), 'mle' or None.")
+        if isinstance(value, Integral):
+            if not 1 <= value <= bound:
+                raise ValueError(
+                    f"n_components={value} is out of range: with {self.n_samples} samples and "
+                    f"{self.n_features} features it must be between 1 and {bound} "
+                    "(min(n_samples, n_features))."
+                )
+            return
+        if isinstance(value, Real):
+            if not 0.0 < value < 1.0:
+                raise ValueError(
+                    f"n_components={value!r}: a float is read as the fraction of variance to "
+                    "explain and must lie strictly between 0 and 1 (e.g. 0.95); for a number "
+                    "of components pass an int."
+                )
+            return
+        raise TypeError(
+            f"n_components={value!r} has type {type(value).__name__}: expected an int, a "
+            "float in (0, 1), 'mle' or None."
+        )
+
+    @property
+    def needs_spectrum(self) -> bool:
+        """Whether choosing k needs every eigenvalue (a fraction or 'mle')."""
+        return isinstance(self.value, str) or (
+            isinstance(self.value, Real) and not isinstance(self.value, Integral)
+        )
+
+    def fixed(self) -> int:
+        """k for solvers that compute only the leading components."""
+        if self.needs_spectrum:
+            raise ValueError(
+                f"n_components={self.value!r} chooses k from the full spectrum, which this "
+                "solver does not compute. Pass an int, or use solver='covariance' (n ≫ d), "
+                "'gram' (n ≪ d) or 'tsqr', which compute every eigenvalue."
+            )
+        return self.upper_bound if self.value is None else int(self.value)
+
+    def resolve(self, spectrum: np.ndarray) -> int:
+        """k chosen from all eigenvalues of the sample covariance (descending)."""
+        value = self.value
+        if value is None:
+            return self.upper_bound
+        if value == "mle":
+            return minka_mle(spectrum, self.n_samples)
+        if self.needs_spectrum:
+            total = spectrum.sum()
+            if total <= 0:
+                return 1
+            ratio = np.cumsum(spectrum) / total
+            # Smallest k whose cumulative ratio reaches the fraction (scikit-learn's rule).
+            return int(min(np.searchsorted(ratio, value, side="right") + 1, len(spectrum)))
+        return int(value)
+
+
+def minka_mle(spectrum: np.ndarray, n_samples: int) -> int:
+    """Minka's (2000) Laplace-approximation choice of the dimensionality.
+
+    T. P. Minka, "Automatic choice of dimensionality for PCA", NIPS 2000. Same rule as
+    scikit-learn's ``n_components='mle'``: the k in [1, len(spectrum)) with the largest
+    log-likelihood.
+    """
+    spectrum = np.asarray(spectrum, dtype=np.float64)
+    n_features = len(spectrum)
+    best_k, best_ll = 1, -np.inf
+    for k in range(1, n_features):
+        ll = _minka_log_likelihood(spectrum, k, n_samples)
+        if ll > best_ll:
+            best_k, best_ll = k, ll
+    return best_k
+
+
+def _minka_log_likelihood(spectrum: np.ndarray, rank: int, n_samples: int) -> float:
+    from scipy.special import gammaln
+
+    n_features = len(spectrum)
+    if spectrum[rank - 1] < 1e-15:
+        return -np.inf
+    pu = -rank * math.log(2.0)
+    for i in range(1, rank + 1):
+        pu += gammaln((n_features - i + 1) / 2.0) - math.log(math.pi) * (n_features - i + 1) / 2.0
+    pl = -np.sum(np.log(spectrum[:rank])) * n_samples / 2.0
+    v = max(np.sum(spectrum[rank:]) / (n_features - rank), 1e-15)
+    pv = -math.log(v) * n_samples * (n_features - rank) / 2.0
+    m = n_features * rank - rank * (rank + 1.0) / 2.0
+    pp = math.log(2.0 * math.pi) * (m + rank) / 2.0
+    spectrum_ = spectrum.copy()
+    spectrum_[rank:n_features] = v
+    pa = 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for i in range(rank):
+            rest = slice(i + 1, n_features)
+            terms = (spectrum[i] - spectrum[rest]) * (1.0 / spectrum_[rest] - 1.0 / spectrum_[i])
+            pa += np.sum(np.log(terms)) + math.log(n_samples) * (n_features - i - 1)
+    return pu + pl + pv + pp - pa / 2.0 - rank * math.log(n_samples) / 2.0

@@ -1,0 +1,134 @@
+"""Exact PCA through the n×n Gram matrix, for fewer samples than features (the N < D trick).
+
+With X̃ the centered data (n×d), the centered Gram matrix G = X̃X̃ᵀ (n×n) has the same non-zero
+eigenvalues as the scatter X̃ᵀX̃ (d×d). For an eigenpair (λ_i, v_i) of G, the principal axis is
+u_i = X̃ᵀv_i / √λ_i, the sample-covariance eigenvalue is λ_i / (n − 1) — the source material's
+u_i = X̃ᵀv_i / √(Nλ_i) with its λ_i = λ_i(G)/N.
+
+Pass 1 reads the array in column strips (every row of a range of features): each strip is
+centered on its own exact column means before its Gram block is formed, so nothing cancels
+(forming XXᵀ and then applying H·(XXᵀ)·H with H = I − 11ᵀ/n would equal it in exact arithmetic
+but loses ~|μ|²/spread² of relative accuracy in floating point). The n×n blocks are summed in a
+tree; means and the total variance come from the same pass.
+
+Pass 2 reads the strips again for the components X̃ᵀV_k Λ_k^{-1/2} (a d×k product, kept on the
+client: k·d float64).
+
+Passes: 2. Flops: n²·d (``syrk``) + 2·n·d·k + n³ locally. Memory per task: one float64 column
+strip (n × d_j) plus n² float64. Pick when n is up to ~20k and d is large. Column strips need
+every row of a range of columns: data stored in row-only chunks (n_i × d) is rechunked by dask,
+which then holds the whole array while it regroups it — store wide data in column strips.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dask
+import numpy as np
+from scipy.linalg.blas import dsyrk
+
+from .._graph import map_column_blocks, tree_reduce
+from .._linalg import eigh_descending
+from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
+from ._base import ComponentRequest, SolverResult
+
+N_PASSES = 2
+
+
+@dataclass(frozen=True)
+class _GramPart:
+    """Centered Gram contribution of some column strips, with their column means."""
+
+    gram: np.ndarray  # (n, n), upper triangle valid
+    means: list  # [(col_offset, ndarray (d_j,)), ...]
+    nonfinite: NonFinite
+
+
+def _strip_gram(strip: np.ndarray, col_offset: int) -> _GramPart:
+    nonfinite = find_nonfinite(strip, 0, col_offset)
+    if nonfinite.count:
+        strip = np.where(np.isfinite(strip), strip, 0)
+    centered, mean = _center(strip)
+    # centered.T is a Fortran-ordered view: syrk with trans=1 forms centered·centeredᵀ, no copy.
+    gram = dsyrk(1.0, centered.T, trans=1, lower=0)
+    return _GramPart(gram, [(col_offset, mean)], nonfinite)
+
+
+def _center(strip: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    x = np.asarray(strip, dtype=np.float64)
+    mean = x.mean(axis=0)
+    return x - mean, mean
+
+
+def _sum_parts(parts: list[_GramPart]) -> _GramPart:
+    gram = parts[0].gram.copy()
+    for part in parts[1:]:
+        gram += part.gram
+    nonfinite = parts[0].nonfinite
+    for part in parts[1:]:
+        nonfinite = nonfinite.merge(part.nonfinite)
+    return _GramPart(gram, [m for part in parts for m in part.means], nonfinite)
+
+
+def _strip_components(strip: np.ndarray, col_offset: int, mean: np.ndarray, basis: np.ndarray) -> np.ndarray:
+    """(d_j, k) rows of X̃ᵀ·basis for one column strip."""
+    x = np.asarray(strip, dtype=np.float64)
+    return (x - mean[col_offset : col_offset + x.shape[1]]).T @ basis
+
+
+def solve(X, request: ComponentRequest, *, random_state=None) -> SolverResult:
+    """Fit PCA through the centered Gram matrix of ``X`` (two passes).
+
+    Parameters
+    ----------
+    X : dask.array.Array of shape (n_samples, n_features)
+        float32 or float64; best stored in column strips (chunks spanning all rows).
+    request : ComponentRequest
+    random_state : int, optional
+        Only used to complete the basis when more components are asked for than the data's
+        rank (directions of zero variance are then arbitrary).
+
+    Returns
+    -------
+    SolverResult
+    """
+    (part,) = dask.compute(tree_reduce(map_column_blocks(X, _strip_gram, "gram-chunk"), _sum_parts, "gram-merge"))
+    raise_if_nonfinite(part.nonfinite)
+    n_samples, n_features = X.shape
+    mean = np.concatenate([m for _, m in sorted(part.means, key=lambda om: om[0])])
+    gram = np.triu(part.gram)
+    gram = gram + np.triu(gram, 1).T
+    ddof_count = max(n_samples - 1, 1)
+
+    values, vectors = eigh_descending(gram)
+    spectrum = values[: min(n_samples, n_features)] / ddof_count
+    k = request.resolve(spectrum) if request.needs_spectrum else request.fixed()
+
+    # Directions with (numerically) zero variance have no X̃ᵀv/√λ: complete them afterwards.
+    tolerance = values[0] * max(n_samples, n_features) * np.finfo(np.float64).eps if len(values) else 0.0
+    n_defined = int(np.sum(values[:k] > tolerance))
+    basis = vectors[:, :n_defined] / np.sqrt(values[:n_defined])
+    pieces = map_column_blocks(X, _strip_components, "gram-components", mean, basis)
+    components = np.concatenate(dask.compute(*pieces), axis=0).T if n_defined else np.zeros((0, n_features))
+    if n_defined < k:
+        components = _complete_orthonormal(components, k, random_state)
+    return SolverResult(
+        components=components,
+        explained_variance=spectrum[:k].copy(),
+        mean=mean,
+        n_samples=n_samples,
+        total_variance=float(np.trace(gram) / ddof_count),
+        n_passes=N_PASSES if n_defined else 1,
+        spectrum=spectrum,
+    )
+
+
+def _complete_orthonormal(rows: np.ndarray, k: int, random_state) -> np.ndarray:
+    """Extend orthonormal rows (m, d) to k orthonormal rows with arbitrary extra directions."""
+    m, d = rows.shape
+    rng = np.random.default_rng(random_state)
+    extra = rng.standard_normal((k - m, d))
+    extra -= (extra @ rows.T) @ rows
+    q, _ = np.linalg.qr(extra.T)
+    return np.vstack([rows, q.T])

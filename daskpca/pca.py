@@ -1,0 +1,288 @@
+"""The PCA estimator: parameters, solver choice, fit → passes → fitted attributes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _plan
+from ._linalg import flip_signs
+from ._params import ParamsMixin
+from ._validation import as_dask_matrix, check_n_features
+from .solvers import SOLVERS
+from .solvers._base import ComponentRequest, SolverResult
+
+
+class NotFittedError(ValueError, AttributeError):
+    """Raised when a method that needs a fitted model is called before ``fit``."""
+
+
+class PCA(ParamsMixin):
+    """Principal component analysis of arrays larger than memory, on Dask.
+
+    Finds the k orthonormal directions of maximum variance of the centered data — equivalently
+    the rank-k linear reconstruction with least squared error — and projects onto them. Exact
+    solvers read the input once (covariance) or twice (Gram); nothing is held in memory but a
+    block at a time and small d×d / n×n matrices.
+
+    Parameters
+    ----------
+    n_components : int, float, "mle" or None, default=None
+        Number of components k. An int in [1, min(n_samples, n_features)]; a float in (0, 1) picks
+        the smallest k whose cumulative explained-variance ratio reaches it (e.g. 0.95);
+        ``"mle"`` uses Minka's (2000) Bayesian model selection; ``None`` keeps
+        min(n_samples, n_features).
+    solver : {"auto", "covariance", "gram", ...}, default="auto"
+        ``"covariance"``: one pass, d×d covariance, n·d² flops — for n ≫ d.
+        ``"gram"``: two passes, n×n Gram matrix (the N < D trick) — for n ≪ d.
+        ``"auto"`` picks from the shape; the choice is stored in ``solver_`` and logged on the
+        ``"daskpca"`` logger. Further solvers are listed in ``daskpca.solvers.SOLVERS``.
+    whiten : bool, default=False
+        Scale scores to unit variance: ``transform`` returns ``Λ^{-1/2} Uᵀ (x − x̄)``.
+    random_state : int, numpy.random.Generator or None, default=None
+        Seed for the randomized and iterative solvers.
+    n_oversamples : int, default=10
+        Randomized solver: extra sample vectors ℓ − k.
+    n_power_iter : int or "auto", default="auto"
+        Randomized solver: power (subspace) iterations q; ``"auto"`` chooses 7 when
+        k < 0.1·min(n, d) and 4 otherwise (scikit-learn's rule).
+    max_iter : int, default=200
+        Iterative solvers (ALS, probabilistic PCA): most passes to make.
+    tol : float, default=1e-8
+        Iterative solvers: stop when the sine of the largest principal angle between successive
+        subspaces is below this.
+    init : array of shape (k, n_features) or None, default=None
+        Iterative solvers: starting components (a warm start, e.g. yesterday's ``components_``).
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_components_, n_features)
+        Principal axes, orthonormal rows, by decreasing explained variance; each row's
+        largest-magnitude entry is positive.
+    explained_variance_ : ndarray of shape (n_components_,)
+        Variance along each component: eigenvalues of the sample covariance (``ddof=1``).
+    explained_variance_ratio_ : ndarray of shape (n_components_,)
+        ``explained_variance_ / total_variance_``.
+    singular_values_ : ndarray of shape (n_components_,)
+        Singular values of the centered data, ``sqrt(explained_variance_ * (n_samples_ - 1))``.
+    mean_ : ndarray of shape (n_features,)
+    n_components_ : int
+    n_samples_ : int
+    n_features_in_ : int
+    noise_variance_ : float
+        Mean of the discarded eigenvalues (the probabilistic-PCA noise estimate, Tipping &
+        Bishop 1999); 0 when every component is kept.
+    total_variance_ : float
+        Trace of the sample covariance (sum of all eigenvalues).
+    distortion_ : float
+        J = sum of the discarded eigenvalues = ``total_variance_ - explained_variance_.sum()``:
+        the mean squared reconstruction error per sample, times n/(n − 1).
+    solver_ : str
+        The solver that ran (``solver`` itself when it is not ``"auto"``).
+    solver_reason_ : str
+        Why that solver was used.
+    n_passes_ : int
+        Full reads of the input that ``fit`` made.
+    solver_info_ : dict
+        Solver diagnostics (iterations, convergence, sufficient statistics, ...).
+
+    Notes
+    -----
+    Input in float32 is read as float32 and converted to float64 block by block: every
+    accumulation is float64. ``transform`` and ``inverse_transform`` return the input's
+    floating dtype (float64 for integer input), computed in float64.
+
+    References
+    ----------
+    .. [1] I. T. Jolliffe, *Principal Component Analysis*, 2nd ed., Springer, 2002.
+    .. [2] C. M. Bishop, *Pattern Recognition and Machine Learning*, ch. 12, Springer, 2006.
+    .. [3] T. F. Chan, G. H. Golub, R. J. LeVeque, "Updating formulae and a pairwise algorithm
+       for computing sample variances", 1979.
+    .. [4] T. P. Minka, "Automatic choice of dimensionality for PCA", NIPS 2000.
+
+    Examples
+    --------
+    >>> import numpy as np, dask.array as da
+    >>> from daskpca import PCA
+    >>> rng = np.random.default_rng(0)
+    >>> X = da.from_array(rng.standard_normal((10_000, 50)), chunks=(2_000, 50))
+    >>> pca = PCA(n_components=5).fit(X)
+    >>> pca.components_.shape, pca.solver_, pca.n_passes_
+    ((5, 50), 'covariance', 1)
+    >>> pca.transform(X).shape
+    (10000, 5)
+    """
+
+    def __init__(
+        self,
+        n_components=None,
+        *,
+        solver="auto",
+        whiten=False,
+        random_state=None,
+        n_oversamples=10,
+        n_power_iter="auto",
+        max_iter=200,
+        tol=1e-8,
+        init=None,
+    ):
+        self.n_components = n_components
+        self.solver = solver
+        self.whiten = whiten
+        self.random_state = random_state
+        self.n_oversamples = n_oversamples
+        self.n_power_iter = n_power_iter
+        self.max_iter = max_iter
+        self.tol = tol
+        self.init = init
+
+    # ------------------------------------------------------------------ fitting
+
+    def fit(self, X, y=None):
+        """Fit the model to ``X``.
+
+        Parameters
+        ----------
+        X : array of shape (n_samples, n_features)
+            NumPy or dask array, ``zarr.Array``, or the path/URL of a zarr array.
+        y : ignored
+            For scikit-learn's ``Pipeline``.
+
+        Returns
+        -------
+        self
+        """
+        self._fit(X)
+        return self
+
+    def fit_transform(self, X, y=None):
+        """Fit, then return the scores of ``X`` (lazy for dask/zarr input; one more pass)."""
+        array, kind = self._fit(X)
+        return self._project(array, kind)
+
+    def _fit(self, X):
+        array, kind = as_dask_matrix(X)
+        n_samples, n_features = array.shape
+        request = ComponentRequest(self.n_components, n_samples, n_features)
+        request.validate()
+        module, name, reason = self._resolve_solver(n_samples, n_features)
+        options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
+        result = module.solve(array, request, random_state=self.random_state, **options)
+        self._set_fitted(result, name, reason, n_features)
+        return array, kind
+
+    def _resolve_solver(self, n_samples: int, n_features: int):
+        if self.solver == "auto":
+            choice = _plan.choose_solver(n_samples, n_features)
+            return SOLVERS[choice.name], choice.name, choice.reason
+        if self.solver not in SOLVERS:
+            raise ValueError(
+                f"solver={self.solver!r} is not a known solver; choose one of "
+                f"{['auto', *sorted(SOLVERS)]}."
+            )
+        return SOLVERS[self.solver], self.solver, "requested by the caller"
+
+    def _set_fitted(self, result: SolverResult, solver: str, reason: str, n_features: int) -> None:
+        signs = flip_signs(result.components)
+        k = len(result.explained_variance)
+        n_samples = result.n_samples
+        kept = float(np.sum(result.explained_variance))
+        n_discarded = min(n_samples, n_features) - k
+        self.components_ = result.components * signs[:, None]
+        self.explained_variance_ = result.explained_variance
+        total = result.total_variance
+        self.explained_variance_ratio_ = (
+            result.explained_variance / total if total > 0 else np.zeros(k)
+        )
+        self.singular_values_ = np.sqrt(result.explained_variance * max(n_samples - 1, 1))
+        self.mean_ = result.mean
+        self.n_components_ = k
+        self.n_samples_ = n_samples
+        self.n_features_in_ = n_features
+        self.total_variance_ = total
+        self.distortion_ = max(total - kept, 0.0)
+        if "noise_variance" in result.info:
+            self.noise_variance_ = float(result.info["noise_variance"])
+        else:
+            self.noise_variance_ = self.distortion_ / n_discarded if n_discarded > 0 else 0.0
+        self.solver_ = solver
+        self.solver_reason_ = reason
+        self.n_passes_ = result.n_passes
+        self.solver_info_ = dict(result.info)
+        self._spectrum = result.spectrum
+
+    # ------------------------------------------------------------------ projecting
+
+    def transform(self, X):
+        """Scores of ``X``: ``(X − mean_) @ components_.T`` (divided by √λ when whitening).
+
+        Parameters
+        ----------
+        X : array of shape (n_samples, n_features)
+
+        Returns
+        -------
+        scores : array of shape (n_samples, n_components_)
+            NumPy for NumPy input; a lazy dask array chunked like ``X``'s rows otherwise
+            (one pass when computed). Input's floating dtype.
+        """
+        self._check_fitted()
+        array, kind = as_dask_matrix(X)
+        check_n_features(array, self.n_features_in_)
+        return self._project(array, kind)
+
+    def inverse_transform(self, X):
+        """Reconstruction ``scores @ components_ + mean_`` in the original feature space.
+
+        Parameters
+        ----------
+        X : array of shape (n_samples, n_components_)
+            Scores as returned by ``transform`` (whitened if ``whiten=True``).
+
+        Returns
+        -------
+        X_original : array of shape (n_samples, n_features)
+            NumPy for NumPy input, else lazy dask array.
+        """
+        self._check_fitted()
+        scores, kind = as_dask_matrix(X, name="scores")
+        if scores.shape[1] != self.n_components_:
+            raise ValueError(
+                f"scores have {scores.shape[1]} columns, but this PCA has "
+                f"{self.n_components_} components. Pass the output of transform()."
+            )
+        basis = self.components_ * self._scale()[:, None]
+        out = scores.rechunk({1: -1}).map_blocks(
+            _reconstruct_block, basis, self.mean_, dtype=scores.dtype, chunks=(scores.chunks[0], (self.n_features_in_,))
+        )
+        return out.compute() if kind == "numpy" else out
+
+    def _project(self, array, kind):
+        # Whitening divides each score by √λ; a zero-variance component stays 0, not ∞.
+        scale = self._scale()
+        with np.errstate(divide="ignore"):
+            inverse_scale = np.where(scale > 0, 1.0 / scale, 0.0)
+        basis = self.components_.T * inverse_scale[None, :]
+        out = array.rechunk({1: -1}).map_blocks(
+            _project_block, self.mean_, basis, dtype=array.dtype, chunks=(array.chunks[0], (self.n_components_,))
+        )
+        return out.compute() if kind == "numpy" else out
+
+    def _scale(self) -> np.ndarray:
+        return np.sqrt(self.explained_variance_) if self.whiten else np.ones(self.n_components_)
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "components_"):
+            raise NotFittedError(
+                f"This {type(self).__name__} instance is not fitted yet. Call fit(X) before "
+                "transform or inverse_transform."
+            )
+
+
+def _project_block(block: np.ndarray, mean: np.ndarray, basis: np.ndarray) -> np.ndarray:
+    """``(block − mean) @ basis`` in float64 (centering first: no cancellation), block's dtype."""
+    return ((np.asarray(block, dtype=np.float64) - mean) @ basis).astype(block.dtype, copy=False)
+
+
+def _reconstruct_block(scores: np.ndarray, basis: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """``scores @ basis + mean`` in float64, returned in the scores' dtype."""
+    return (np.asarray(scores, dtype=np.float64) @ basis + mean).astype(scores.dtype, copy=False)

@@ -1,0 +1,78 @@
+"""Shared test helpers: reference PCA, data with known structure, chunk-read counting."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import numpy as np
+import zarr
+from scipy.linalg import subspace_angles
+from zarr.storage import LocalStore, WrapperStore
+
+
+def low_rank_data(n, d, *, rank=5, noise=0.05, offset=1e4, dtype=np.float64, seed=0):
+    """Low-rank-plus-noise data with a large mean offset (exposes cancellation).
+
+    The rank-``rank`` signal has well-separated variances (10, 5, 2.5, ...) so that the leading
+    components are well determined; the noise makes every component non-degenerate.
+    """
+    rng = np.random.default_rng(seed)
+    scales = 10.0 * 0.5 ** np.arange(rank)
+    basis, _ = np.linalg.qr(rng.standard_normal((d, rank)))
+    scores = rng.standard_normal((n, rank)) * scales
+    X = scores @ basis.T + noise * rng.standard_normal((n, d)) + offset * (1 + rng.random(d))
+    return X.astype(dtype)
+
+
+def reference_pca(X):
+    """Float64 LAPACK reference: SVD of the centered data.
+
+    Returns components (min(n,d) × d), explained variance (ddof=1) and the mean.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    mean = X.mean(axis=0)
+    _, s, vt = np.linalg.svd(X - mean, full_matrices=False)
+    return vt, s**2 / (X.shape[0] - 1), mean
+
+
+def sin_theta(A, B):
+    """Sine of the largest principal angle between the row spaces of A and B (k × d each)."""
+    return float(np.sin(np.max(subspace_angles(np.asarray(A).T, np.asarray(B).T))))
+
+
+def align_signs(components, reference):
+    """Flip rows of ``components`` to best match ``reference`` (for element-wise comparison)."""
+    signs = np.sign(np.sum(components * reference, axis=1))
+    signs[signs == 0] = 1
+    return components * signs[:, None], signs
+
+
+class CountingStore(WrapperStore):
+    """A zarr store that counts reads of each chunk key (data keys contain ``/c/``).
+
+    Counting happens in the process that reads, so use it with the threaded or synchronous
+    scheduler.
+    """
+
+    def __init__(self, store):
+        super().__init__(store)
+        self.reads = Counter()
+        self._lock = threading.Lock()
+
+    async def get(self, key, prototype, byte_range=None):
+        if "c/" in key or key.startswith("c"):
+            with self._lock:
+                self.reads[key] += 1
+        return await self._store.get(key, prototype, byte_range)
+
+    def chunk_reads(self) -> Counter:
+        return Counter({k: v for k, v in self.reads.items() if "/c/" in "/" + k})
+
+
+def write_zarr(path, X, chunks):
+    """Write ``X`` to a zarr v3 array on disk; return the array opened read-only via a CountingStore."""
+    array = zarr.create_array(store=str(path), shape=X.shape, chunks=chunks, dtype=X.dtype)
+    array[...] = X
+    store = CountingStore(LocalStore(str(path), read_only=True))
+    return zarr.open_array(store=store, mode="r"), store

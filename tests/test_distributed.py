@@ -1,0 +1,33 @@
+"""Fits on a real distributed cluster: a scheduler and two worker processes on loopback."""
+
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster, get_task_stream
+
+from daskpca import PCA
+
+from _helpers import low_rank_data, reference_pca, sin_theta, write_zarr
+
+
+@pytest.fixture(scope="module")
+def client():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None, memory_limit="1GiB") as cluster, Client(cluster) as client:
+        yield client
+
+
+@pytest.mark.parametrize("shape, chunks, solver", [((4_000, 50), (500, 25), "covariance"), ((40, 4_000), (20, 500), "gram")])
+def test_fit_and_transform_on_worker_processes(client, tmp_path, shape, chunks, solver):
+    X = low_rank_data(*shape, dtype=np.float32)
+    array, _ = write_zarr(tmp_path / "x.zarr", X, chunks)
+    with get_task_stream(client) as stream:
+        pca = PCA(5).fit(da.from_zarr(str(tmp_path / "x.zarr")))
+    components, variance, mean = reference_pca(X)
+    assert pca.solver_ == solver
+    assert sin_theta(pca.components_, components[:5]) <= 1e-6
+    np.testing.assert_allclose(pca.explained_variance_, variance[:5], rtol=1e-6)
+    scores = pca.transform(da.from_zarr(str(tmp_path / "x.zarr"))).compute()
+    assert scores.shape == (shape[0], 5)
+    # The fit's tasks really ran on the worker processes, spread over both of them.
+    assert len({task["worker"] for task in stream.data}) == 2

@@ -1,0 +1,167 @@
+"""Pieces shared by the leading-components solvers (tsqr, randomized, als, ppca).
+
+- :class:`ColumnMoments`: per-feature count, mean and centered sum of squares of row blocks,
+  merged exactly (the diagonal of the Chan–Golub–LeVeque scatter merge, with per-column counts
+  so that NaN can mean "missing"). It gives the mean and the total variance in the first pass
+  for d floats per task instead of the covariance solver's d².
+- :func:`map_row_blocks_paired`: like :func:`daskpca._graph.map_row_blocks`, but each row block
+  also receives its own small per-block object (a block of an n×ℓ matrix kept between passes).
+- :func:`subspace_sine`, :func:`orthonormal_columns`, :func:`as_generator`: small local helpers.
+- :class:`ConvergenceWarning`: raised as a warning when an iterative solver stops at
+  ``max_iter`` before reaching ``tol``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+from typing import Callable
+
+import dask
+import numpy as np
+from dask.base import tokenize
+
+from .._graph import block_offsets
+from .._validation import NonFinite, find_nonfinite
+
+
+class ConvergenceWarning(UserWarning):
+    """An iterative solver stopped at ``max_iter`` before its tolerance was reached."""
+
+
+@dataclass(frozen=True)
+class ColumnMoments:
+    """Per-feature sufficient statistics of a set of rows.
+
+    Attributes
+    ----------
+    count : ndarray of shape (d,), int64
+        Entries seen in each column (all rows unless NaN is read as missing).
+    mean : ndarray of shape (d,), float64
+        Mean of each column over its observed entries (0 where none was observed).
+    m2 : ndarray of shape (d,), float64
+        ``Σ (x - mean)²`` of each column over its observed entries.
+    nonfinite : NonFinite
+        NaN/±inf entries (with ``missing=True``: ±inf only, NaN being a missing value).
+    """
+
+    count: np.ndarray
+    mean: np.ndarray
+    m2: np.ndarray
+    nonfinite: NonFinite
+
+    def variance(self) -> np.ndarray:
+        """Per-column sample variance (ddof=1; 0 for columns with fewer than two entries)."""
+        return np.where(self.count > 1, self.m2 / np.maximum(self.count - 1, 1), 0.0)
+
+
+def column_moments(block: np.ndarray, row_offset: int = 0, col_offset: int = 0, *, missing: bool = False) -> ColumnMoments:
+    """:class:`ColumnMoments` of one block (float64 whatever the input dtype).
+
+    With ``missing=True`` NaN entries are skipped (counted per column) and only ±inf is reported
+    as non-finite; otherwise every NaN/±inf is reported and replaced by 0 so the merge stays
+    finite (the fit raises afterwards).
+    """
+    x = np.asarray(block, dtype=np.float64)
+    if missing:
+        observed = ~np.isnan(x)
+        nonfinite = find_nonfinite(np.where(observed, x, 0.0), row_offset, col_offset)
+        if nonfinite.count:
+            observed &= np.isfinite(x)
+        count = observed.sum(axis=0).astype(np.int64)
+        x = np.where(observed, x, 0.0)
+        mean = x.sum(axis=0) / np.maximum(count, 1)
+        m2 = (np.where(observed, x - mean, 0.0) ** 2).sum(axis=0)
+    else:
+        nonfinite = find_nonfinite(block, row_offset, col_offset)
+        if nonfinite.count:
+            x = np.where(np.isfinite(x), x, 0.0)
+        count = np.full(x.shape[1], x.shape[0], dtype=np.int64)
+        mean = x.mean(axis=0) if x.shape[0] else np.zeros(x.shape[1])
+        m2 = ((x - mean) ** 2).sum(axis=0)
+    return ColumnMoments(count, mean, m2, nonfinite)
+
+
+def _merge_columns(a: ColumnMoments, b: ColumnMoments) -> ColumnMoments:
+    count = a.count + b.count
+    safe = np.maximum(count, 1)
+    delta = b.mean - a.mean
+    mean = a.mean + delta * (b.count / safe)
+    m2 = a.m2 + b.m2 + delta**2 * (a.count * b.count / safe)
+    return ColumnMoments(count, mean, m2, a.nonfinite.merge(b.nonfinite))
+
+
+def combine_column_moments(parts) -> ColumnMoments:
+    """Merge :class:`ColumnMoments` exactly (Chan–Golub–LeVeque, column by column)."""
+    return reduce(_merge_columns, list(parts))
+
+
+def map_row_blocks_paired(X, func: Callable, name: str, paired, *args, nout: int | None = None) -> list:
+    """One delayed ``func(block, row_offset, paired[i], *args)`` per row block of ``X``.
+
+    ``paired`` holds one (delayed or concrete) object per row block of ``X.rechunk({1: -1})``
+    — e.g. the row blocks of an n×ℓ matrix persisted by the previous pass. As in
+    :func:`daskpca._graph.map_row_blocks`, column pieces are concatenated inside the task, so
+    each stored chunk is read once.
+    """
+    X = X.rechunk({1: -1})
+    blocks = X.to_delayed().ravel()
+    if len(paired) != len(blocks):
+        raise ValueError(f"{len(paired)} paired objects for {len(blocks)} row blocks")
+    token = tokenize(X, func, paired, args)
+    call = dask.delayed(func, pure=True, nout=nout)
+    return [
+        call(block, offset, extra, *args, dask_key_name=(f"{name}-{token}", i))
+        for i, (block, offset, extra) in enumerate(zip(blocks, block_offsets(X.chunks[0]), paired))
+    ]
+
+
+def orthonormal_columns(matrix: np.ndarray) -> np.ndarray:
+    """Orthonormal basis (thin Householder QR) of the columns of a tall matrix."""
+    q, _ = np.linalg.qr(matrix)
+    return q
+
+
+def subspace_sine(basis_a: np.ndarray, basis_b: np.ndarray) -> float:
+    """Sine of the largest principal angle between two column spaces with orthonormal bases.
+
+    Computed as ``‖B − A(AᵀB)‖₂`` rather than ``sqrt(1 − cos²)``, which cannot resolve angles
+    below ~1e-8 in float64.
+    """
+    residual = basis_b - basis_a @ (basis_a.T @ basis_b)
+    return float(np.linalg.norm(residual, 2)) if residual.size else 0.0
+
+
+def as_generator(random_state):
+    """A NumPy random generator from ``None``, an int, a ``Generator`` or a ``RandomState``."""
+    if isinstance(random_state, (np.random.Generator, np.random.RandomState)):
+        return random_state
+    return np.random.default_rng(random_state)
+
+
+def resolve_iteration_options(max_iter, tol, *, default_max_iter: int, default_tol: float) -> tuple[int, float]:
+    """Validate ``max_iter`` (int ≥ 1) and ``tol`` (float ≥ 0); ``None`` selects the default."""
+    max_iter = default_max_iter if max_iter is None else max_iter
+    tol = default_tol if tol is None else tol
+    if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
+        raise ValueError(f"max_iter={max_iter!r}: expected an int >= 1 (e.g. 200).")
+    if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating, np.integer)) or not tol >= 0:
+        raise ValueError(f"tol={tol!r}: expected a float >= 0 (e.g. 1e-8).")
+    return int(max_iter), float(tol)
+
+
+def initial_basis(init, n_components: int, n_features: int, random_state, *, name: str = "init") -> np.ndarray:
+    """Starting d×k orthonormal basis: ``init`` (k × d rows, a warm start) or Gaussian."""
+    if init is None:
+        start = as_generator(random_state).standard_normal((n_features, n_components))
+    else:
+        start = np.asarray(init, dtype=np.float64)
+        if start.shape != (n_components, n_features):
+            raise ValueError(
+                f"{name} has shape {start.shape}; expected (n_components, n_features) = "
+                f"({n_components}, {n_features}), e.g. the components_ of an earlier fit."
+            )
+        if not np.all(np.isfinite(start)):
+            raise ValueError(f"{name} contains NaN or ±inf; pass finite starting components.")
+        start = start.T
+    return orthonormal_columns(start)

@@ -1,0 +1,439 @@
+"""Pictures of a fitted PCA: scree, cumulative variance, distortion, component maps, reconstructions.
+
+Shared by the notebooks in ``notebooks/`` (and meant for ``daskpca report``). matplotlib is an
+optional dependency (``pip install "daskpca[plot]"``); it is imported only when a function here
+draws something, so ``import daskpca.plot`` works without it.
+
+Every function takes either a fitted :class:`daskpca.PCA` or plain arrays, draws into the ``ax``
+(or ``fig``) it is given — or a new one — and returns that Axes (single-panel plots) or Figure
+(grids of images). Axes are labelled, panels titled, lines carry legend entries, and the plotted
+numbers are exactly the model's: e.g. the scree line's y-data is ``explained_variance_``.
+
+Conventions: components are numbered from 1 on every axis (component 1 is ``components_[0]``);
+the distortion after keeping k components is J(k) = Σ_{i>k} λ_i = total variance − Σ_{i≤k} λ_i
+(Bishop, *PRML*, eq. 12.18), with J(0) = total variance.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = [
+    "scree",
+    "cumulative_variance",
+    "distortion",
+    "component_maps",
+    "image_grid",
+    "reconstructions",
+    "reconstruct",
+    "components_for_variance",
+    "distortion_curve",
+]
+
+
+# ------------------------------------------------------------------ plumbing
+
+
+def _pyplot():
+    """``matplotlib.pyplot``, or an ImportError that says how to get it."""
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as error:  # pragma: no cover - exercised by a monkeypatched import
+        raise ImportError(
+            "daskpca.plot needs matplotlib, which is not installed. Install the plot extra: "
+            'pip install "daskpca[plot]" (or pip install matplotlib).'
+        ) from error
+    return plt
+
+
+def _new_axes(ax, figsize=(6.0, 4.0)):
+    if ax is not None:
+        return ax
+    plt = _pyplot()
+    _, ax = plt.subplots(figsize=figsize, layout="constrained")
+    return ax
+
+
+def _spectrum(model_or_variance, total_variance=None):
+    """(eigenvalues, ratios, total) from a fitted PCA or an array of eigenvalues.
+
+    For an array, ``total_variance`` defaults to its sum (i.e. the array is the full spectrum).
+    """
+    if hasattr(model_or_variance, "explained_variance_"):
+        model = model_or_variance
+        variance = np.asarray(model.explained_variance_, dtype=np.float64)
+        total = float(model.total_variance_ if total_variance is None else total_variance)
+    else:
+        variance = np.asarray(model_or_variance, dtype=np.float64).ravel()
+        if variance.size == 0:
+            raise ValueError("need at least one eigenvalue to plot; got an empty array.")
+        total = float(variance.sum() if total_variance is None else total_variance)
+    ratio = variance / total if total > 0 else np.zeros_like(variance)
+    return variance, ratio, total
+
+
+def _components(model_or_components):
+    if hasattr(model_or_components, "components_"):
+        return np.asarray(model_or_components.components_, dtype=np.float64)
+    components = np.asarray(model_or_components, dtype=np.float64)
+    if components.ndim == 1:
+        components = components[None, :]
+    if components.ndim != 2:
+        raise ValueError(
+            f"components must be a 2-D array (n_components, n_features); got shape {components.shape}."
+        )
+    return components
+
+
+# ------------------------------------------------------------------ numbers the plots show
+
+
+def components_for_variance(model_or_variance, threshold=0.95, *, total_variance=None):
+    """Smallest k whose cumulative explained-variance ratio reaches ``threshold``.
+
+    Parameters
+    ----------
+    model_or_variance : fitted PCA or array of eigenvalues
+    threshold : float in (0, 1]
+    total_variance : float, optional
+        For an array of eigenvalues that is not the whole spectrum.
+
+    Returns
+    -------
+    int or None
+        ``None`` when the kept components do not reach the threshold (fit more components).
+    """
+    if not 0 < threshold <= 1:
+        raise ValueError(f"threshold must be in (0, 1]; got {threshold!r}.")
+    _, ratio, _ = _spectrum(model_or_variance, total_variance)
+    cumulative = np.cumsum(ratio)
+    # A tolerance so that a threshold of exactly 1.0 is reached despite round-off.
+    reached = np.nonzero(cumulative >= threshold - 1e-12)[0]
+    return int(reached[0]) + 1 if reached.size else None
+
+
+def distortion_curve(model_or_variance, *, total_variance=None):
+    """J(k) = Σ_{i>k} λ_i for k = 0, 1, ..., K (K = number of eigenvalues known).
+
+    Returns
+    -------
+    k : ndarray of int, shape (K + 1,)
+    J : ndarray of float, shape (K + 1,)
+        J[0] is the total variance; clipped at 0 against round-off.
+    """
+    variance, _, total = _spectrum(model_or_variance, total_variance)
+    J = np.maximum(total - np.concatenate([[0.0], np.cumsum(variance)]), 0.0)
+    return np.arange(variance.size + 1), J
+
+
+def reconstruct(model, X, n_components=None):
+    """Reconstruct rows of ``X`` from their first ``n_components`` principal components.
+
+    ``x̂ = x̄ + Σ_{i≤M} ((x − x̄)·u_i) u_i`` (Bishop eq. 12.20), computed in NumPy: meant for the
+    handful of rows a picture shows (use ``model.inverse_transform(model.transform(X))`` for
+    big lazy arrays).
+
+    Parameters
+    ----------
+    model : fitted PCA
+    X : array-like of shape (n_rows, n_features)
+    n_components : int, optional
+        M ≤ ``model.n_components_``; default all of them.
+    """
+    components = _components(model)
+    k = components.shape[0] if n_components is None else int(n_components)
+    if not 0 <= k <= components.shape[0]:
+        raise ValueError(
+            f"n_components={n_components!r} must be between 0 and the model's "
+            f"n_components_ = {components.shape[0]}."
+        )
+    X = np.asarray(X, dtype=np.float64)
+    centered = X - model.mean_
+    basis = components[:k]
+    return model.mean_ + (centered @ basis.T) @ basis
+
+
+# ------------------------------------------------------------------ spectra
+
+
+def scree(model_or_variance, *, ax=None, ratio=False, errors=None, log=False, n=None,
+          total_variance=None, label=None, title="Scree plot"):
+    """Eigenvalue spectrum: explained variance (or its ratio) against component number.
+
+    Parameters
+    ----------
+    model_or_variance : fitted PCA or array of eigenvalues
+    ax : matplotlib Axes, optional
+    ratio : bool, default False
+        Plot ``explained_variance_ratio_`` instead of the eigenvalues.
+    errors : array-like, optional
+        One error bar per component (e.g. North et al.'s rule-of-thumb errors λ·√(2/n)), in the
+        same units as the plotted values.
+    log : bool, default False
+        Logarithmic y axis (spectra often span decades).
+    n : int, optional
+        Plot only the first ``n`` components.
+    label, title : str
+
+    Returns
+    -------
+    matplotlib Axes
+        Its first line's y-data is the plotted spectrum.
+    """
+    variance, ratios, _ = _spectrum(model_or_variance, total_variance)
+    values = ratios if ratio else variance
+    if n is not None:
+        values = values[:n]
+    ax = _new_axes(ax)
+    k = np.arange(1, values.size + 1)
+    default_label = "explained variance ratio" if ratio else "eigenvalue λ (explained variance)"
+    ax.plot(k, values, "o-", ms=3, label=label or default_label)
+    if errors is not None:
+        errors = np.asarray(errors, dtype=np.float64)[: values.size]
+        ax.errorbar(k, values, yerr=errors, fmt="none", ecolor="0.4", capsize=2, label="error (±1σ)")
+    if log:
+        ax.set_yscale("log")
+    ax.set_xlabel("component number")
+    ax.set_ylabel("explained variance ratio" if ratio else "explained variance (eigenvalue)")
+    ax.set_title(title)
+    ax.legend()
+    return ax
+
+
+def cumulative_variance(model_or_variance, *, threshold=0.95, ax=None, n=None,
+                        total_variance=None, title="Cumulative explained variance"):
+    """Cumulative explained-variance ratio against the number of components kept.
+
+    Draws the threshold as a horizontal line and marks the smallest k that reaches it.
+
+    Returns
+    -------
+    matplotlib Axes
+        Line 0: the cumulative ratio (x = 1..K); line 1: the threshold.
+    """
+    _, ratios, _ = _spectrum(model_or_variance, total_variance)
+    cumulative = np.cumsum(ratios)
+    if n is not None:
+        cumulative = cumulative[:n]
+    ax = _new_axes(ax)
+    k = np.arange(1, cumulative.size + 1)
+    ax.plot(k, cumulative, "o-", ms=3, label="cumulative explained variance ratio")
+    if threshold is not None:
+        ax.axhline(threshold, color="tab:red", ls="--", lw=1, label=f"threshold {threshold:.0%}")
+        k_min = components_for_variance(model_or_variance, threshold, total_variance=total_variance)
+        if k_min is not None and k_min <= cumulative.size:
+            ax.axvline(k_min, color="tab:green", ls=":", lw=1, label=f"k = {k_min} reaches {threshold:.0%}")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("number of components k")
+    ax.set_ylabel("cumulative explained variance ratio")
+    ax.set_title(title)
+    ax.legend(loc="lower right")
+    return ax
+
+
+def distortion(model_or_variance, *, ax=None, log=False, total_variance=None, n=None,
+               title="Distortion J(k): variance left out by k components"):
+    """Distortion J(k) = Σ_{i>k} λ_i against k (Bishop's figure 12.4, right).
+
+    J(k) is the mean squared reconstruction error per sample (times n/(n−1)) when k components
+    are kept. With a fitted PCA, J(k) is exact for every k up to ``n_components_`` because the
+    total variance is known: fit with ``n_components=None`` to see the whole curve.
+
+    Returns
+    -------
+    matplotlib Axes
+        Line 0: (k, J(k)) for k = 0..K.
+    """
+    k, J = distortion_curve(model_or_variance, total_variance=total_variance)
+    if n is not None:
+        k, J = k[: n + 1], J[: n + 1]
+    ax = _new_axes(ax)
+    if log:
+        # Zero distortion (every component kept) has no place on a log axis.
+        keep = J > 0
+        k, J = k[keep], J[keep]
+        ax.set_yscale("log")
+    ax.plot(k, J, "o-", ms=3, label="J(k) = Σ$_{i>k}$ λ$_i$")
+    ax.set_xlabel("number of components kept k")
+    ax.set_ylabel("distortion J (variance not explained)")
+    ax.set_title(title)
+    ax.legend()
+    return ax
+
+
+# ------------------------------------------------------------------ images and maps
+
+
+def image_grid(images, shape, *, titles=None, ncols=None, fig=None, cmap="gray", symmetric=False,
+               suptitle=None, colorbar=False, extent=None, xlabel=None, ylabel=None,
+               panel_size=1.6, origin="upper", vmin=None, vmax=None):
+    """Show a stack of flattened images (n_images, prod(shape)) as a grid of panels.
+
+    NaN entries (e.g. land points of an ocean field) are left blank.
+
+    Parameters
+    ----------
+    images : array-like of shape (n_images, prod(shape))
+    shape : tuple of 2 ints
+    titles : list of str, optional
+    symmetric : bool
+        Colour limits ±max|value| per panel (for signed patterns such as components).
+    extent, origin, xlabel, ylabel
+        Passed to ``imshow`` and the axes (e.g. longitude/latitude for maps).
+    vmin, vmax : float, optional
+        Shared colour limits (default: per panel).
+
+    Returns
+    -------
+    matplotlib Figure
+        ``fig.axes[i].images[0].get_array()`` holds image i.
+    """
+    plt = _pyplot()
+    images = np.asarray(images, dtype=np.float64)
+    if images.ndim == 1:
+        images = images[None, :]
+    shape = tuple(int(s) for s in shape)
+    if len(shape) != 2 or images.shape[1] != math.prod(shape):
+        raise ValueError(
+            f"shape {shape} does not match images with {images.shape[1]} values each; pass the "
+            "2-D shape each flattened row came from, e.g. (8, 8) for the digits."
+        )
+    count = images.shape[0]
+    ncols = min(count, ncols or min(count, 5))
+    nrows = math.ceil(count / ncols)
+    if fig is None:
+        aspect = shape[0] / shape[1]
+        fig = plt.figure(figsize=(panel_size * ncols * (1.25 if colorbar else 1.0),
+                                  panel_size * nrows * aspect + (0.5 if suptitle else 0.2)),
+                         layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        if i >= count:
+            ax.set_axis_off()
+            continue
+        image = images[i].reshape(shape)
+        low, high = vmin, vmax
+        if symmetric and low is None and high is None:
+            bound = np.nanmax(np.abs(image)) if np.isfinite(image).any() else 1.0
+            low, high = -bound, bound
+        cm = plt.get_cmap(cmap).with_extremes(bad="0.85")
+        shown = ax.imshow(np.ma.masked_invalid(image), cmap=cm, vmin=low, vmax=high,
+                          extent=extent, origin=origin, aspect="auto" if extent else "equal",
+                          interpolation="nearest")
+        if titles is not None:
+            ax.set_title(titles[i], fontsize=9)
+        if xlabel or ylabel:
+            ax.set_xlabel(xlabel or "")
+            ax.set_ylabel(ylabel or "")
+        else:
+            ax.set_xticks([])
+            ax.set_yticks([])
+        if colorbar:
+            fig.colorbar(shown, ax=ax, shrink=0.8)
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
+
+
+def component_maps(model_or_components, shape=None, *, n=4, ax=None, fig=None, mean=False,
+                   cmap="RdBu_r", ncols=None, extent=None, xlabel=None, ylabel=None,
+                   origin="upper", colorbar=True, title=None, feature_label="feature index"):
+    """The leading principal axes drawn in the data's own layout.
+
+    * ``shape=None`` or 1-D: each component is a line against feature index (one Axes, legend).
+    * ``shape=(h, w)``: each component is an image (8×8 digits, a lat×lon map from a flattened
+      field; NaN entries — e.g. a restored land mask — are left blank).
+
+    Parameters
+    ----------
+    model_or_components : fitted PCA or array of shape (k, n_features)
+    shape : tuple, optional
+    n : int, default 4
+        How many leading components.
+    mean : bool, default False
+        Also show ``mean_`` first (needs a fitted PCA), as in Bishop's figure 12.3.
+    extent, origin, xlabel, ylabel
+        Map geometry for images (e.g. ``extent=(lon0, lon1, lat0, lat1)``, ``origin="lower"``).
+
+    Returns
+    -------
+    matplotlib Axes (lines) or Figure (images)
+    """
+    components = _components(model_or_components)[:n]
+    ratios = getattr(model_or_components, "explained_variance_ratio_", None)
+    names = [f"component {i + 1}" + (f" ({ratios[i]:.1%})" if ratios is not None else "")
+             for i in range(components.shape[0])]
+    if shape is None or len(tuple(np.atleast_1d(shape))) == 1:
+        ax = _new_axes(ax, figsize=(7.0, 3.5))
+        index = np.arange(components.shape[1])
+        if mean:
+            ax.plot(index, model_or_components.mean_, color="k", lw=1.5, label="mean")
+        for name, component in zip(names, components):
+            ax.plot(index, component, lw=1, label=name)
+        ax.set_xlabel(feature_label)
+        ax.set_ylabel("loading")
+        ax.set_title(title or "Principal axes (components)")
+        ax.legend(fontsize=8)
+        return ax
+    images, titles = list(components), names
+    if mean:
+        images = [np.asarray(model_or_components.mean_, dtype=np.float64)] + images
+        titles = ["mean"] + titles
+    plt = _pyplot()
+    if fig is None:
+        count = len(images)
+        columns = min(count, ncols or 5)
+        rows = math.ceil(count / columns)
+        h, w = shape
+        size = 2.4 if extent else 1.8
+        aspect = (extent[3] - extent[2]) / (extent[1] - extent[0]) if extent else h / w
+        fig = plt.figure(figsize=(size * columns * 1.3, size * rows * max(aspect, 0.35) + 0.6),
+                         layout="constrained")
+    grid = image_grid(np.vstack([np.ravel(i) for i in images]), shape, titles=titles, ncols=ncols,
+                      fig=fig, cmap=cmap, symmetric=True, colorbar=colorbar, extent=extent,
+                      xlabel=xlabel, ylabel=ylabel, origin=origin,
+                      suptitle=title or "Principal axes as images (colour: loading, red +, blue −)")
+    if mean:
+        # The mean is not a signed pattern: grey scale with its own limits.
+        first = grid.axes[0].images[0]
+        first.set_cmap("gray")
+        first.set_clim(np.nanmin(images[0]), np.nanmax(images[0]))
+    return grid
+
+
+def reconstructions(model, X, shape, *, n_components=(1, 5, 10, 20, 40), fig=None, cmap="gray",
+                    title="Reconstructions from the leading M components", panel_size=1.3):
+    """Grid: one row per sample, the original then its reconstruction with M components each.
+
+    Parameters
+    ----------
+    model : fitted PCA
+        With ``n_components_`` at least ``max(n_components)``.
+    X : array-like of shape (n_rows, n_features)
+        The few samples to show.
+    shape : tuple of 2 ints
+    n_components : sequence of int
+        The M values, one column each (Bishop's figure 12.5 uses 1, 10, 50, 250).
+
+    Returns
+    -------
+    matplotlib Figure
+        Panels row by row; panel ``r * (len(n_components) + 1) + c`` shows sample r, column c.
+    """
+    plt = _pyplot()
+    X = np.atleast_2d(np.asarray(X, dtype=np.float64))
+    ms = [int(m) for m in n_components]
+    columns = [X] + [reconstruct(model, X, m) for m in ms]
+    labels = ["original"] + [f"M = {m}" for m in ms]
+    n_rows, n_cols = X.shape[0], len(columns)
+    stacked = np.vstack([columns[c][r] for r in range(n_rows) for c in range(n_cols)])
+    titles = [labels[c] if r == 0 else "" for r in range(n_rows) for c in range(n_cols)]
+    if fig is None:
+        fig = plt.figure(figsize=(panel_size * n_cols, panel_size * n_rows * shape[0] / shape[1] + 0.6),
+                         layout="constrained")
+    # One shared grey scale per row would need per-row limits; the data's range is shared instead.
+    low, high = float(np.nanmin(X)), float(np.nanmax(X))
+    return image_grid(stacked, shape, titles=titles, ncols=n_cols, fig=fig, cmap=cmap,
+                      suptitle=title, vmin=low, vmax=high)

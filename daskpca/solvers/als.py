@@ -1,0 +1,209 @@
+r"""PCA by alternating least squares on ‖CW − X̃‖²_F: one pass per iteration, no extra pass.
+
+With rows as samples, scores Z (n×k, never stored) and a d×k basis C, an iteration is
+
+    Z_i = X̃_i C (CᵀC)⁻¹                   (per row block)
+    A   = Σ X̃_iᵀ Z_i        (d×k)          (same pass)
+    B   = Σ Z_iᵀ Z_i        (k×k)          (same pass)
+    C  ← A B⁻¹                             (on the client, by a symmetric solve)
+
+Writing S = X̃ᵀX̃ for the scatter, A = S C(CᵀC)⁻¹ and B = (CᵀC)⁻¹CᵀSC(CᵀC)⁻¹, so the update is
+``C ← S C (CᵀSC)⁻¹ (CᵀC)``: span(C) becomes span(SC). ALS is subspace (power) iteration on the
+covariance; it converges linearly at rate λ_{k+1}/λ_k to the principal *subspace*. The basis is
+orthonormalised (C = Q, thin QR on the client) before every pass — the same subspace, so the
+same iteration, but CᵀC = I and the k×k solves stay well conditioned.
+
+Fusing the mean into the iterations
+-----------------------------------
+Each block is centered on its own mean μ_i (not on μ, which is only known after a full read)
+and contributes n_i, μ_i, G_i = (X_i − 1μ_iᵀ)ᵀ(X_i − 1μ_iᵀ)Q (d×k) and
+H_i = P_iᵀP_i with P_i = (X_i − 1μ_iᵀ)Q (k×k). With δ_i = μ_i − μ, the scores on the global
+mean are Z_i = X̃_iQ = P_i + 1(Qᵀδ_i)ᵀ, and because every column of a block-centered matrix sums
+to zero (1ᵀP_i = 0, (X_i − 1μ_iᵀ)ᵀ1 = 0) the cross terms vanish:
+
+    X̃_iᵀZ_i = G_i + n_i δ_i δ_iᵀ Q,        Z_iᵀZ_i = H_i + n_i (Qᵀδ_i)(Qᵀδ_i)ᵀ.
+
+These are the Chan–Golub–LeVeque scatter merge multiplied by Q, so partial results merge
+pairwise exactly (δ = μ_B − μ_A, w = n_A n_B / n: G = G_A + G_B + w δ(δᵀQ), H likewise) and
+A = SQ, B = QᵀSQ come out of the tree without μ being known beforehand. Hence the *first*
+iteration also yields μ, the total variance (per-column moments) and the NaN/±inf check:
+
+    passes = n_iter  (exactly one read per iteration, no separate pass for the mean)
+
+Finish without an extra pass
+----------------------------
+The last pass used an orthonormal Q and gave B = QᵀSQ — the projected scatter. Its eigenpairs
+(θ_j, w_j) give the Rayleigh–Ritz approximation: components Qw_j (orthonormal) and variances
+θ_j/(n − 1), which are *exactly* the sample variances of the data along the returned
+components. Their error is O(sin θ) in the axes and O(sin²θ) in the variances, where
+sin θ ≲ tol/(1 − λ_{k+1}/λ_k) at convergence.
+
+Convergence: stop when the sine of the largest principal angle between successive bases,
+span(Q) and span(A B⁻¹), is ≤ ``tol``. A warm start (``init``: the components of an earlier fit
+on similar data) starts close and needs fewer iterations (passes).
+
+Flops per iteration: 2·n·d·k (P_i) + 2·n·d·k (G_i) + n·d (centering). Memory per task: one
+float64 row block + d·k + k²; the merge tasks hold ``SPLIT_EVERY`` d×k matrices.
+
+References
+----------
+S. Roweis, "EM algorithms for PCA and SPCA", NIPS 1998.
+T. F. Chan, G. H. Golub, R. J. LeVeque, "Updating formulae and a pairwise algorithm for
+computing sample variances" (1979).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from functools import partial
+
+import dask
+import numpy as np
+import scipy.linalg
+
+from .._graph import map_row_blocks, tree_reduce
+from .._linalg import eigh_descending
+from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
+from ._base import ComponentRequest, SolverResult
+from ._iterative import ConvergenceWarning, initial_basis, orthonormal_columns, resolve_iteration_options, subspace_sine
+
+OPTIONS = ("max_iter", "tol", "init")
+DEFAULT_MAX_ITER = 200
+DEFAULT_TOL = 1e-8
+
+
+@dataclass(frozen=True)
+class _ALSPart:
+    """Sums of one iteration over some rows, centered on their own mean."""
+
+    count: int
+    mean: np.ndarray  # (d,)
+    g: np.ndarray  # (d, k): scatter · Q
+    h: np.ndarray  # (k, k): Qᵀ · scatter · Q, accumulated as a Gram of the scores
+    m2: np.ndarray  # (d,): per-column centered sums of squares (diagonal of the scatter)
+    nonfinite: NonFinite
+
+
+def _als_block(block: np.ndarray, row_offset: int, basis: np.ndarray) -> _ALSPart:
+    nonfinite = find_nonfinite(block, row_offset, 0)
+    x = np.array(block, dtype=np.float64)
+    if nonfinite.count:
+        x[~np.isfinite(x)] = 0.0  # the fit raises after the first pass; keep the sums finite
+    n_rows = x.shape[0]
+    if n_rows == 0:
+        d, k = basis.shape
+        return _ALSPart(0, np.zeros(d), np.zeros((d, k)), np.zeros((k, k)), np.zeros(d), nonfinite)
+    mean = x.mean(axis=0)
+    x -= mean
+    scores = x @ basis  # P_i
+    return _ALSPart(n_rows, mean, x.T @ scores, scores.T @ scores, np.einsum("ij,ij->j", x, x), nonfinite)
+
+
+def _merge_two(a: _ALSPart, b: _ALSPart, basis: np.ndarray) -> _ALSPart:
+    if a.count == 0 or b.count == 0:
+        keep = b if a.count == 0 else a
+        return _ALSPart(keep.count, keep.mean, keep.g, keep.h, keep.m2, a.nonfinite.merge(b.nonfinite))
+    count = a.count + b.count
+    delta = b.mean - a.mean
+    weight = a.count * b.count / count
+    projected = basis.T @ delta  # Qᵀδ
+    return _ALSPart(
+        count,
+        a.mean + delta * (b.count / count),
+        a.g + b.g + np.outer(delta, projected) * weight,
+        a.h + b.h + np.outer(projected, projected) * weight,
+        a.m2 + b.m2 + delta**2 * weight,
+        a.nonfinite.merge(b.nonfinite),
+    )
+
+
+def _merge(parts: list[_ALSPart], basis: np.ndarray) -> _ALSPart:
+    merged = parts[0]
+    for part in parts[1:]:
+        merged = _merge_two(merged, part, basis)
+    return merged
+
+
+def iteration_graph(X, basis: np.ndarray):
+    """Delayed :class:`_ALSPart` of all rows for the orthonormal basis Q (one pass)."""
+    parts = map_row_blocks(X, _als_block, "als-chunk", basis)
+    return tree_reduce(parts, partial(_merge, basis=basis), "als-merge")
+
+
+def _update(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C = A B⁻¹ by a symmetric positive-definite solve (least squares if B is singular)."""
+    try:
+        return scipy.linalg.solve(b, a.T, assume_a="pos", check_finite=False).T
+    except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):
+        return scipy.linalg.lstsq(b, a.T, check_finite=False)[0].T
+
+
+def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol=None, init=None) -> SolverResult:
+    """Fit the k leading components by alternating least squares (one pass per iteration).
+
+    Parameters
+    ----------
+    X : dask.array.Array of shape (n_samples, n_features)
+        float32 or float64, any row and column chunking.
+    request : ComponentRequest
+        Must fix k (an int or None).
+    random_state : int, numpy.random.Generator, numpy.random.RandomState or None
+        Seed of the Gaussian starting basis (ignored with ``init``).
+    max_iter : int, default=200
+        Most iterations (= passes).
+    tol : float, default=1e-8
+        Stop when the sine of the largest principal angle between successive bases is ≤ tol.
+    init : array of shape (k, n_features) or None
+        Starting components (a warm start, e.g. ``components_`` of an earlier fit).
+
+    Returns
+    -------
+    SolverResult
+        ``info``: ``n_iter`` (= ``n_passes``), ``converged``, ``subspace_change`` (the last
+        sine). ``spectrum`` is None.
+
+    Warns
+    -----
+    ConvergenceWarning
+        When ``max_iter`` iterations did not reach ``tol``.
+    """
+    n_samples, n_features = X.shape
+    k = request.fixed()
+    max_iter, tol = resolve_iteration_options(max_iter, tol, default_max_iter=DEFAULT_MAX_ITER, default_tol=DEFAULT_TOL)
+    basis = initial_basis(init, k, n_features, random_state)
+    first = None
+    converged, change = False, np.inf
+    for n_iter in range(1, max_iter + 1):
+        (part,) = dask.compute(iteration_graph(X, basis))
+        if first is None:
+            raise_if_nonfinite(part.nonfinite)
+            first = part
+        new_basis = orthonormal_columns(_update(part.g, part.h))
+        change = subspace_sine(basis, new_basis)
+        if change <= tol:
+            converged = True
+            break
+        if n_iter < max_iter:
+            basis = new_basis
+    if not converged:
+        warnings.warn(
+            f"ALS stopped after max_iter={max_iter} iterations with a subspace change of "
+            f"{change:.2e} > tol={tol:g}. Increase max_iter, loosen tol, start from an earlier "
+            "fit (init=...), or use solver='randomized' when λ_k and λ_{k+1} are close.",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    # Rayleigh–Ritz in span(Q) of the last pass: B = QᵀSQ is already at hand (see module doc).
+    values, vectors = eigh_descending((part.h + part.h.T) / 2)
+    ddof_count = max(n_samples - 1, 1)
+    return SolverResult(
+        components=(basis @ vectors).T.copy(),
+        explained_variance=values / ddof_count,
+        mean=part.mean,
+        n_samples=n_samples,
+        total_variance=float(first.m2.sum() / ddof_count),
+        n_passes=n_iter,
+        spectrum=None,
+        info={"n_iter": n_iter, "converged": converged, "subspace_change": float(change)},
+    )

@@ -5,11 +5,15 @@ declare ``OPTIONS``: the names of estimator parameters it takes as keyword argum
 ``("n_oversamples", "n_power_iter")``); the estimator passes exactly those.
 """
 
-from . import covariance, gram
+from . import als, covariance, gram, ppca, randomized, tsqr
 
 SOLVERS = {
     "covariance": covariance,
     "gram": gram,
+    "tsqr": tsqr,
+    "randomized": randomized,
+    "als": als,
+    "ppca": ppca,
 }
 
 __all__ = ["SOLVERS"]

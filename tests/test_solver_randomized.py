@@ -46,7 +46,7 @@ def _slow_decay(n=500, d=80, seed=1):
     return (u / np.sqrt(np.arange(1, d + 1))) @ v.T + 3.0
 
 
-@pytest.mark.parametrize("q", [0, 1, 3, 6])
+@pytest.mark.parametrize("q", [0, 2, 6])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_never_worse_than_scikit_learn(q, seed):
     X = _slow_decay()

@@ -1,51 +1,250 @@
-"""Choosing a solver: ordered, commented rules with named thresholds.
+"""The planner: which solver to run, why, and what it will cost — before any data is read.
 
-``choose_solver`` is what ``solver="auto"`` runs. The rules are read top to bottom; the first that
-applies wins, and its reason is logged and kept with the fitted model.
+``make_plan`` estimates, for every registered solver, the passes over the data, the flops and the
+peak memory of its largest task, from metadata only (shape, chunks, dtype, n_components) and the
+memory a task may use (read from the running ``distributed`` client when there is one). Then
+ordered rules with named thresholds pick one. ``PCA(...).plan(X)`` returns the report;
+``solver="auto"`` runs the choice and logs it on the ``daskpca`` logger.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._graph import SPLIT_EVERY
 
 logger = logging.getLogger("daskpca")
 
-#: Largest d for the covariance solver: its d×d float64 matrix (and the merge tree's SPLIT_EVERY
-#: + 1 copies of it) must fit comfortably in one task's memory; 20k features = 3.2 GB each.
-COVARIANCE_MAX_FEATURES = 20_000
-#: Largest n for the Gram solver: its n×n float64 matrix has the same constraint.
-GRAM_MAX_SAMPLES = 20_000
+#: A task may use at most this fraction of a worker's memory limit (the rest is headroom for
+#: dask's own buffers and the input blocks in flight).
+TASK_MEMORY_FRACTION = 0.5
+#: k "much smaller" than min(n, d): below this fraction a randomized or ALS solve touches far less
+#: than an exact d×d (or n×n) matrix and wins.
+SMALL_K_FRACTION = 0.1
+#: Exact solvers' small side beyond which the d³ (or n³) local eigensolve and the d² (n²) matrices
+#: stop being cheap compared with the data; randomized then wins when k is small.
+EXACT_MAX_SMALL_SIDE = 20_000
+FLOAT64 = 8
 
 
 @dataclass(frozen=True)
-class SolverChoice:
-    """The solver ``auto`` picked and why (kept as ``PCA.solver_reason_``)."""
+class SolverEstimate:
+    """Cost of one solver on one input.
+
+    ``passes`` counts full reads of the input; ``task_bytes`` is the estimated peak memory of the
+    largest task; ``feasible`` says whether that fits the per-task memory budget.
+    """
 
     name: str
+    passes: int | str
+    flops: float
+    task_bytes: int
+    feasible: bool
+    exact: bool
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's report (``str(plan)`` is a readable table)."""
+
+    solver: str
     reason: str
+    runner_up: str | None
+    n_samples: int
+    n_features: int
+    n_components: int
+    task_memory_budget: int
+    memory_source: str
+    estimates: list[SolverEstimate] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def estimate(self, name: str) -> SolverEstimate:
+        return next(e for e in self.estimates if e.name == name)
+
+    def __str__(self) -> str:
+        chosen = self.estimate(self.solver)
+        lines = [
+            f"daskpca plan for X of shape ({self.n_samples}, {self.n_features}), k = {self.n_components}",
+            f"  solver: {self.solver!r} — {self.reason}",
+            f"  passes over the data: {chosen.passes}; flops ≈ {chosen.flops:.3g}; "
+            f"peak memory per task ≈ {_bytes(chosen.task_bytes)} "
+            f"(budget {_bytes(self.task_memory_budget)}, {self.memory_source})",
+            f"  runner-up: {self.runner_up!r}" if self.runner_up else "  runner-up: none",
+            "",
+            f"  {'solver':<11} {'exact':<6} {'passes':>7} {'flops':>10} {'task memory':>12}  fits",
+        ]
+        for e in self.estimates:
+            lines.append(
+                f"  {e.name:<11} {'yes' if e.exact else 'no':<6} {str(e.passes):>7} {e.flops:>10.3g} "
+                f"{_bytes(e.task_bytes):>12}  {'yes' if e.feasible else 'NO'}{'  ' + e.note if e.note else ''}"
+            )
+        lines += [f"  warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer, cycle):  # IPython / Jupyter show the table
+        printer.text(str(self))
 
 
-def choose_solver(n_samples: int, n_features: int) -> SolverChoice:
-    """Pick an exact solver from the shape alone."""
-    # 1. Tall or square, moderate d: one pass and n·d² flops, the cheapest exact method.
-    if n_samples >= n_features and n_features <= COVARIANCE_MAX_FEATURES:
-        choice = SolverChoice(
-            "covariance",
-            f"n_samples ({n_samples}) >= n_features ({n_features}) and n_features <= "
-            f"{COVARIANCE_MAX_FEATURES}: one pass building the {n_features}×{n_features} covariance",
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def task_memory_budget() -> tuple[int, str]:
+    """Bytes one task may use, and where that figure came from.
+
+    With a ``distributed`` client: ``TASK_MEMORY_FRACTION`` × the smallest worker memory limit
+    divided by that worker's threads. Otherwise the same fraction of this machine's memory
+    divided by its cores (the threaded scheduler runs one task per core).
+    """
+    try:
+        from distributed import default_client
+
+        client = default_client()
+    except (ImportError, ValueError):
+        client = None
+    if client is not None:
+        try:  # n_workers=-1: every worker, not the first few that recent versions list by default
+            workers = client.scheduler_info(n_workers=-1)["workers"].values()
+        except TypeError:  # distributed before the n_workers argument lists them all
+            workers = client.scheduler_info()["workers"].values()
+        per_thread = [w["memory_limit"] / max(w.get("nthreads", 1), 1) for w in workers if w.get("memory_limit")]
+        if per_thread:
+            return int(TASK_MEMORY_FRACTION * min(per_thread)), "from the distributed workers' memory limits"
+    import psutil
+
+    total = psutil.virtual_memory().total
+    return int(TASK_MEMORY_FRACTION * total / max(os.cpu_count() or 1, 1)), "from this machine's memory per core"
+
+
+def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=None, max_iter=None, budget=None, available=()):
+    """Cost estimates of every solver in ``available`` (see :class:`SolverEstimate`)."""
+    row_block = max(chunks[0])  # rows of the largest row block (all columns after regrouping)
+    col_strip = max(chunks[1])  # columns of the largest column strip (all rows)
+    block_in = row_block * d * itemsize
+    block64 = row_block * d * FLOAT64
+    ell = min(k + n_oversamples, n, d)
+    q = n_power_iter if isinstance(n_power_iter, int) else (7 if k < SMALL_K_FRACTION * min(n, d) else 4)
+    merge = SPLIT_EVERY + 1
+    costs = {
+        "covariance": (1, n * d * d, block_in + 2 * block64 + merge * d * d * FLOAT64, True, ""),
+        "gram": (2, n * n * d + 2 * n * d * k, n * col_strip * (itemsize + 2 * FLOAT64) + merge * n * n * FLOAT64, True, ""),
+        "tsqr": (1, 2 * n * d * min(n, d), block_in + 2 * block64 + merge * min(n, d) * d * FLOAT64, True, ""),
+        "randomized": (2 * q + 2, (2 * q + 2) * 2 * n * d * ell, block_in + block64 + (row_block + d) * ell * FLOAT64 * 2, False, f"q = {q}, ℓ = {ell}"),
+        "als": (f"1/iter", 4 * n * d * k, block_in + block64 + (row_block + d) * k * FLOAT64 * 2, False, "iterative; passes = iterations (+1)"),
+        "ppca": (f"1/iter", 4 * n * d * k + n * d * k * k, block_in + block64 + (row_block + d) * k * FLOAT64 * 2, False, "missing values; passes = iterations (+1)"),
+    }
+    estimates = []
+    for name in available:
+        if name not in costs:
+            continue
+        passes, flops, task, exact, note = costs[name]
+        estimates.append(SolverEstimate(name, passes, float(flops), int(task), budget is None or task <= budget, exact, note))
+    return estimates
+
+
+def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=False, available, n_oversamples=10, n_power_iter="auto") -> Plan:
+    """Choose a solver with ordered rules; see the module docstring."""
+    budget, source = task_memory_budget()
+    estimates = estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget, available=available)
+    by_name = {e.name: e for e in estimates}
+    fits = lambda name: name in by_name and by_name[name].feasible  # noqa: E731
+    small_side = min(n, d)
+    exact_small = "covariance" if d <= n else "gram"
+    warnings = []
+
+    # 1. Missing values can only be handled by probabilistic PCA.
+    if has_missing and "ppca" in by_name:
+        solver, reason = "ppca", "the data has missing values (NaN): EM for probabilistic PCA handles them without imputing"
+    # 2. A variance fraction or 'mle' needs every eigenvalue: exact solvers only.
+    elif needs_spectrum and fits(exact_small):
+        solver, reason = exact_small, "n_components needs the full spectrum; " + _shape_reason(n, d)
+    # 3. Few components of a matrix large in both directions: randomized subspace iteration reads
+    #    the data 2q + 2 times but never forms a d×d or n×n matrix.
+    elif small_side > EXACT_MAX_SMALL_SIDE and k <= SMALL_K_FRACTION * small_side and fits("randomized"):
+        solver, reason = "randomized", (
+            f"both sides exceed {EXACT_MAX_SMALL_SIDE} and k = {k} ≤ {SMALL_K_FRACTION:g}·min(n, d): "
+            "an exact d×d / n×n matrix would dominate the cost"
         )
-    # 2. Wide, moderate n: the N < D trick works on the n×n Gram matrix (two passes).
-    elif n_samples < n_features and n_samples <= GRAM_MAX_SAMPLES:
-        choice = SolverChoice(
-            "gram",
-            f"n_samples ({n_samples}) < n_features ({n_features}) and n_samples <= "
-            f"{GRAM_MAX_SAMPLES}: two passes through the {n_samples}×{n_samples} Gram matrix",
-        )
-    # 3. Both sides large: fall back to whichever small side is smaller (still exact).
-    elif n_features <= n_samples:
-        choice = SolverChoice("covariance", f"both sides large; d = {n_features} is the smaller side")
+    # 4. The exact one-pass (covariance) or two-pass (Gram) solver, when its matrix fits a task.
+    elif fits(exact_small):
+        solver, reason = exact_small, _shape_reason(n, d)
+    # 5. Otherwise whatever fits, cheapest first: randomized, then ALS.
+    elif fits("randomized"):
+        solver, reason = "randomized", f"the exact solvers' {small_side}² matrices exceed the per-task memory budget"
+    elif fits("als"):
+        solver, reason = "als", "only ALS's d×k state fits the per-task memory budget"
     else:
-        choice = SolverChoice("gram", f"both sides large; n = {n_samples} is the smaller side")
-    logger.info("daskpca: solver=%r (%s)", choice.name, choice.reason)
-    return choice
+        solver, reason = exact_small, "nothing fits the per-task memory budget; the exact solver is tried anyway"
+        warnings.append(f"estimated task memory {_bytes(by_name[exact_small].task_bytes)} exceeds the budget {_bytes(budget)}: "
+                        "use smaller chunks or workers with more memory")
+    runner_up = next(
+        (e.name for e in sorted(estimates, key=lambda e: (not e.feasible, _pass_count(e), e.flops))
+         if e.name != solver and e.feasible and (e.exact or not needs_spectrum) and e.name != "ppca"),
+        None,
+    )
+    plan = Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings)
+    logger.info("daskpca: solver=%r (%s)", solver, reason)
+    return plan
+
+
+def _pass_count(estimate: SolverEstimate) -> float:
+    return estimate.passes if isinstance(estimate.passes, int) else 10.0
+
+
+def _shape_reason(n: int, d: int) -> str:
+    if d <= n:
+        return f"n_samples ({n}) ≥ n_features ({d}): one pass building the {d}×{d} covariance"
+    return f"n_samples ({n}) < n_features ({d}): two passes through the {n}×{n} Gram matrix (the N < D trick)"
+
+
+def check_requested(name: str, plan: Plan) -> None:
+    """Raise when an explicitly requested solver cannot fit in memory, naming one that does."""
+    if name not in {e.name for e in plan.estimates}:
+        return
+    estimate = plan.estimate(name)
+    if estimate.feasible:
+        return
+    alternatives = [e.name for e in plan.estimates if e.feasible and e.name != "ppca"]
+    raise ValueError(
+        f"solver={name!r} needs about {_bytes(estimate.task_bytes)} in one task for X of shape "
+        f"({plan.n_samples}, {plan.n_features}), more than the budget of "
+        f"{_bytes(plan.task_memory_budget)} ({plan.memory_source}). "
+        + (f"Use solver={alternatives[0]!r} (fits), or solver='auto'." if alternatives
+           else "Use smaller chunks or workers with more memory.")
+    )
+
+
+def ill_conditioning_warning(explained_variance, solver: str, n_samples: int) -> str | None:
+    """A warning when kept eigenvalues are too small for the covariance / Gram path's accuracy.
+
+    Squaring the data (XᵀX or XXᵀ) leaves eigenvalues with an absolute error of about
+    ε·λ_max·size; components whose variance is below ``ILL_CONDITIONED_RATIO``·λ_max have lost
+    most of their relative accuracy (singular values below ~1e-5·σ_max in float64). Components
+    past n − 1 are skipped: centering makes their variance zero by construction.
+    """
+    variance = np.asarray(explained_variance)[: max(n_samples - 1, 1)]
+    if solver not in ("covariance", "gram") or len(variance) == 0 or variance[0] <= 0:
+        return None
+    ratio = variance[-1] / variance[0]
+    if ratio < ILL_CONDITIONED_RATIO:
+        return (
+            f"component {len(variance)}'s variance is {ratio:.1e} of the first's: below "
+            f"{ILL_CONDITIONED_RATIO:g}, solver={solver!r} (which squares the data) cannot resolve it "
+            "accurately (it may also be exactly zero: data of lower rank). Refit with "
+            "solver='tsqr' for small components, or keep fewer components."
+        )
+    return None
+
+
+#: Variance ratio (λ_k / λ_1) below which the squared-data solvers lose relative accuracy:
+#: their eigenvalues carry absolute errors ~1e-16·λ_1·size, so at 1e-10 only ~5 digits remain.
+ILL_CONDITIONED_RATIO = 1e-10

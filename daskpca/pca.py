@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+
+import dask
 import numpy as np
 
 from . import _plan
@@ -14,6 +17,10 @@ from .solvers._base import ComponentRequest, SolverResult
 
 class NotFittedError(ValueError, AttributeError):
     """Raised when a method that needs a fitted model is called before ``fit``."""
+
+
+class IllConditionedWarning(UserWarning):
+    """Kept components are too small for a solver that squares the data; use ``solver='tsqr'``."""
 
 
 class PCA(ParamsMixin):
@@ -52,6 +59,16 @@ class PCA(ParamsMixin):
         subspaces is below this.
     init : array of shape (k, n_features) or None, default=None
         Iterative solvers: starting components (a warm start, e.g. yesterday's ``components_``).
+    weights : None, "coslat", array, DataArray or dict, default=None
+        Per-feature weights w > 0 applied to the data before the solve (the solver analyses
+        ``X·w``): ``"coslat"`` = √cos(latitude) from a coordinate named like ``lat`` /
+        ``latitude`` (labeled input); an array broadcast over the feature dims (an array of
+        shape (n_features,) for a plain matrix); a dict ``{variable: weights}`` for a Dataset.
+        Eigenvalues, ratios, scores and ``components_`` are those of the weighted data;
+        reconstructions and the labeled ``mean`` are un-weighted (see :mod:`daskpca.xarray`).
+    standardize : bool, default=False
+        Divide every feature by its standard deviation (ddof=1) as well: correlation-matrix PCA.
+        Free with the covariance solver; one extra read with the others.
 
     Attributes
     ----------
@@ -124,6 +141,8 @@ class PCA(ParamsMixin):
         max_iter=200,
         tol=1e-8,
         init=None,
+        weights=None,
+        standardize=False,
     ):
         self.n_components = n_components
         self.solver = solver
@@ -134,52 +153,153 @@ class PCA(ParamsMixin):
         self.max_iter = max_iter
         self.tol = tol
         self.init = init
+        self.weights = weights
+        self.standardize = standardize
 
     # ------------------------------------------------------------------ fitting
 
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, *, sample_dims=None):
         """Fit the model to ``X``.
 
         Parameters
         ----------
-        X : array of shape (n_samples, n_features)
-            NumPy or dask array, ``zarr.Array``, or the path/URL of a zarr array.
+        X : array of shape (n_samples, n_features), or xarray DataArray / Dataset
+            NumPy or dask array, ``zarr.Array``, or the path/URL of a zarr array; or a labeled
+            xarray object (lazy or not), see :mod:`daskpca.xarray`.
         y : ignored
             For scikit-learn's ``Pipeline``.
+        sample_dims : str or sequence of str, optional
+            Labeled input only (and required there): the dimension(s) indexing samples, e.g.
+            ``"time"`` or ``("time", "member")``; every other dimension is a feature dimension.
+            Features that are NaN for every sample are dropped and restored as NaN on output.
 
         Returns
         -------
         self
         """
-        self._fit(X)
+        self._fit_any(X, sample_dims)
         return self
 
-    def fit_transform(self, X, y=None):
+    def fit_transform(self, X, y=None, *, sample_dims=None, scaling=None):
         """Fit, then return the scores of ``X`` (lazy for dask/zarr input; one more pass)."""
-        array, kind = self._fit(X)
+        array, kind = self._fit_any(X, sample_dims)
+        if getattr(self, "_labeled", None) is not None:
+            return _labeled_layer().transform_any(self, X, scaling=scaling, _fitted=(array, kind))
         return self._project(array, kind)
+
+    def _fit_any(self, X, sample_dims):
+        labeled = _labeled_layer()
+        if labeled.is_labeled(X) or sample_dims is not None or self.weights is not None or self.standardize:
+            return labeled.fit_any(self, X, sample_dims)
+        return self._fit(X)
 
     def _fit(self, X):
         array, kind = as_dask_matrix(X)
-        n_samples, n_features = array.shape
-        request = ComponentRequest(self.n_components, n_samples, n_features)
-        request.validate()
-        module, name, reason = self._resolve_solver(n_samples, n_features)
+        request = self._request(array)
+        module, name, reason = self._choose_solver(array, request)
         options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
         result = module.solve(array, request, random_state=self.random_state, **options)
-        self._set_fitted(result, name, reason, n_features)
+        self._set_fitted(result, name, reason, array.shape[1])
+        warning = _plan.ill_conditioning_warning(self.explained_variance_, name, self.n_samples_)
+        if warning:
+            warnings.warn(warning, IllConditionedWarning, stacklevel=3)
         return array, kind
 
-    def _resolve_solver(self, n_samples: int, n_features: int):
+    def _choose_solver(self, array, request: ComponentRequest):
+        """``(module, name, reason)`` of the solver ``fit`` runs on ``array``."""
+        plan = self._make_plan(array, request)
         if self.solver == "auto":
-            choice = _plan.choose_solver(n_samples, n_features)
-            return SOLVERS[choice.name], choice.name, choice.reason
-        if self.solver not in SOLVERS:
+            return SOLVERS[plan.solver], plan.solver, plan.reason
+        _plan.check_requested(self.solver, plan)
+        return SOLVERS[self.solver], self.solver, "requested by the caller"
+
+    def update(self, X):
+        """Fold new samples into the fitted model exactly, reading only the new data (one pass).
+
+        The covariance solver keeps its sufficient statistics (count, mean, scatter; d² float64)
+        in ``solver_info_["moments"]``; the new rows' statistics are merged with them
+        (Chan–Golub–LeVeque) and the d×d eigenproblem is solved again, so the result equals a
+        fit on the old and new samples together, to float64 round-off. ``n_components`` is
+        applied again (a variance fraction may now keep a different k).
+
+        Parameters
+        ----------
+        X : array of shape (n_new_samples, n_features), or labeled data like at fit time
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ValueError
+            When the model keeps no sufficient statistics (solvers other than covariance) or was
+            standardized (its per-feature scale would change with the new data).
+        """
+        from .solvers import covariance
+        from ._moments import combine_moments
+
+        self._check_fitted()
+        moments = self.solver_info_.get("moments")
+        if moments is None:
+            raise ValueError(
+                f"this model was fitted with solver={self.solver_!r}, which keeps no sufficient "
+                "statistics, so it cannot be updated exactly. Refit on all the data, with "
+                "solver='covariance' if it should be updatable later."
+            )
+        if getattr(self, "standardize", False):
+            raise ValueError(
+                "a standardized model cannot be updated exactly: each feature's scale would change "
+                "with the new data. Refit on all the data."
+            )
+        labeled = getattr(self, "_labeled", None)
+        if labeled is not None:
+            array, _, _ = _labeled_layer().to_solver_matrix(self, X)
+        else:
+            array, _ = as_dask_matrix(X)
+            check_n_features(array, self.n_features_in_)
+        (new,) = dask.compute(covariance.moments_graph(array))
+        merged = combine_moments([moments, new])
+        request = ComponentRequest(self.n_components, merged.count, self.n_features_in_)
+        request.validate()
+        result = covariance.result_from_moments(merged, request)
+        n_before = self.n_samples_
+        info = {k: v for k, v in self.solver_info_.items() if k != "moments"}
+        self._set_fitted(result, "covariance", self.solver_reason_, self.n_features_in_)
+        self.solver_info_ = {**info, **self.solver_info_, "updated_with": merged.count - n_before}
+        return self
+
+    def plan(self, X) -> _plan.Plan:
+        """What ``fit(X)`` would do, without reading any data.
+
+        Returns
+        -------
+        Plan
+            The solver ``fit`` would run and why, its passes over the data, flops, estimated peak
+            memory per task against the budget (from the ``distributed`` workers' memory limits
+            when a client is running), the runner-up, and every solver's estimate.
+            ``print(plan)`` shows a table.
+        """
+        array, _ = as_dask_matrix(X)
+        return self._make_plan(array, self._request(array))
+
+    def _request(self, array) -> ComponentRequest:
+        request = ComponentRequest(self.n_components, *array.shape)
+        request.validate()
+        if self.solver != "auto" and self.solver not in SOLVERS:
             raise ValueError(
                 f"solver={self.solver!r} is not a known solver; choose one of "
                 f"{['auto', *sorted(SOLVERS)]}."
             )
-        return SOLVERS[self.solver], self.solver, "requested by the caller"
+        return request
+
+    def _make_plan(self, array, request: ComponentRequest) -> _plan.Plan:
+        k = request.upper_bound if request.needs_spectrum else request.fixed()
+        return _plan.make_plan(
+            *array.shape, k, array.chunks, array.dtype.itemsize,
+            needs_spectrum=request.needs_spectrum, available=tuple(SOLVERS),
+            n_oversamples=self.n_oversamples, n_power_iter=self.n_power_iter,
+        )
 
     def _set_fitted(self, result: SolverResult, solver: str, reason: str, n_features: int) -> None:
         signs = flip_signs(result.components)
@@ -209,15 +329,20 @@ class PCA(ParamsMixin):
         self.n_passes_ = result.n_passes
         self.solver_info_ = dict(result.info)
         self._spectrum = result.spectrum
+        self._labeled = None  # set by the labeled layer (daskpca.xarray) when it is used
 
     # ------------------------------------------------------------------ projecting
 
-    def transform(self, X):
+    def transform(self, X, *, scaling=None):
         """Scores of ``X``: ``(X − mean_) @ components_.T`` (divided by √λ when whitening).
 
         Parameters
         ----------
-        X : array of shape (n_samples, n_features)
+        X : array of shape (n_samples, n_features), or xarray object for a labeled model
+            A labeled model returns a DataArray ``(*sample_dims, "mode")``, modes from 1.
+        scaling : {"none", "unit", "sqrt_lambda"}, optional
+            Labeled/weighted models: scores as projections (variance λ), divided by √λ (unit
+            variance), or multiplied by √λ. Default ``"unit"`` if ``whiten`` else ``"none"``.
 
         Returns
         -------
@@ -226,11 +351,13 @@ class PCA(ParamsMixin):
             (one pass when computed). Input's floating dtype.
         """
         self._check_fitted()
+        if getattr(self, "_labeled", None) is not None or scaling is not None:
+            return _labeled_layer().transform_any(self, X, scaling=scaling)
         array, kind = as_dask_matrix(X)
         check_n_features(array, self.n_features_in_)
         return self._project(array, kind)
 
-    def inverse_transform(self, X):
+    def inverse_transform(self, X, *, modes=None, scaling=None):
         """Reconstruction ``scores @ components_ + mean_`` in the original feature space.
 
         Parameters
@@ -241,9 +368,13 @@ class PCA(ParamsMixin):
         Returns
         -------
         X_original : array of shape (n_samples, n_features)
-            NumPy for NumPy input, else lazy dask array.
+            NumPy for NumPy input, else lazy dask array. A labeled model returns the field with
+            its original dims and coords, un-weighted, NaN at masked features; ``modes`` (numbered
+            from 1, e.g. ``[1, 2, 5]``) selects the components used.
         """
         self._check_fitted()
+        if getattr(self, "_labeled", None) is not None or modes is not None:
+            return _labeled_layer().inverse_transform_any(self, X, modes=modes, scaling=scaling)
         scores, kind = as_dask_matrix(X, name="scores")
         if scores.shape[1] != self.n_components_:
             raise ValueError(
@@ -267,6 +398,44 @@ class PCA(ParamsMixin):
         )
         return out.compute() if kind == "numpy" else out
 
+    # ------------------------------------------------------------------ labeled results, EOF conventions
+
+    def to_xarray(self):
+        """Fitted results as an ``xarray.Dataset`` (modes numbered from 1).
+
+        ``components`` (mode × feature dims, NaN at masked features), ``mean`` and
+        ``feature_scale`` (feature dims) for labeled fits; ``explained_variance``,
+        ``explained_variance_ratio``, ``variance_fraction_percent``, ``singular_values``,
+        ``north_error`` (λ·√(2/n)), ``north_error_percent`` (mode); attrs with parameters (JSON),
+        solver, passes and library version. See :mod:`daskpca.xarray`.
+        """
+        self._check_fitted()
+        return _labeled_layer().to_xarray(self)
+
+    def component_maps(self, X, *, kind="correlation", modes=None):
+        """Covariance or correlation of each PC with the field ``X`` (lazy; one pass over ``X``).
+
+        See :func:`daskpca.xarray.component_maps` for the formulas.
+        """
+        self._check_fitted()
+        return _labeled_layer().component_maps(self, X, kind=kind, modes=modes)
+
+    def north_errors(self) -> np.ndarray:
+        """North et al. (1982) typical eigenvalue errors ``explained_variance_ · √(2 / n_samples_)``."""
+        self._check_fitted()
+        return _labeled_layer().north_errors(self)
+
+    def save(self, store, overwrite=False):
+        """Write the fitted model to a zarr group (local path or fsspec URL); no pickle.
+
+        Atomic: a completion marker is written last and :func:`daskpca.load` checks it; an
+        existing store is replaced only with ``overwrite=True``. See :mod:`daskpca.io`.
+        """
+        self._check_fitted()
+        from .io import save_model
+
+        return save_model(self, store, overwrite=overwrite)
+
     def _scale(self) -> np.ndarray:
         return np.sqrt(self.explained_variance_) if self.whiten else np.ones(self.n_components_)
 
@@ -276,6 +445,13 @@ class PCA(ParamsMixin):
                 f"This {type(self).__name__} instance is not fitted yet. Call fit(X) before "
                 "transform or inverse_transform."
             )
+
+
+def _labeled_layer():
+    """The labeled layer, imported on use (the core does not need xarray)."""
+    from . import xarray as labeled
+
+    return labeled
 
 
 def _project_block(block: np.ndarray, mean: np.ndarray, basis: np.ndarray) -> np.ndarray:

@@ -50,7 +50,7 @@ def test_mle_needs_more_samples_than_features():
 
 
 def test_unknown_solver_lists_the_known_ones():
-    with pytest.raises(ValueError, match=r"solver='fast' is not a known solver; choose one of \['auto', 'covariance'"):
+    with pytest.raises(ValueError, match=r"solver='fast' is not a known solver; choose one of \['auto', 'als'"):
         PCA(2, solver="fast").fit(np.ones((10, 3)))
 
 

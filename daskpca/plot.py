@@ -387,7 +387,7 @@ def component_maps(model_or_components, shape=None, *, n=4, ax=None, fig=None, m
         columns = min(count, ncols or 5)
         rows = math.ceil(count / columns)
         h, w = shape
-        size = 2.4 if extent else 1.8
+        size = 3.4 if extent else 1.8
         aspect = (extent[3] - extent[2]) / (extent[1] - extent[0]) if extent else h / w
         fig = plt.figure(figsize=(size * columns * 1.3, size * rows * max(aspect, 0.35) + 0.6),
                          layout="constrained")
@@ -404,7 +404,8 @@ def component_maps(model_or_components, shape=None, *, n=4, ax=None, fig=None, m
 
 
 def reconstructions(model, X, shape, *, n_components=(1, 5, 10, 20, 40), fig=None, cmap="gray",
-                    title="Reconstructions from the leading M components", panel_size=1.3):
+                    title="Reconstructions from the leading M components", panel_size=1.3,
+                    row_labels=None):
     """Grid: one row per sample, the original then its reconstruction with M components each.
 
     Parameters
@@ -416,6 +417,8 @@ def reconstructions(model, X, shape, *, n_components=(1, 5, 10, 20, 40), fig=Non
     shape : tuple of 2 ints
     n_components : sequence of int
         The M values, one column each (Bishop's figure 12.5 uses 1, 10, 50, 250).
+    row_labels : list of str, optional
+        One label per sample, written beside its row (e.g. the class).
 
     Returns
     -------
@@ -435,5 +438,9 @@ def reconstructions(model, X, shape, *, n_components=(1, 5, 10, 20, 40), fig=Non
                          layout="constrained")
     # One shared grey scale per row would need per-row limits; the data's range is shared instead.
     low, high = float(np.nanmin(X)), float(np.nanmax(X))
-    return image_grid(stacked, shape, titles=titles, ncols=n_cols, fig=fig, cmap=cmap,
-                      suptitle=title, vmin=low, vmax=high)
+    fig = image_grid(stacked, shape, titles=titles, ncols=n_cols, fig=fig, cmap=cmap,
+                     suptitle=title, vmin=low, vmax=high)
+    if row_labels is not None:
+        for r, label in enumerate(row_labels):
+            fig.axes[r * n_cols].set_ylabel(str(label))
+    return fig

@@ -153,8 +153,10 @@ def test_component_maps_on_a_masked_map_with_coordinates():
 
 
 def test_reconstructions_grid(images, model):
-    fig = plot.reconstructions(model, images[:2], (6, 5), n_components=(1, 3, 10))
+    fig = plot.reconstructions(model, images[:2], (6, 5), n_components=(1, 3, 10),
+                               row_labels=["first", "second"])
     axes = [ax for ax in fig.axes if ax.images]
+    assert axes[4].get_ylabel() == "second"
     assert len(axes) == 2 * 4
     assert [ax.get_title() for ax in axes[:4]] == ["original", "M = 1", "M = 3", "M = 10"]
     assert fig.get_suptitle()

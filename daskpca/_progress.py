@@ -71,11 +71,12 @@ class ProgressReporter:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, traceback):
         if self._thread is not None:
             self._stop.set()
             self._thread.join(timeout=5)
-            self._report(final=True)
+            if exc_type is None:  # a failed job ends with its error, not a progress line
+                self._report(final=True)
         return False
 
     def _run(self):
@@ -86,6 +87,8 @@ class ProgressReporter:
         try:
             done, added = self.client.run_on_scheduler(_counts)
         except Exception:  # the cluster is going away; progress is best effort
+            return
+        if not added:
             return
         elapsed = time.monotonic() - self._start
         fraction = done / added if added else 0.0

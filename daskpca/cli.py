@@ -56,7 +56,7 @@ def dask_client(args):
         return
     with LocalCluster(
         n_workers=args.workers, threads_per_worker=args.threads, memory_limit=args.memory_limit,
-        dashboard_address=":0", host="127.0.0.1",
+        dashboard_address=":0", host="127.0.0.1", silence_logs=logging.WARNING,
     ) as cluster, Client(cluster) as client:
         _say(args, f"Dask dashboard: {client.dashboard_link}")
         yield client
@@ -110,12 +110,14 @@ def open_source(path: str, var: str | None = None):
         if var:
             raise UsageError(f"{path!r} is a single zarr array; --var {var!r} applies to datasets only: drop it.")
         return _numeric(da.from_zarr(node), path)
-    data = xr.open_zarr(path, consolidated=None, chunks={})
+    # Consolidated metadata is not part of zarr v3: do not look for it there (xarray warns).
+    consolidated = False if node.metadata.zarr_format == 3 else None
+    data = xr.open_zarr(path, consolidated=consolidated, chunks={})
     return _select_variable(data, var, path)
 
 
 def _select_variable(data, var, path):
-    names = [str(name) for name in data.data_vars]
+    names = sorted(str(name) for name in data.data_vars)
     if var is None:
         if len(names) != 1:
             raise UsageError(f"{path!r} holds variables {names}; choose one with --var NAME.")
@@ -163,6 +165,7 @@ def cmd_fit(args) -> dict:
     n_components = _parse_n_components(args.n_components)
     pca = PCA(n_components=n_components, solver=args.solver, whiten=args.whiten,
               random_state=args.random_state, weights=args.weights,
+              **{name: value for name, value in (("max_iter", args.max_iter), ("tol", args.tol)) if value is not None},
               **({"checkpoint": _checkpoint_path(args.out)} if _supports_checkpoint() else {}))
     timings = {}
     with dask_client(args) as client, _progress(client, args):
@@ -201,6 +204,7 @@ def cmd_update(args) -> dict:
     from . import load
 
     pca = load(args.model)
+    pca.check_updatable()  # before a cluster starts or any data is read
     data = open_source(args.source, args.var)
     with dask_client(args) as client, _progress(client, args):
         start = time.perf_counter()
@@ -264,10 +268,12 @@ def cmd_report(args) -> dict:
 
     pca = load(args.model)
     try:
-        from . import plot
+        import matplotlib  # noqa: F401
     except ImportError as exc:
         raise UsageError(f"daskpca report needs matplotlib: pip install 'daskpca[plot]' ({exc}).") from exc
-    written = plot.write_report(pca, args.out, overwrite=args.overwrite, n_maps=args.n_maps)
+    from .report import write_report
+
+    written = write_report(pca, args.out, overwrite=args.overwrite, n_maps=args.n_maps)
     _say(args, f"wrote the report to {args.out}: {', '.join(Path(p).name for p in written)}")
     return {"report": args.out, "files": [str(p) for p in written]}
 
@@ -404,6 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--weights", choices=["coslat"], help="coslat: weight by √cos(latitude)")
     fit.add_argument("--whiten", action="store_true", help="save a whitening model (unit-variance scores)")
     fit.add_argument("--random-state", type=int, help="seed for randomized and iterative solvers")
+    fit.add_argument("--max-iter", type=int, help="iterative solvers (als, ppca): most passes (default: 200)")
+    fit.add_argument("--tol", type=float, help="iterative solvers (als, ppca): convergence tolerance (default: 1e-8)")
     fit.add_argument("--scores", metavar="SCORES", help="also write the scores to this zarr store")
     fit.add_argument("--overwrite", action="store_true", help="replace existing outputs")
     cluster_options(fit)
@@ -488,6 +496,11 @@ def _user_errors():
 def main(argv=None) -> int:
     """Run one command; return the exit code (see the module docstring)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # The cluster's own INFO chatter (workers starting, comms closing) is not the job's output.
+    # Importing distributed first: its import configures the "distributed" logger at INFO.
+    import distributed  # noqa: F401
+
+    logging.getLogger("distributed").setLevel(logging.WARNING)
     try:
         args = parse_args(argv)
     except UsageError as exc:

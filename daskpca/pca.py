@@ -59,6 +59,13 @@ class PCA(ParamsMixin):
         subspaces is below this.
     init : array of shape (k, n_features) or None, default=None
         Iterative solvers: starting components (a warm start, e.g. yesterday's ``components_``).
+    checkpoint : str, os.PathLike or None, default=None
+        Iterative solvers (randomized, als, ppca): file where the solver's small state is saved
+        after every pass; a rerun of the same job (same input shape/chunks/dtype and parameters)
+        resumes from it; removed when the fit completes. A local ``.npz`` path; the state is
+        small (d×k bases, d-vectors), never n-sized. Exact solvers ignore it. After a resume
+        ``n_passes_`` counts the reads of this process only; ``solver_info_`` has
+        ``resumed_from_pass`` and ``total_passes``. See :mod:`daskpca._checkpoint`.
     weights : None, "coslat", array, DataArray or dict, default=None
         Per-feature weights w > 0 applied to the data before the solve (the solver analyses
         ``X·w``): ``"coslat"`` = √cos(latitude) from a coordinate named like ``lat`` /
@@ -98,7 +105,8 @@ class PCA(ParamsMixin):
     solver_reason_ : str
         Why that solver was used.
     n_passes_ : int
-        Full reads of the input that ``fit`` made.
+        Full reads of the input that ``fit`` made (in this process: fewer when it resumed from
+        a ``checkpoint``).
     solver_info_ : dict
         Solver diagnostics (iterations, convergence, sufficient statistics, ...).
 
@@ -141,6 +149,7 @@ class PCA(ParamsMixin):
         max_iter=200,
         tol=1e-8,
         init=None,
+        checkpoint=None,
         weights=None,
         standardize=False,
     ):
@@ -153,6 +162,7 @@ class PCA(ParamsMixin):
         self.max_iter = max_iter
         self.tol = tol
         self.init = init
+        self.checkpoint = checkpoint
         self.weights = weights
         self.standardize = standardize
 
@@ -191,6 +201,7 @@ class PCA(ParamsMixin):
         labeled = _labeled_layer()
         if labeled.is_labeled(X) or sample_dims is not None or self.weights is not None or self.standardize:
             return labeled.fit_any(self, X, sample_dims)
+        self._labeled = None  # a plain fit: no mask / weights / labels (update() keeps them)
         return self._fit(X)
 
     def _fit(self, X):
@@ -239,19 +250,8 @@ class PCA(ParamsMixin):
         from .solvers import covariance
         from ._moments import combine_moments
 
-        self._check_fitted()
-        moments = self.solver_info_.get("moments")
-        if moments is None:
-            raise ValueError(
-                f"this model was fitted with solver={self.solver_!r}, which keeps no sufficient "
-                "statistics, so it cannot be updated exactly. Refit on all the data, with "
-                "solver='covariance' if it should be updatable later."
-            )
-        if getattr(self, "standardize", False):
-            raise ValueError(
-                "a standardized model cannot be updated exactly: each feature's scale would change "
-                "with the new data. Refit on all the data."
-            )
+        self.check_updatable()
+        moments = self.solver_info_["moments"]
         labeled = getattr(self, "_labeled", None)
         if labeled is not None:
             array, _, _ = _labeled_layer().to_solver_matrix(self, X)
@@ -268,6 +268,21 @@ class PCA(ParamsMixin):
         self._set_fitted(result, "covariance", self.solver_reason_, self.n_features_in_)
         self.solver_info_ = {**info, **self.solver_info_, "updated_with": merged.count - n_before}
         return self
+
+    def check_updatable(self) -> None:
+        """Raise unless :meth:`update` can fold new data into this model exactly (reads nothing)."""
+        self._check_fitted()
+        if self.solver_info_.get("moments") is None:
+            raise ValueError(
+                f"this model was fitted with solver={self.solver_!r}, which keeps no sufficient "
+                "statistics, so it cannot be updated exactly. Refit on all the data, with "
+                "solver='covariance' if it should be updatable later."
+            )
+        if getattr(self, "standardize", False):
+            raise ValueError(
+                "a standardized model cannot be updated exactly: each feature's scale would change "
+                "with the new data. Refit on all the data."
+            )
 
     def plan(self, X) -> _plan.Plan:
         """What ``fit(X)`` would do, without reading any data.
@@ -329,7 +344,6 @@ class PCA(ParamsMixin):
         self.n_passes_ = result.n_passes
         self.solver_info_ = dict(result.info)
         self._spectrum = result.spectrum
-        self._labeled = None  # set by the labeled layer (daskpca.xarray) when it is used
 
     # ------------------------------------------------------------------ projecting
 

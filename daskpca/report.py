@@ -1,0 +1,96 @@
+"""``daskpca report``: a folder of pictures and a Markdown summary of a saved model.
+
+Files: ``scree.png`` (eigenvalues, with North et al. errors), ``cumulative.png`` (cumulative
+explained variance with the 95 % line), ``distortion.png`` (J(k)), ``components.png`` (the leading
+component maps: images over the two feature dims of a labeled 2-D field, lines otherwise) and
+``summary.md``. The folder is written to a temporary location and moved into place complete.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+#: The variance fraction marked on the cumulative plot and reported in the summary.
+REPORT_THRESHOLD = 0.95
+
+
+def write_report(pca, out, *, overwrite: bool = False, n_maps: int = 4) -> list[Path]:
+    """Write the report of a fitted model into the folder ``out``; return the files written.
+
+    Parameters
+    ----------
+    pca : fitted daskpca.PCA
+    out : str or os.PathLike
+        A local folder; it must not exist unless ``overwrite=True``.
+    n_maps : int
+        Leading components drawn in ``components.png``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from . import plot
+    from .io import atomic_directory
+
+    names = []
+    with atomic_directory(out, overwrite=overwrite) as folder:
+        folder.mkdir(parents=True)
+        north = pca.explained_variance_ * np.sqrt(2.0 / pca.n_samples_)
+        for name, draw in (
+            ("scree.png", lambda: plot.scree(pca, errors=north, log=True)),
+            ("cumulative.png", lambda: plot.cumulative_variance(pca, threshold=REPORT_THRESHOLD)),
+            ("distortion.png", lambda: plot.distortion(pca)),
+            ("components.png", lambda: _component_maps(pca, n_maps)),
+        ):
+            drawn = draw()
+            figure = drawn if hasattr(drawn, "savefig") else drawn.figure
+            figure.savefig(folder / name, dpi=110)
+            plt.close(figure)
+            names.append(name)
+        (folder / "summary.md").write_text(summary_markdown(pca, names))
+        names.append("summary.md")
+    return [Path(out) / name for name in names]
+
+
+def _component_maps(pca, n_maps):
+    """Images over the feature dims of a labeled 2-D field, else lines against feature index."""
+    from . import plot
+
+    n = min(n_maps, pca.n_components_)
+    state = getattr(pca, "_labeled", None)
+    layout = getattr(state, "layout", None)
+    if layout is not None and layout.is_dataarray:
+        maps = pca.to_xarray()["components"].isel(mode=slice(0, n))
+        feature_dims = [d for d in maps.dims if d != "mode"]
+        if len(feature_dims) == 2:
+            return plot.component_maps(maps.values.reshape(n, -1), shape=maps.shape[1:], n=n,
+                                       xlabel=feature_dims[1], ylabel=feature_dims[0], origin="lower")
+    return plot.component_maps(pca, n=n)
+
+
+def summary_markdown(pca, pictures=()) -> str:
+    """A short Markdown summary: the fit, a variance table and links to the pictures."""
+    cumulative = np.cumsum(pca.explained_variance_ratio_)
+    reached = np.nonzero(cumulative >= REPORT_THRESHOLD)[0]
+    lines = [
+        "# daskpca model report",
+        "",
+        f"- samples: {pca.n_samples_}, features: {pca.n_features_in_}, components kept: {pca.n_components_}",
+        f"- solver: `{pca.solver_}` ({pca.solver_reason_}); passes over the data: {pca.n_passes_}",
+        f"- total variance: {pca.total_variance_:.6g}; distortion J (discarded): {pca.distortion_:.6g}; "
+        f"noise variance: {pca.noise_variance_:.6g}",
+        f"- components for {REPORT_THRESHOLD:.0%} of the variance: "
+        + (f"{reached[0] + 1}" if reached.size else f"more than the {pca.n_components_} kept"),
+        "",
+        "| mode | variance | North error | ratio | cumulative |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    north = pca.explained_variance_ * np.sqrt(2.0 / pca.n_samples_)
+    for i, (var, err, ratio, cum) in enumerate(zip(pca.explained_variance_, north, pca.explained_variance_ratio_, cumulative), 1):
+        lines.append(f"| {i} | {var:.6g} | {err:.3g} | {ratio:.2%} | {cum:.2%} |")
+    lines.append("")
+    lines += [f"![{Path(p).stem}]({p})" for p in pictures]
+    return "\n".join(lines) + "\n"

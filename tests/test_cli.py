@@ -1,0 +1,216 @@
+"""The `daskpca` console script, run as a real subprocess against real zarr stores."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import dask
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import daskpca
+from daskpca import PCA
+
+from _helpers import low_rank_data, write_zarr
+
+FAST = ["--workers", "1", "--threads", "2", "--memory-limit", "1GiB"]
+
+
+def daskpca_cli(*args, timeout=240, cwd=None):
+    executable = shutil.which("daskpca") or None
+    command = [executable] if executable else [sys.executable, "-m", "daskpca.cli"]
+    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """A bare zarr array and a labeled zarr dataset (time × lat × lon, plus a string variable)."""
+    root = tmp_path_factory.mktemp("sources")
+    X = low_rank_data(2_000, 24, dtype=np.float32)
+    write_zarr(root / "matrix.zarr", X, (250, 24))
+    ds = xr.Dataset(
+        {"sst": (("time", "lat", "lon"), X.reshape(2_000, 4, 6)), "station": (("time",), np.array(["a"] * 2_000, dtype="S1"))},
+        coords={"time": np.arange(2_000), "lat": np.linspace(-30, 30, 4), "lon": np.arange(6.0)},
+    )
+    ds.chunk({"time": 250}).to_zarr(root / "field.zarr", zarr_format=3, consolidated=False)
+    return root, X
+
+
+def test_fit_transform_inspect_report_json(sources, tmp_path):
+    root, X = sources
+    done = daskpca_cli("fit", root / "matrix.zarr", "--n-components", 4, "--out", tmp_path / "model.zarr",
+                       "--scores", tmp_path / "scores.zarr", "--json", *FAST)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    reference = PCA(4).fit(X)
+    assert summary["solver"] == "covariance" and summary["n_passes"] == 1 and summary["n_components"] == 4
+    np.testing.assert_allclose(summary["explained_variance"], reference.explained_variance_, rtol=1e-10)
+    assert "Dask dashboard: http" in done.stderr and summary["timings"]["fit_s"] > 0
+
+    model = daskpca.load(tmp_path / "model.zarr")
+    stored = zarr.open_array(str(tmp_path / "scores.zarr"), mode="r")
+    assert stored.shape == (2_000, 4) and stored.chunks == (250, 4)  # chunked like the input's rows
+    np.testing.assert_allclose(stored[...], model.transform(X), rtol=1e-6, atol=1e-4)
+
+    done = daskpca_cli("transform", tmp_path / "model.zarr", root / "matrix.zarr", "--out", tmp_path / "again.zarr", *FAST)
+    assert done.returncode == 0, done.stderr
+    assert "wrote scores (2000, 4)" in done.stdout
+
+    done = daskpca_cli("inspect", tmp_path / "model.zarr")
+    assert done.returncode == 0 and "4 components of 24 features" in done.stdout
+    done = daskpca_cli("inspect", root / "field.zarr", "--var", "sst", "--json")
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout)
+    assert info["matrix_shape"] == [2000, 24] and info["plan"]["solver"] == "covariance"
+
+    done = daskpca_cli("report", tmp_path / "model.zarr", "--out", tmp_path / "report")
+    assert done.returncode == 0, done.stderr
+    assert {p.name for p in (tmp_path / "report").iterdir()} == {
+        "scree.png", "cumulative.png", "distortion.png", "components.png", "summary.md"}
+    assert "| 1 |" in (tmp_path / "report" / "summary.md").read_text()
+
+
+def test_labeled_source_with_weights_and_config_file(sources, tmp_path):
+    root, X = sources
+    config = tmp_path / "job.toml"
+    config.write_text('n-components = 3\nvar = "sst"\nweights = "coslat"\nsample_dims = ["time"]\nworkers = 1\n')
+    done = daskpca_cli("fit", root / "field.zarr", "--config", config, "--n-components", 2,  # flag overrides file
+                       "--out", tmp_path / "model.zarr", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    model = daskpca.load(tmp_path / "model.zarr")
+    assert model.n_components_ == 2 and model.weights == "coslat"
+    field = xr.open_zarr(root / "field.zarr", consolidated=False)["sst"]
+    expected = PCA(2, weights="coslat").fit(field, sample_dims="time")
+    np.testing.assert_allclose(model.components_, expected.components_, atol=1e-10)
+
+
+def test_update_equals_refit_and_reads_only_new_data(tmp_path):
+    X = low_rank_data(3_000, 20)
+    split = 2_100  # 70 % / 30 %
+    write_zarr(tmp_path / "old.zarr", X[:split], (300, 20))
+    write_zarr(tmp_path / "new.zarr", X[split:], (300, 20))
+    assert daskpca_cli("fit", tmp_path / "old.zarr", "--n-components", 5, "--solver", "covariance",
+                       "--out", tmp_path / "model.zarr", *FAST).returncode == 0
+    shutil.rmtree(tmp_path / "old.zarr")  # the update cannot read the old data: it is gone
+    done = daskpca_cli("update", tmp_path / "model.zarr", tmp_path / "new.zarr", "--json", *FAST)
+    assert done.returncode == 0, done.stderr
+    updated = daskpca.load(tmp_path / "model.zarr")
+    full = PCA(5, solver="covariance").fit(X)
+    assert updated.n_samples_ == 3_000
+    np.testing.assert_allclose(updated.components_, full.components_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(updated.explained_variance_, full.explained_variance_, rtol=1e-10)
+    np.testing.assert_allclose(updated.mean_, full.mean_, rtol=1e-12)
+    np.testing.assert_allclose(updated.transform(X), full.transform(X), rtol=1e-9, atol=1e-9)
+
+
+def test_update_reads_each_new_chunk_once(tmp_path):
+    X = low_rank_data(1_000, 12)
+    array, store = write_zarr(tmp_path / "all.zarr", X, (100, 12))
+    with dask.config.set(scheduler="threads"):
+        import dask.array as da
+
+        model = PCA(3, solver="covariance").fit(da.from_zarr(array)[:700])
+        store.reads.clear()
+        model.update(da.from_zarr(array)[700:])
+    assert sorted(store.chunk_reads()) == [f"c/{i}/0" for i in range(7, 10)]
+    assert set(store.chunk_reads().values()) == {1}
+    np.testing.assert_allclose(model.components_, PCA(3, solver="covariance").fit(X).components_, atol=1e-12)
+
+
+def test_update_refuses_models_without_statistics(sources, tmp_path):
+    root, X = sources
+    assert daskpca_cli("fit", root / "matrix.zarr", "--n-components", 2, "--solver", "tsqr",
+                       "--out", tmp_path / "model.zarr", "--quiet", *FAST).returncode == 0
+    done = daskpca_cli("update", tmp_path / "model.zarr", root / "matrix.zarr", *FAST)
+    assert done.returncode == 2
+    assert "solver='tsqr', which keeps no sufficient statistics" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_on_a_separately_started_scheduler_and_workers(sources, tmp_path):
+    root, X = sources
+    bin_dir = os.path.dirname(sys.executable)
+    scheduler_file = tmp_path / "scheduler.json"
+    scheduler = subprocess.Popen([os.path.join(bin_dir, "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                  "--no-dashboard", "--scheduler-file", scheduler_file],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = None
+    try:
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        address = json.loads(scheduler_file.read_text())["address"]
+        worker = subprocess.Popen([os.path.join(bin_dir, "dask"), "worker", address, "--nthreads", "2",
+                                   "--memory-limit", "1GiB", "--no-dashboard", "--host", "127.0.0.1"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        done = daskpca_cli("fit", root / "matrix.zarr", "--n-components", 3, "--out", tmp_path / "model.zarr",
+                           "--scheduler", address, "--json")
+        assert done.returncode == 0, done.stderr
+        assert f"Dask scheduler: {address}" in done.stderr
+        np.testing.assert_allclose(json.loads(done.stdout)["explained_variance"], PCA(3).fit(X).explained_variance_, rtol=1e-10)
+    finally:
+        for process in (worker, scheduler):
+            if process is not None:
+                process.terminate()
+                process.wait(timeout=30)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["fit", "{root}/missing.zarr", "--n-components", "2", "--out", "{tmp}/m.zarr"], "SOURCE '{root}/missing.zarr' does not exist"),
+        (["fit", "{root}/field.zarr", "--var", "nope", "--n-components", "2", "--out", "{tmp}/m.zarr"], "--var 'nope' is not in"),
+        (["fit", "{root}/field.zarr", "--var", "sst", "--sample-dims", "month", "--n-components", "2", "--out", "{tmp}/m.zarr"],
+         "--sample-dims ['month'] not found; 'sst' has dims ['time', 'lat', 'lon']"),
+        (["fit", "{root}/field.zarr", "--var", "station", "--n-components", "2", "--out", "{tmp}/m.zarr"], "has dtype |S1; PCA needs numbers"),
+        (["fit", "{root}/field.zarr", "--n-components", "2", "--out", "{tmp}/m.zarr"], "holds variables ['sst', 'station']; choose one with --var"),
+        (["fit", "{root}/matrix.zarr", "--n-components", "99", "--out", "{tmp}/m.zarr"], "n_components=99 is out of range"),
+        (["fit", "{root}/matrix.zarr", "--n-components", "two", "--out", "{tmp}/m.zarr"], "--n-components 'two'"),
+        (["fit", "{root}/matrix.zarr", "--out", "{tmp}/m.zarr"], "needs --n-components"),
+        (["fit", "{root}/matrix.zarr", "--n-components", "2", "--out", "{root}/matrix.zarr"], "already exists; pass --overwrite"),
+        (["transform", "{tmp}/no-model.zarr", "{root}/matrix.zarr", "--out", "{tmp}/s.zarr"], "no store at"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(sources, tmp_path, args, message):
+    root, _ = sources
+    fill = lambda s: s.format(root=root, tmp=tmp_path)  # noqa: E731
+    done = daskpca_cli(*map(fill, args), *FAST)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = [line for line in done.stderr.strip().splitlines() if not line.startswith("progress:")]
+    assert len(lines) == 1 and lines[0].startswith("daskpca: error: "), done.stderr
+    assert fill(message) in lines[0]
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "m.zarr").exists() and not (tmp_path / "s.zarr").exists()
+
+
+def test_unreachable_scheduler_fails_fast_with_exit_1(sources, tmp_path):
+    root, _ = sources
+    start = time.monotonic()
+    done = daskpca_cli("fit", root / "matrix.zarr", "--n-components", "2", "--out", tmp_path / "m.zarr",
+                       "--scheduler", "tcp://127.0.0.1:9")
+    assert done.returncode == 1
+    assert "could not reach the Dask scheduler at 'tcp://127.0.0.1:9'" in done.stderr
+    assert time.monotonic() - start < 60
+    assert not (tmp_path / "m.zarr").exists()
+
+
+def test_progress_lines_on_a_non_terminal(sources, tmp_path):
+    from distributed import Client, LocalCluster
+
+    from daskpca._progress import ProgressReporter
+    import io
+
+    root, _ = sources
+    stream = io.StringIO()
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
+        with ProgressReporter(client, stream=stream, interval=0.05):
+            PCA(3, solver="als", max_iter=30, tol=0.0).fit(str(root / "matrix.zarr"))
+    lines = stream.getvalue().splitlines()
+    assert len(lines) >= 2 and all(line.startswith("progress: ") for line in lines)
+    assert lines[-1].startswith("progress: ") and "(100%)" in lines[-1]

@@ -1,0 +1,81 @@
+"""The planner: solver choice from metadata only, a readable report, and clear refusals."""
+
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from daskpca import PCA
+from daskpca._plan import ILL_CONDITIONED_RATIO
+from daskpca.pca import IllConditionedWarning
+
+
+def lazy(shape, chunks, dtype="f4"):
+    return da.zeros(shape, chunks=chunks, dtype=dtype)  # never computed: plan reads no data
+
+
+@pytest.mark.parametrize(
+    "shape, chunks, k, expected",
+    [
+        ((1_000_000, 500), (20_000, 500), 20, "covariance"),  # tall: one pass, 500×500
+        ((2_000, 200_000), (2_000, 10_000), 20, "gram"),  # wide: N < D trick
+        ((1_000_000, 100_000), (2_000, 100_000), 20, "randomized"),  # both large, k small
+        ((100_000, 4_000), (5_000, 4_000), 0.95, "covariance"),  # a fraction needs every eigenvalue
+    ],
+)
+def test_auto_choice_and_report(shape, chunks, k, expected):
+    plan = PCA(k).plan(lazy(shape, chunks))
+    assert plan.solver == expected
+    text = str(plan)
+    assert f"solver: {expected!r}" in text and "passes over the data" in text and "runner-up" in text
+    assert "peak memory per task" in text and "flops" in text
+    chosen = plan.estimate(expected)
+    assert chosen.feasible and chosen.task_bytes > 0 and chosen.flops > 0
+    assert plan.runner_up != expected
+
+
+def test_pass_counts_in_the_plan_match_the_solvers():
+    plan = PCA(5, n_power_iter=3).plan(lazy((10_000, 300), (1_000, 300)))
+    assert plan.estimate("covariance").passes == 1
+    assert plan.estimate("gram").passes == 2
+    assert plan.estimate("tsqr").passes == 1
+    assert plan.estimate("randomized").passes == 2 * 3 + 2
+
+
+def test_memory_budget_comes_from_the_cluster():
+    with LocalCluster(n_workers=1, threads_per_worker=2, memory_limit="512MiB", processes=False,
+                      dashboard_address=None) as cluster, Client(cluster):
+        plan = PCA(10).plan(lazy((1_000_000, 20_000), (200, 20_000)))
+    assert plan.memory_source == "from the distributed workers' memory limits"
+    assert plan.task_memory_budget == int(0.5 * 512 * 2**20 / 2)
+    assert not plan.estimate("covariance").feasible  # 20k² float64 = 3.2 GB per matrix
+    assert plan.solver == "randomized"
+
+
+def test_requested_solver_that_cannot_fit_names_the_limit_and_an_alternative():
+    with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="256MiB", processes=False,
+                      dashboard_address=None) as cluster, Client(cluster):
+        with pytest.raises(ValueError, match=r"solver='covariance' needs about .* GiB in one task .* budget of 128.0 MiB.*Use solver='(randomized|als)'"):
+            PCA(5, solver="covariance").fit(lazy((100_000, 30_000), (100, 30_000)))
+
+
+def test_ill_conditioned_data_warns_and_points_to_tsqr():
+    rng = np.random.default_rng(0)
+    u, _ = np.linalg.qr(rng.standard_normal((2_000, 12)))
+    v, _ = np.linalg.qr(rng.standard_normal((12, 12)))
+    s = np.logspace(0, -10, 12)  # κ = 1e10
+    X = (u * s) @ v.T
+    with pytest.warns(IllConditionedWarning, match=r"below 1e-10.*solver='tsqr'"):
+        PCA(12, solver="covariance").fit(X)
+    tsqr = PCA(12, solver="tsqr").fit(X)
+    reference = np.linalg.svd(X - X.mean(0), compute_uv=False)
+    np.testing.assert_allclose(tsqr.singular_values_[-1], reference[-1], rtol=1e-6)
+    assert ILL_CONDITIONED_RATIO == 1e-10
+
+
+def test_plan_reads_nothing(tmp_path):
+    from _helpers import low_rank_data, write_zarr
+
+    array, store = write_zarr(tmp_path / "x.zarr", low_rank_data(500, 10), (100, 10))
+    PCA(3).plan(array)
+    assert not store.chunk_reads()

@@ -14,7 +14,7 @@ computing sample variances": for partial results A and B,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 
 import numpy as np
@@ -37,12 +37,26 @@ class Moments:
         (it is produced by ``syrk``) until :meth:`symmetric_scatter` is called.
     nonfinite : NonFinite
         How many NaN/±inf entries the rows held and where the first one is.
+    finite_count : ndarray of shape (d,), int64, or None
+        Per feature, how many rows held a finite value there; ``None`` means every entry was
+        finite (so it equals ``count`` for every feature, and nothing was stored). Accumulated in
+        the same pass as the moments, it tells features that are non-finite for *every* sample
+        (e.g. land points of an ocean field; their moments are those of zeros, exactly 0) from
+        partially missing ones — with no extra read. Non-finite entries are replaced by 0 before
+        the moments are formed.
     """
 
     count: int
     mean: np.ndarray
     scatter: np.ndarray
     nonfinite: NonFinite
+    finite_count: np.ndarray | None = field(default=None, compare=False)
+
+    def finite_counts(self) -> np.ndarray:
+        """Per-feature number of finite entries (``count`` everywhere when all were finite)."""
+        if self.finite_count is None:
+            return np.full(self.mean.shape[0], self.count, dtype=np.int64)
+        return self.finite_count
 
     def symmetric_scatter(self) -> np.ndarray:
         """The full symmetric scatter matrix (copies the upper triangle into the lower)."""
@@ -70,27 +84,38 @@ def chunk_moments(block: np.ndarray, row_offset: int = 0, col_offset: int = 0) -
     n_rows, n_features = block.shape
     if n_rows == 0:
         return Moments(0, np.zeros(n_features), np.zeros((n_features, n_features)), nonfinite)
+    finite_count = None
     if nonfinite.count:
-        # The fit will raise; keep the statistics finite so that the merge stays cheap.
-        block = np.where(np.isfinite(block), block, 0)
+        # The fit will raise unless every non-finite entry sits in a wholly non-finite feature
+        # (which the labeled layer drops); keep the statistics finite so the merge stays cheap.
+        finite = np.isfinite(block)
+        finite_count = finite.sum(axis=0, dtype=np.int64)
+        block = np.where(finite, block, 0)
     x = np.asarray(block, dtype=np.float64)
     mean = x.mean(axis=0)
     centered = x - mean
     # centered.T is Fortran-ordered (a view, no copy), so BLAS computes (centered.T)(centered.T)ᵀ.
     scatter = dsyrk(1.0, centered.T, trans=0, lower=0)
-    return Moments(n_rows, mean, scatter, nonfinite)
+    return Moments(n_rows, mean, scatter, nonfinite, finite_count)
+
+
+def _merge_finite_counts(a: Moments, b: Moments):
+    if a.finite_count is None and b.finite_count is None:
+        return None
+    return a.finite_counts() + b.finite_counts()
 
 
 def _merge_two(a: Moments, b: Moments) -> Moments:
+    finite_count = _merge_finite_counts(a, b)
     if a.count == 0:
-        return Moments(b.count, b.mean, b.scatter, a.nonfinite.merge(b.nonfinite))
+        return Moments(b.count, b.mean, b.scatter, a.nonfinite.merge(b.nonfinite), finite_count)
     if b.count == 0:
-        return Moments(a.count, a.mean, a.scatter, a.nonfinite.merge(b.nonfinite))
+        return Moments(a.count, a.mean, a.scatter, a.nonfinite.merge(b.nonfinite), finite_count)
     count = a.count + b.count
     delta = b.mean - a.mean
     mean = a.mean + delta * (b.count / count)
     scatter = a.scatter + b.scatter + np.outer(delta, delta) * (a.count * b.count / count)
-    return Moments(count, mean, scatter, a.nonfinite.merge(b.nonfinite))
+    return Moments(count, mean, scatter, a.nonfinite.merge(b.nonfinite), finite_count)
 
 
 def combine_moments(parts) -> Moments:

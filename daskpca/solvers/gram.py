@@ -22,7 +22,7 @@ which then holds the whole array while it regroups it — store wide data in col
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dask
 import numpy as np
@@ -43,16 +43,35 @@ class _GramPart:
     gram: np.ndarray  # (n, n), upper triangle valid
     means: list  # [(col_offset, ndarray (d_j,)), ...]
     nonfinite: NonFinite
+    # [(col_offset, ndarray (d_j,) int64)]: finite entries per column, counted in the same pass
+    # (lets the labeled layer drop wholly-NaN features without another read). Empty when every
+    # strip was finite.
+    finite_counts: list = field(default_factory=list)
+
+    def column_means(self) -> np.ndarray:
+        """Means of all columns, in column order."""
+        return np.concatenate([m for _, m in sorted(self.means, key=lambda om: om[0])])
+
+    def column_finite_counts(self, n_samples: int) -> np.ndarray:
+        """Finite entries per column (``n_samples`` for columns of strips that were all finite)."""
+        counts = np.full(sum(len(m) for _, m in self.means), n_samples, dtype=np.int64)
+        for offset, c in self.finite_counts:
+            counts[offset : offset + len(c)] = c
+        return counts
 
 
 def _strip_gram(strip: np.ndarray, col_offset: int) -> _GramPart:
     nonfinite = find_nonfinite(strip, 0, col_offset)
+    finite_counts = []
     if nonfinite.count:
-        strip = np.where(np.isfinite(strip), strip, 0)
+        # A column that is non-finite everywhere becomes zeros: it adds exactly 0 to the Gram.
+        finite = np.isfinite(strip)
+        finite_counts = [(col_offset, finite.sum(axis=0, dtype=np.int64))]
+        strip = np.where(finite, strip, 0)
     centered, mean = _center(strip)
     # centered.T is a Fortran-ordered view: syrk with trans=1 forms centered·centeredᵀ, no copy.
     gram = dsyrk(1.0, centered.T, trans=1, lower=0)
-    return _GramPart(gram, [(col_offset, mean)], nonfinite)
+    return _GramPart(gram, [(col_offset, mean)], nonfinite, finite_counts)
 
 
 def _center(strip: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -68,7 +87,12 @@ def _sum_parts(parts: list[_GramPart]) -> _GramPart:
     nonfinite = parts[0].nonfinite
     for part in parts[1:]:
         nonfinite = nonfinite.merge(part.nonfinite)
-    return _GramPart(gram, [m for part in parts for m in part.means], nonfinite)
+    return _GramPart(
+        gram,
+        [m for part in parts for m in part.means],
+        nonfinite,
+        [c for part in parts for c in part.finite_counts],
+    )
 
 
 def _strip_components(strip: np.ndarray, col_offset: int, mean: np.ndarray, basis: np.ndarray) -> np.ndarray:
@@ -93,10 +117,29 @@ def solve(X, request: ComponentRequest, *, random_state=None) -> SolverResult:
     -------
     SolverResult
     """
-    (part,) = dask.compute(tree_reduce(map_column_blocks(X, _strip_gram, "gram-chunk"), _sum_parts, "gram-merge"))
+    (part,) = dask.compute(gram_graph(X))
     raise_if_nonfinite(part.nonfinite)
+    return result_from_part(X, part, request, random_state=random_state)
+
+
+def gram_graph(X):
+    """Delayed ``_GramPart`` of ``X``: pass 1 (centered Gram, column means, finite counts)."""
+    return tree_reduce(map_column_blocks(X, _strip_gram, "gram-chunk"), _sum_parts, "gram-merge")
+
+
+def result_from_part(X, part: _GramPart, request: ComponentRequest, *, random_state=None, columns=None) -> SolverResult:
+    """Pass 2 from a computed pass-1 result: eigenproblem of the Gram matrix, then components.
+
+    ``columns`` (boolean, one per column of ``X``) keeps only those features. Dropping a column
+    that was non-finite for every sample is exact: it was zero-filled in pass 1, so it added
+    nothing to the centered Gram matrix. The caller checks non-finite entries beforehand.
+    """
+    mean = part.column_means()
+    if columns is not None:
+        columns = np.asarray(columns, dtype=bool)
+        X = X[:, columns]
+        mean = mean[columns]
     n_samples, n_features = X.shape
-    mean = np.concatenate([m for _, m in sorted(part.means, key=lambda om: om[0])])
     gram = np.triu(part.gram)
     gram = gram + np.triu(gram, 1).T
     ddof_count = max(n_samples - 1, 1)

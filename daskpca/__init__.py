@@ -6,6 +6,7 @@ Public API: :class:`PCA` (the estimator) and :data:`SOLVERS` (the registered sol
 __version__ = "0.1.0"
 
 from .pca import PCA, NotFittedError
+from .io import load
 from .solvers import SOLVERS
 
-__all__ = ["PCA", "NotFittedError", "SOLVERS", "__version__"]
+__all__ = ["PCA", "NotFittedError", "SOLVERS", "load", "__version__"]

@@ -36,8 +36,17 @@ CONTAINER_SCRATCH = {"/tmp/dask-scratch": "scratch"}
 def cli_subcommands() -> set[str]:
     """Subcommands the real ``daskpca`` console script offers, from its ``--help``."""
     done = subprocess.run([sys.executable, "-m", "daskpca.cli", "--help"], capture_output=True, text=True, timeout=60)
-    match = re.search(r"\{([\w,-]+)\}", done.stdout)
-    return set(match.group(1).split(",")) if match else set()
+    return _parse_subcommands(done.stdout)
+
+
+def _parse_subcommands(text: str) -> set[str]:
+    """Subcommand names in argparse's top-level help: ``{a,b}`` or one indented name per line."""
+    names = set()
+    match = re.search(r"\{([\w,-]+)\}", text)
+    if match:
+        names |= set(match.group(1).split(","))
+    names |= set(re.findall(r"^    ([a-z][\w-]*)(?:\s|$)", text, flags=re.M))
+    return names
 
 
 HAVE_FIT = "fit" in cli_subcommands()

@@ -236,3 +236,27 @@ def test_transform_coords_mismatch_names_the_dim():
         pca.transform(A.values.reshape(60, -1))
     # new samples (other times) are fine
     assert pca.transform(A.isel(time=slice(0, 7))).shape == (7, 2)
+
+
+def test_other_solvers_pay_one_documented_extra_read():
+    A = field().chunk({"time": 20})
+    X = A.values.reshape(60, -1)
+    keep = ~np.isnan(X[0])
+    vt, _, _ = reference(X[:, keep])
+    pca = PCA(3, solver="tsqr").fit(A, sample_dims="time")
+    assert aligned_error(pca.components_, vt[:3]) < 1e-10
+    assert pca.n_passes_ == 2 and "one extra read" in pca.solver_info_["mask_pass"]
+    # the missing-value solver accepts partially missing features (all-NaN ones still dropped)
+    B = field()
+    B.values[3:5, 2, 2] = np.nan
+    ppca = PCA(2, solver="ppca", random_state=0).fit(B, sample_dims="time")
+    assert ppca.n_features_in_ == keep.sum() and np.isnan(ppca.to_xarray()["components"].values[:, 0, :2]).all()
+
+
+def test_update_keeps_the_labeled_state_and_equals_a_full_fit():
+    A = field().chunk({"time": 20})
+    full = PCA(3, solver="covariance", weights="coslat").fit(A, sample_dims="time")
+    part = PCA(3, solver="covariance", weights="coslat").fit(A.isel(time=slice(0, 30)), sample_dims="time")
+    part.update(A.isel(time=slice(30, None)))
+    assert aligned_error(part.components_, full.components_) < 1e-12
+    xr.testing.assert_allclose(part.transform(A), full.transform(A), rtol=1e-10)

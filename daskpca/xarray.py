@@ -432,7 +432,7 @@ def fit_matrix(pca, matrix, weights: np.ndarray):
     from .solvers import covariance, gram
 
     n_samples, n_total = matrix.shape
-    module, name, reason = _resolve_solver(pca, matrix)
+    module, name, reason = pca._choose_solver(matrix, pca._request(matrix))
     missing_ok = name in MISSING_VALUE_SOLVERS
     info = {}
     if name == "covariance":
@@ -475,22 +475,6 @@ def fit_matrix(pca, matrix, weights: np.ndarray):
     pca.solver_info_["n_masked_features"] = int((~keep).sum())
     pca._labeled = LabeledState(None, keep, factor)
     return matrix[:, keep] * factor.astype(matrix.dtype) if not keep.all() else matrix * factor.astype(matrix.dtype)
-
-
-def _resolve_solver(pca, matrix):
-    """``(module, name, reason)`` exactly as the estimator's own fit would choose them."""
-    from . import _plan
-    from .solvers import SOLVERS
-
-    if hasattr(pca, "_resolve_solver"):  # older estimator API
-        ComponentRequest(pca.n_components, *matrix.shape).validate()
-        return pca._resolve_solver(*matrix.shape)
-    request = pca._request(matrix)
-    plan = pca._make_plan(matrix, request)
-    if pca.solver == "auto":
-        return SOLVERS[plan.solver], plan.solver, plan.reason
-    _plan.check_requested(pca.solver, plan)
-    return SOLVERS[pca.solver], pca.solver, "requested by the caller"
 
 
 def _compute(*graphs):

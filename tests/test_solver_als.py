@@ -72,7 +72,7 @@ def test_options_are_validated():
         als.solve(X, request, tol=-1.0)
     with pytest.raises(ValueError, match="full spectrum"):
         als.solve(X, ComponentRequest("mle", 100, 10))
-    assert als.OPTIONS == ("max_iter", "tol", "init")
+    assert als.OPTIONS == ("max_iter", "tol", "init", "checkpoint")
 
 
 def test_nonfinite_input_raises_in_the_first_pass():

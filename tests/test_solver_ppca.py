@@ -95,7 +95,7 @@ def test_infinity_is_an_error_but_nan_is_missing():
     X[7, 2] = -np.inf
     with pytest.raises(ValueError, match="row 7, column 2"):
         ppca.solve(da.from_array(X, chunks=(30, 10)), ComponentRequest(2, 100, 10))
-    assert ppca.OPTIONS == ("max_iter", "tol", "init")
+    assert ppca.OPTIONS == ("max_iter", "tol", "init", "checkpoint")
 
 
 def test_a_feature_never_observed_gets_zero_loading():

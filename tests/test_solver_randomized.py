@@ -79,7 +79,7 @@ def test_reproducible_and_options_validated():
         randomized.solve(X, request, n_oversamples=-2)
     with pytest.raises(ValueError, match="full spectrum"):
         randomized.solve(X, ComponentRequest(0.9, 200, 30))
-    assert randomized.OPTIONS == ("n_oversamples", "n_power_iter")
+    assert randomized.OPTIONS == ("n_oversamples", "n_power_iter", "checkpoint")
 
 
 def test_sketch_size_is_capped_by_the_shape():

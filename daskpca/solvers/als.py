@@ -42,6 +42,16 @@ Convergence: stop when the sine of the largest principal angle between successiv
 span(Q) and span(A B⁻¹), is ≤ ``tol``. A warm start (``init``: the components of an earlier fit
 on similar data) starts close and needs fewer iterations (passes).
 
+Checkpoints (``checkpoint=PATH``)
+--------------------------------
+After every pass that is followed by another, the small state is written atomically to PATH
+(see :mod:`daskpca._checkpoint`): the next basis Q (d×k), the iterations done, and the trace
+of the scatter from iteration 1 (μ and the NaN/±inf check are re-done by every pass anyway).
+A rerun of the same job (same input name/shape/chunks/dtype, k, ``max_iter``, ``tol``,
+``init`` and seed) loads it and continues from the next iteration, so every pass is a
+resumption point; the result is bit-for-bit that of an uninterrupted run. The file is removed
+right before ``solve`` returns (a job killed between that and saving the model starts over).
+
 Flops per iteration: 2·n·d·k (P_i) + 2·n·d·k (G_i) + n·d (centering). Memory per task: one
 float64 row block + d·k + k²; the merge tasks hold ``SPLIT_EVERY`` d×k matrices.
 
@@ -62,13 +72,14 @@ import dask
 import numpy as np
 import scipy.linalg
 
+from .._checkpoint import array_digest, open_checkpoint, seed_fingerprint
 from .._graph import map_row_blocks, tree_reduce
 from .._linalg import eigh_descending
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 from ._iterative import ConvergenceWarning, initial_basis, orthonormal_columns, resolve_iteration_options, subspace_sine
 
-OPTIONS = ("max_iter", "tol", "init")
+OPTIONS = ("max_iter", "tol", "init", "checkpoint")
 DEFAULT_MAX_ITER = 200
 DEFAULT_TOL = 1e-8
 
@@ -139,7 +150,7 @@ def _update(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return scipy.linalg.lstsq(b, a.T, check_finite=False)[0].T
 
 
-def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol=None, init=None) -> SolverResult:
+def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol=None, init=None, checkpoint=None) -> SolverResult:
     """Fit the k leading components by alternating least squares (one pass per iteration).
 
     Parameters
@@ -156,12 +167,18 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
         Stop when the sine of the largest principal angle between successive bases is ≤ tol.
     init : array of shape (k, n_features) or None
         Starting components (a warm start, e.g. ``components_`` of an earlier fit).
+    checkpoint : str, os.PathLike or None
+        Local ``.npz`` file for the state after every pass; a rerun of the same job resumes
+        from it (see the module notes). Removed when the solve completes.
 
     Returns
     -------
     SolverResult
-        ``info``: ``n_iter`` (= ``n_passes``), ``converged``, ``subspace_change`` (the last
-        sine). ``spectrum`` is None.
+        ``n_passes``: reads made by *this* call (fewer than ``n_iter`` after a resume).
+        ``info``: ``n_iter`` (iterations in all, = ``total_passes``), ``converged``,
+        ``subspace_change`` (the last sine), ``resumed_from_pass`` (passes already done by the
+        run whose checkpoint was loaded, or None) and ``total_passes`` (across runs).
+        ``spectrum`` is None.
 
     Warns
     -----
@@ -171,14 +188,22 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
     n_samples, n_features = X.shape
     k = request.fixed()
     max_iter, tol = resolve_iteration_options(max_iter, tol, default_max_iter=DEFAULT_MAX_ITER, default_tol=DEFAULT_TOL)
-    basis = initial_basis(init, k, n_features, random_state)
-    first = None
+    store = open_checkpoint(
+        checkpoint, X, solver="als", n_components=k, max_iter=max_iter, tol=tol,
+        init=array_digest(init), random_state=seed_fingerprint(random_state),
+    )
+    state = store.load()
+    if state is None:
+        basis = initial_basis(init, k, n_features, random_state)
+        total_m2, done = None, 0
+    else:  # iterations 1..done ran in an earlier process; the NaN/±inf check passed there
+        basis, total_m2, done = state["basis"], state["total_m2"], int(state["n_iter"])
     converged, change = False, np.inf
-    for n_iter in range(1, max_iter + 1):
+    for n_iter in range(done + 1, max_iter + 1):
         (part,) = dask.compute(iteration_graph(X, basis))
-        if first is None:
+        if total_m2 is None:
             raise_if_nonfinite(part.nonfinite)
-            first = part
+            total_m2 = part.m2.sum()
         new_basis = orthonormal_columns(_update(part.g, part.h))
         change = subspace_sine(basis, new_basis)
         if change <= tol:
@@ -186,6 +211,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
             break
         if n_iter < max_iter:
             basis = new_basis
+            store.save({"basis": basis, "total_m2": total_m2, "n_iter": n_iter, "passes": n_iter})
     if not converged:
         warnings.warn(
             f"ALS stopped after max_iter={max_iter} iterations with a subspace change of "
@@ -197,13 +223,21 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
     # Rayleigh–Ritz in span(Q) of the last pass: B = QᵀSQ is already at hand (see module doc).
     values, vectors = eigh_descending((part.h + part.h.T) / 2)
     ddof_count = max(n_samples - 1, 1)
-    return SolverResult(
+    result = SolverResult(
         components=(basis @ vectors).T.copy(),
         explained_variance=values / ddof_count,
         mean=part.mean,
         n_samples=n_samples,
-        total_variance=float(first.m2.sum() / ddof_count),
-        n_passes=n_iter,
+        total_variance=float(total_m2 / ddof_count),
+        n_passes=n_iter - done,
         spectrum=None,
-        info={"n_iter": n_iter, "converged": converged, "subspace_change": float(change)},
+        info={
+            "n_iter": n_iter,
+            "converged": converged,
+            "subspace_change": float(change),
+            "resumed_from_pass": store.resumed_from,
+            "total_passes": n_iter,
+        },
     )
+    store.clear()
+    return result

@@ -42,6 +42,15 @@ Convergence: stop when the sine of the largest principal angle between successiv
 relative change of the model variances along the axes and that of σ² are all ≤ ``tol``. EM
 converges linearly, slowly when σ² is close to λ_k or much data is missing.
 
+Checkpoints (``checkpoint=PATH``): after pass 1 and after every EM iteration that is followed
+by another, the small state is written atomically to PATH (see :mod:`daskpca._checkpoint`):
+the pass-1 per-feature moments (observed count, mean, centered sum of squares: three
+d-vectors), W (d×k), σ², the basis and model variances used by the convergence test, and the
+iterations and passes done. A rerun of the same job (same input name/shape/chunks/dtype, k,
+``max_iter``, ``tol``, ``init`` and seed) loads it and continues with the next EM iteration, so
+every pass is a resumption point; the result is bit-for-bit that of an uninterrupted run. The
+file is removed right before ``solve`` returns.
+
 Flops per iteration: with no missing value in a block 4·n_i·d·k; with missing values
 O(n_i·d·k²) (each row's M_n, and the per-feature B_j). Memory per task: one float64 row block,
 n_i·k² for the per-row M_n⁻¹, and d·k² for the per-feature B_j when values are missing.
@@ -65,8 +74,9 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
+from .._checkpoint import array_digest, open_checkpoint, seed_fingerprint
 from .._graph import map_row_blocks, tree_reduce
-from .._validation import raise_if_nonfinite
+from .._validation import NonFinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 from ._iterative import (
     ColumnMoments,
@@ -79,7 +89,7 @@ from ._iterative import (
     subspace_sine,
 )
 
-OPTIONS = ("max_iter", "tol", "init")
+OPTIONS = ("max_iter", "tol", "init", "checkpoint")
 DEFAULT_MAX_ITER = 200
 DEFAULT_TOL = 1e-8
 
@@ -145,7 +155,7 @@ def _m_step(stats: _EStats, moments: ColumnMoments, n_samples: int, n_observed: 
     return w, max(float(sigma2), sigma2_floor)
 
 
-def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol=None, init=None) -> SolverResult:
+def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol=None, init=None, checkpoint=None) -> SolverResult:
     """Fit probabilistic PCA by EM, treating NaN as missing (1 + n_iter passes).
 
     Parameters
@@ -164,14 +174,20 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
         span(W)) and the relative change of σ² are both ≤ tol.
     init : array of shape (k, n_features) or None
         Starting components (a warm start).
+    checkpoint : str, os.PathLike or None
+        Local ``.npz`` file for the state after every pass; a rerun of the same job resumes
+        from it (see the module notes). Removed when the solve completes.
 
     Returns
     -------
     SolverResult
         ``explained_variance``: the model's variances s_j² + σ² along the components (ddof=1
         scale). ``total_variance``: sum over features of the variance of their observed
-        entries (ddof=1). ``info``: ``noise_variance`` (σ², ddof=1 scale), ``n_missing``,
-        ``missing_fraction``, ``n_iter``, ``converged``, ``subspace_change``.
+        entries (ddof=1). ``n_passes``: reads made by *this* call (1 + ``n_iter`` without a
+        resume). ``info``: ``noise_variance`` (σ², ddof=1 scale), ``n_missing``,
+        ``missing_fraction``, ``n_iter`` (EM iterations in all), ``converged``,
+        ``subspace_change``, ``resumed_from_pass`` (passes already done by the run whose
+        checkpoint was loaded, or None) and ``total_passes`` (across runs).
 
     Warns
     -----
@@ -182,10 +198,19 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
     k = request.fixed()
     max_iter, tol = resolve_iteration_options(max_iter, tol, default_max_iter=DEFAULT_MAX_ITER, default_tol=DEFAULT_TOL)
 
-    # Pass 1: observed counts, means and sums of squares per feature.
-    (moments,) = dask.compute(tree_reduce(map_row_blocks(X, _missing_moments, "ppca-moments"), combine_column_moments, "ppca-moments-merge"))
-    raise_if_nonfinite(moments.nonfinite)
-    n_passes = 1
+    store = open_checkpoint(
+        checkpoint, X, solver="ppca", n_components=k, max_iter=max_iter, tol=tol,
+        init=array_digest(init), random_state=seed_fingerprint(random_state),
+    )
+    state = store.load()
+    if state is None:
+        # Pass 1: observed counts, means and sums of squares per feature.
+        (moments,) = dask.compute(tree_reduce(map_row_blocks(X, _missing_moments, "ppca-moments"), combine_column_moments, "ppca-moments-merge"))
+        raise_if_nonfinite(moments.nonfinite)
+        n_passes, passes_before = 1, 0
+    else:  # pass 1 (and its ±inf check) and iterations 1..n_iter ran in an earlier process
+        moments = ColumnMoments(state["count"], state["mean"], state["m2"], NonFinite())
+        n_passes, passes_before = 0, int(state["passes"])
     n_observed = int(moments.count.sum())
     n_missing = n_samples * n_features - n_observed
     if n_observed == 0:
@@ -194,14 +219,26 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
     mean_variance = max(float(moments.m2.sum()) / n_observed, np.finfo(np.float64).tiny)
     sigma2_floor = mean_variance * 1e-12  # keeps M_n invertible when the data has rank ≤ k
 
-    # Start: a random or given orthonormal basis scaled to the average variance per entry.
-    w = initial_basis(init, k, n_features, random_state) * np.sqrt(mean_variance)
-    sigma2 = mean_variance
-    basis = orthonormal_columns(w)
-    variances = np.linalg.svd(w, compute_uv=False) ** 2 + sigma2
+    def save(n_iter):
+        store.save({
+            "count": moments.count, "mean": mean, "m2": moments.m2, "w": w, "sigma2": sigma2,
+            "basis": basis, "variances": variances, "n_iter": n_iter, "passes": passes_before + n_passes,
+        })
+
+    if state is None:
+        # Start: a random or given orthonormal basis scaled to the average variance per entry.
+        w = initial_basis(init, k, n_features, random_state) * np.sqrt(mean_variance)
+        sigma2 = mean_variance
+        basis = orthonormal_columns(w)
+        variances = np.linalg.svd(w, compute_uv=False) ** 2 + sigma2
+        done = 0
+        save(done)
+    else:
+        w, sigma2, basis, variances = state["w"], float(state["sigma2"]), state["basis"], state["variances"]
+        done = int(state["n_iter"])
     converged, change = False, np.inf
-    n_iter = 0
-    for n_iter in range(1, max_iter + 1):
+    n_iter = done
+    for n_iter in range(done + 1, max_iter + 1):
         parts = map_row_blocks(X, _e_step, "ppca-estep", mean, w, sigma2)
         (stats,) = dask.compute(tree_reduce(parts, _sum_stats, "ppca-estep-sum"))
         n_passes += 1
@@ -218,6 +255,8 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
         if change <= tol and model_change <= tol:
             converged = True
             break
+        if n_iter < max_iter:
+            save(n_iter)
     if not converged:
         warnings.warn(
             f"PPCA's EM stopped after max_iter={max_iter} iterations with a subspace change of "
@@ -229,7 +268,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
     # Principal axes of the model covariance WWᵀ + σ²I, then the ddof=1 scale.
     u, s, _ = np.linalg.svd(w, full_matrices=False)
     scale = n_samples / max(n_samples - 1, 1)
-    return SolverResult(
+    result = SolverResult(
         components=u.T.copy(),
         explained_variance=(s**2 + sigma2) * scale,
         mean=mean,
@@ -244,5 +283,9 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
             "n_iter": n_iter,
             "converged": converged,
             "subspace_change": float(change),
+            "resumed_from_pass": store.resumed_from,
+            "total_passes": passes_before + n_passes,
         },
     )
+    store.clear()
+    return result

@@ -35,6 +35,18 @@ stable as Householder QR of the whole Y.
 Flops: (2q + 2)·2·n·d·ℓ + O(n·ℓ²) for the TSQRs + O(d·ℓ²) locally. Memory per task: one float64
 row block plus n_i·ℓ (its block of Q) and d·ℓ (Ω, Q_Z or a partial Z).
 
+Checkpoints (``checkpoint=PATH``): after each Z pass, once Z = X̃ᵀQ is formed and
+orthonormalised on the client, the small state — Q_Z (d×ℓ), μ and the trace of the scatter
+from pass 1, the power iterations and passes done — is written atomically to PATH (see
+:mod:`daskpca._checkpoint`). The n×ℓ basis Q is never saved (it is n-sized): a rerun of the
+same job (same input name/shape/chunks/dtype, k, p, q and seed) loads Q_Z and recomputes
+Y = X̃Q_Z and its Q (one pass), then continues. So the resumption points are every other pass
+(passes 2, 4, …, 2q) and there are none with q = 0. Resuming from the checkpoint written at
+pass 2i + 2 makes the remaining 2q − 2i passes (``total_passes`` stays 2q + 2); whatever the
+killed run did after its last checkpoint — at most one complete multiply pass and the pass
+under way — is redone. The result is bit-for-bit that of an uninterrupted run. The file is
+removed right before ``solve`` returns.
+
 Accuracy: the error in the leading subspace decays like (σ_{ℓ+1}/σ_k)^{2q+1}. With the default
 q ("auto": 7 if k < 0.1·min(n, d), else 4, as scikit-learn) it matches scikit-learn's
 ``randomized_svd`` with the same q and oversampling, or does better (scikit-learn normalises the
@@ -55,6 +67,7 @@ import dask
 import numpy as np
 from scipy.linalg import svd
 
+from .._checkpoint import open_checkpoint, seed_fingerprint
 from .._graph import block_offsets, map_row_blocks, tree_reduce
 from .._validation import raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
@@ -66,7 +79,7 @@ from ._iterative import (
     map_row_blocks_paired,
 )
 
-OPTIONS = ("n_oversamples", "n_power_iter")
+OPTIONS = ("n_oversamples", "n_power_iter", "checkpoint")
 
 
 def resolve_power_iter(n_power_iter, n_components: int, n_samples: int, n_features: int) -> int:
@@ -158,7 +171,9 @@ def _tsqr_q(y_blocks: list, row_counts: tuple[int, ...], ell: int, name: str) ->
 # ---- the solver -------------------------------------------------------------------------------
 
 
-def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, n_power_iter="auto") -> SolverResult:
+def solve(
+    X, request: ComponentRequest, *, random_state=None, n_oversamples=10, n_power_iter="auto", checkpoint=None
+) -> SolverResult:
     """Fit the k leading components by randomized subspace iteration (2q + 2 passes).
 
     Parameters
@@ -174,60 +189,94 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
         p: the sketch has ℓ = min(k + p, min(n, d)) columns.
     n_power_iter : int or "auto", default="auto"
         q ≥ 0 power iterations; "auto" is 7 if k < 0.1·min(n, d), else 4.
+    checkpoint : str, os.PathLike or None
+        Local ``.npz`` file for the state after every Z pass; a rerun of the same job resumes
+        from it (see the module notes). Removed when the solve completes.
 
     Returns
     -------
     SolverResult
-        ``spectrum`` is None (only ℓ singular values are computed). ``info`` holds
-        ``n_power_iter`` (the q used), ``n_oversamples``, ``sketch_size`` (ℓ) and
-        ``n_iter`` (= q).
+        ``spectrum`` is None (only ℓ singular values are computed). ``n_passes``: reads made
+        by *this* call (2q + 2 without a resume). ``info`` holds ``n_power_iter`` (the q
+        used), ``n_oversamples``, ``sketch_size`` (ℓ), ``n_iter`` (= q),
+        ``resumed_from_pass`` (passes already done by the run whose checkpoint was loaded, or
+        None) and ``total_passes`` (passes across runs that contributed to this result).
     """
     n_samples, n_features = X.shape
     k = request.fixed()
     p = _check_oversamples(n_oversamples)
     q = resolve_power_iter(n_power_iter, k, n_samples, n_features)
     ell = min(k + p, min(n_samples, n_features))
-    rng = as_generator(random_state)
-    omega = rng.standard_normal((n_features, ell))
+    store = open_checkpoint(
+        checkpoint, X, solver="randomized", n_components=k, n_oversamples=p, n_power_iter=q,
+        sketch_size=ell, random_state=seed_fingerprint(random_state),
+    )
     row_counts = X.rechunk({1: -1}).chunks[0]
+    state = store.load()
+    n_passes = 0
 
-    # Pass 1: sketch + column moments; μ is known inside the graph, so the sketch is corrected
-    # and orthonormalised in the same computation.
-    sketches = map_row_blocks(X, _sketch_block, "randomized-sketch", omega)
-    block_moments = [s[0] for s in sketches]
-    total = tree_reduce(block_moments, combine_column_moments, "randomized-moments")
-    correct = dask.delayed(_correct_sketch, pure=True)
-    y_blocks = [correct(s[1], m, total, omega) for s, m in zip(sketches, block_moments)]
-    *q_blocks, moments = dask.persist(*_tsqr_q(y_blocks, row_counts, ell, "randomized-tsqr"), total)
-    n_passes = 1
-    moments = moments.compute()  # already in memory: nothing is read
-    raise_if_nonfinite(moments.nonfinite)
-    mean = moments.mean
-
-    def project(q_blocks):
+    def project(q_blocks, mean):
         """One pass: X̃ᵀQ (d×ℓ) summed over the row blocks."""
         parts = map_row_blocks_paired(X, _transpose_times_block, "randomized-project", q_blocks, mean)
         (z,) = dask.compute(tree_reduce(parts, _sum, "randomized-project-sum"))
         return z
 
-    for _ in range(q):
-        q_features, _r = np.linalg.qr(project(q_blocks))  # d×ℓ, on the client
-        n_passes += 1
+    def multiply(q_features, mean):
+        """One pass: Q = tsqr(X̃Q_Z), n×ℓ, persisted as row blocks."""
         y_blocks = map_row_blocks(X, _times_block, "randomized-multiply", mean, q_features)
-        q_blocks = list(dask.persist(*_tsqr_q(y_blocks, row_counts, ell, "randomized-tsqr")))
+        return list(dask.persist(*_tsqr_q(y_blocks, row_counts, ell, "randomized-tsqr")))
+
+    if state is None:
+        rng = as_generator(random_state)
+        omega = rng.standard_normal((n_features, ell))
+        # Pass 1: sketch + column moments; μ is known inside the graph, so the sketch is
+        # corrected and orthonormalised in the same computation.
+        sketches = map_row_blocks(X, _sketch_block, "randomized-sketch", omega)
+        block_moments = [s[0] for s in sketches]
+        total = tree_reduce(block_moments, combine_column_moments, "randomized-moments")
+        correct = dask.delayed(_correct_sketch, pure=True)
+        y_blocks = [correct(s[1], m, total, omega) for s, m in zip(sketches, block_moments)]
+        *q_blocks, moments = dask.persist(*_tsqr_q(y_blocks, row_counts, ell, "randomized-tsqr"), total)
+        n_passes, passes_before, done = 1, 0, 0
+        moments = moments.compute()  # already in memory: nothing is read
+        raise_if_nonfinite(moments.nonfinite)
+        mean, total_m2 = moments.mean, moments.m2.sum()
+    else:  # an earlier process formed Q_Z of power iteration `done`; rebuild Q from it
+        mean, total_m2 = state["mean"], state["total_m2"]
+        done, passes_before = int(state["power_iter_done"]), int(state["passes"])
+        q_blocks = multiply(state["q_features"], mean)
+        n_passes = 1
+
+    for iteration in range(done, q):
+        q_features, _r = np.linalg.qr(project(q_blocks, mean))  # d×ℓ, on the client
+        n_passes += 1
+        store.save({
+            "q_features": q_features, "mean": mean, "total_m2": total_m2,
+            "power_iter_done": iteration + 1, "passes": passes_before + n_passes,
+        })
+        q_blocks = multiply(q_features, mean)
         n_passes += 1
 
-    b = project(q_blocks).T  # ℓ×d: QᵀX̃
+    b = project(q_blocks, mean).T  # ℓ×d: QᵀX̃
     n_passes += 1
     _, singular_values, vt = svd(b, full_matrices=False, check_finite=False)
     ddof_count = max(n_samples - 1, 1)
-    return SolverResult(
+    result = SolverResult(
         components=vt[:k].copy(),
         explained_variance=singular_values[:k] ** 2 / ddof_count,
         mean=mean,
         n_samples=n_samples,
-        total_variance=float(moments.m2.sum() / ddof_count),
+        total_variance=float(total_m2 / ddof_count),
         n_passes=n_passes,
         spectrum=None,
-        info={"n_iter": q, "n_power_iter": q, "n_oversamples": p, "sketch_size": ell},
+        info={
+            "n_iter": q,
+            "n_power_iter": q,
+            "n_oversamples": p,
+            "sketch_size": ell,
+            "resumed_from_pass": store.resumed_from,
+            "total_passes": (store.resumed_from or 0) + n_passes,
+        },
     )
+    store.clear()
+    return result

@@ -345,6 +345,9 @@ def list_methods(case: Case) -> list[str]:
     for name in [exact_solver, "randomized", "tsqr", "als"]:
         if name in SOLVERS:
             methods.append(f"daskpca-{name}")
+    if "randomized" in SOLVERS:
+        # Fewer power iterations than the accuracy-first default (q = 7 when k < 0.1·min(n, d)).
+        methods += ["daskpca-randomized-q1", "daskpca-randomized-q2"]
     methods += ["sklearn-covariance_eigh", "sklearn-full", "sklearn-randomized", "dask-ml-full", "dask-ml-randomized", "xeofs"]
     return methods
 
@@ -381,13 +384,15 @@ def m_floor_gram(path, case, ctx):
     return None, 1, None
 
 
-def m_daskpca(solver):
+def m_daskpca(solver, **options):
+    """daskpca with ``solver`` and estimator ``options`` (e.g. n_power_iter for randomized-q2)."""
+
     def run(path, case, ctx):
         import daskpca
 
         X = _open_dask(path)
         if hasattr(daskpca, "PCA"):
-            kwargs = dict(n_components=case.k, solver=solver)
+            kwargs = dict(n_components=case.k, solver=solver, **options)
             if "random_state" in inspect.signature(daskpca.PCA).parameters:
                 kwargs["random_state"] = 0
             model = daskpca.PCA(**kwargs).fit(X)
@@ -463,6 +468,8 @@ def method_function(name: str):
         return m_floor_read
     if name == "floor-gram":
         return m_floor_gram
+    if name.startswith("daskpca-randomized-q"):  # randomized with a fixed number of power iterations
+        return m_daskpca("randomized", n_power_iter=int(name.removeprefix("daskpca-randomized-q")))
     if name.startswith("daskpca-"):
         return m_daskpca(name.removeprefix("daskpca-"))
     if name.startswith("sklearn-"):

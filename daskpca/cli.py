@@ -166,7 +166,7 @@ def cmd_fit(args) -> dict:
     pca = PCA(n_components=n_components, solver=args.solver, whiten=args.whiten,
               random_state=args.random_state, weights=args.weights,
               **{name: value for name, value in (("max_iter", args.max_iter), ("tol", args.tol)) if value is not None},
-              **({"checkpoint": _checkpoint_path(args.out)} if _supports_checkpoint() else {}))
+              checkpoint=_checkpoint_path(args.out))
     timings = {}
     with dask_client(args) as client, _progress(client, args):
         start = time.perf_counter()
@@ -364,13 +364,8 @@ def _parse_n_components(value):
 
 
 def _checkpoint_path(out):
+    """Where iterative solvers keep their state: beside a local model (object stores: none)."""
     return f"{out}.checkpoint.npz" if out and "://" not in out else None
-
-
-def _supports_checkpoint() -> bool:
-    from . import PCA
-
-    return "checkpoint" in PCA._param_names()
 
 
 # ----------------------------------------------------------------------------- parser

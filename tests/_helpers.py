@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 import threading
 from collections import Counter
+from functools import lru_cache
 
 import numpy as np
 import zarr
@@ -76,3 +80,22 @@ def write_zarr(path, X, chunks):
     array[...] = X
     store = CountingStore(LocalStore(str(path), read_only=True))
     return zarr.open_array(store=store, mode="r"), store
+
+
+@lru_cache(maxsize=None)
+def cli_help(*subcommand: str) -> tuple[int, str]:
+    """Exit code and stdout of the real ``daskpca [SUBCOMMAND] --help``."""
+    done = subprocess.run([sys.executable, "-m", "daskpca.cli", *subcommand, "--help"],
+                          capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stdout
+
+
+def cli_subcommands() -> set[str]:
+    """Subcommand names in argparse's top-level help: ``{a,b}`` or one indented name per line."""
+    text = cli_help()[1]
+    names = set()
+    match = re.search(r"\{([\w,-]+)\}", text)
+    if match:
+        names |= set(match.group(1).split(","))
+    names |= set(re.findall(r"^    ([a-z][\w-]*)(?:\s|$)", text, flags=re.M))
+    return names

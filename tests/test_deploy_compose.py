@@ -33,28 +33,6 @@ BIN = Path(sys.executable).parent
 CONTAINER_SCRATCH = {"/tmp/dask-scratch": "scratch"}
 
 
-def cli_subcommands() -> set[str]:
-    """Subcommands the real ``daskpca`` console script offers, from its ``--help``."""
-    done = subprocess.run([sys.executable, "-m", "daskpca.cli", "--help"], capture_output=True, text=True, timeout=60)
-    return _parse_subcommands(done.stdout)
-
-
-def _parse_subcommands(text: str) -> set[str]:
-    """Subcommand names in argparse's top-level help: ``{a,b}`` or one indented name per line."""
-    names = set()
-    match = re.search(r"\{([\w,-]+)\}", text)
-    if match:
-        names |= set(match.group(1).split(","))
-    names |= set(re.findall(r"^    ([a-z][\w-]*)(?:\s|$)", text, flags=re.M))
-    return names
-
-
-HAVE_FIT = "fit" in cli_subcommands()
-needs_fit = pytest.mark.skipif(
-    not HAVE_FIT, reason="`daskpca fit` is not in `daskpca --help` yet (issue 5); activates when the CLI lands"
-)
-
-
 # ------------------------------------------------------------------ reading the compose file
 
 def load_compose() -> dict:
@@ -235,7 +213,6 @@ def _wait_workers(address, n, timeout=60):
         return {w: info["memory_limit"] for w, info in client.scheduler_info(n_workers=-1)["workers"].items()}
 
 
-@needs_fit
 def test_compose_services_fit_a_model_on_loopback(tmp_path):
     import dask.array as da
     import zarr

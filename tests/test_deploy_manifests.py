@@ -13,38 +13,18 @@ import shlex
 import subprocess
 import sys
 import tomllib
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
 import yaml
+
+from _helpers import cli_help, cli_subcommands
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 K8S = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
 HPC_SCRIPTS = sorted([*(DEPLOY / "hpc").glob("*.sbatch"), *(DEPLOY / "hpc").glob("*.pbs")])
 CREDENTIAL = re.compile(r"(?i)(secret|password|token|access_key|credential)")
-
-
-@lru_cache(maxsize=None)
-def cli_help(*subcommand: str) -> tuple[int, str]:
-    done = subprocess.run([sys.executable, "-m", "daskpca.cli", *subcommand, "--help"],
-                          capture_output=True, text=True, timeout=60)
-    return done.returncode, done.stdout
-
-
-def cli_subcommands() -> set[str]:
-    return _parse_subcommands(cli_help()[1])
-
-
-def _parse_subcommands(text: str) -> set[str]:
-    """Subcommand names in argparse's top-level help: ``{a,b}`` or one indented name per line."""
-    names = set()
-    match = re.search(r"\{([\w,-]+)\}", text)
-    if match:
-        names |= set(match.group(1).split(","))
-    names |= set(re.findall(r"^    ([a-z][\w-]*)(?:\s|$)", text, flags=re.M))
-    return names
 
 
 # ------------------------------------------------------------------ finding daskpca commands
@@ -123,9 +103,7 @@ def test_every_deployment_file_runs_daskpca():
 @pytest.mark.parametrize("source, argv", COMMANDS, ids=[f"{s}:{' '.join(a[:2])}" for s, a in COMMANDS])
 def test_command_matches_the_cli(source, argv):
     subcommand = argv[1]
-    if subcommand not in cli_subcommands():
-        pytest.skip(f"`daskpca {subcommand}` is not in `daskpca --help` yet (issue 5); "
-                    "this check activates when it lands")
+    assert subcommand in cli_subcommands(), f"{source}: `daskpca {subcommand}` is not a daskpca command"
     returncode, text = cli_help(subcommand)
     assert returncode == 0
     for word in argv[2:]:
@@ -200,8 +178,7 @@ def test_dockerfile_pins_its_base_and_runs_as_non_root():
 
 def test_dockerfile_extras_are_declared_by_the_package():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get("optional-dependencies", {})
-    if "cluster" not in extras:
-        pytest.skip("pyproject.toml has no `cluster` extra yet (bokeh, fsspec, s3fs): the image would lack them")
+    assert "cluster" in extras, "pyproject.toml has no `cluster` extra (bokeh, fsspec, s3fs): the image would lack them"
     names = " ".join(extras["cluster"]).lower()
     for package in ("bokeh", "fsspec", "s3fs"):
         assert package in names

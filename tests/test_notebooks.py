@@ -23,7 +23,6 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 SLOW = {"06_out_of_core.ipynb"}
 #: Notebooks that need a daskpca module which may land separately: skipped (with the reason
 #: shown) rather than failed while it is absent.
-NEEDS_MODULE = {"05_climate_eofs.ipynb": "daskpca.xarray"}
 CELL_TIMEOUT = 300  # seconds per cell
 
 
@@ -51,8 +50,6 @@ def test_notebook_is_committed_without_outputs(path):
 
 @pytest.mark.parametrize("path", list(_params()))
 def test_notebook_executes(path, tmp_path, monkeypatch):
-    if path.name in NEEDS_MODULE:
-        pytest.importorskip(NEEDS_MODULE[path.name], reason=f"{path.name} uses the labeled xarray layer")
     notebook = nbformat.read(path, as_version=4)
     # Keep the kernel off any display and its matplotlib inline; data files go to tmp_path.
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")

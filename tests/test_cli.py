@@ -38,6 +38,7 @@ def sources(tmp_path_factory):
         coords={"time": np.arange(2_000), "lat": np.linspace(-30, 30, 4), "lon": np.arange(6.0)},
     )
     ds.chunk({"time": 250}).to_zarr(root / "field.zarr", zarr_format=3, consolidated=False)
+    ds[["sst"]].to_netcdf(root / "field.nc")
     return root, X
 
 
@@ -88,6 +89,17 @@ def test_labeled_source_with_weights_and_config_file(sources, tmp_path):
     field = xr.open_zarr(root / "field.zarr", consolidated=False)["sst"]
     expected = PCA(2, weights="coslat").fit(field, sample_dims="time")
     np.testing.assert_allclose(model.components_, expected.components_, atol=1e-10)
+
+
+def test_netcdf_source(sources, tmp_path):
+    root, X = sources
+    done = daskpca_cli("fit", root / "field.nc", "--var", "sst", "--n-components", 3,
+                       "--out", tmp_path / "model.zarr", "--json", *FAST)
+    assert done.returncode == 0, done.stderr
+    expected = PCA(3).fit(X)  # the same values, stacked (time) × (lat·lon)
+    np.testing.assert_allclose(json.loads(done.stdout)["explained_variance"], expected.explained_variance_, rtol=1e-9)
+    model = daskpca.load(tmp_path / "model.zarr")
+    assert model.to_xarray()["components"].dims == ("mode", "lat", "lon")
 
 
 def test_update_equals_refit_and_reads_only_new_data(tmp_path):

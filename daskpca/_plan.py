@@ -139,8 +139,8 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         "gram": (2, n * n * d + 2 * n * d * k, n * col_strip * (itemsize + 2 * FLOAT64) + merge * n * n * FLOAT64, True, ""),
         "tsqr": (1, 2 * n * d * min(n, d), block_in + 2 * block64 + merge * min(n, d) * d * FLOAT64, True, ""),
         "randomized": (2 * q + 2, (2 * q + 2) * 2 * n * d * ell, block_in + block64 + (row_block + d) * ell * FLOAT64 * 2, False, f"q = {q}, ℓ = {ell}"),
-        "als": (f"1/iter", 4 * n * d * k, block_in + block64 + (row_block + d) * k * FLOAT64 * 2, False, "iterative; passes = iterations (+1)"),
-        "ppca": (f"1/iter", 4 * n * d * k + n * d * k * k, block_in + block64 + (row_block + d) * k * FLOAT64 * 2, False, "missing values; passes = iterations (+1)"),
+        "als": ("1/iter", 4 * n * d * k, block_in + block64 + (row_block + d) * k * FLOAT64 * 2, False, "iterative; passes = iterations (the mean is fused into the first)"),
+        "ppca": ("1/iter", 4 * n * d * k + n * d * k * k, block_in + block64 + (row_block + d) * k * FLOAT64 * 2, False, "missing values; passes = 1 + iterations"),
     }
     estimates = []
     for name in available:

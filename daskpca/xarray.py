@@ -921,7 +921,6 @@ def _scale_columns(scores, factors, kind):
 
 def inverse_transform_any(pca, scores, *, modes=None, scaling=None):
     """Reconstruction for labeled / weighted models, or with chosen ``modes`` (from 1)."""
-    import dask.array as da
 
     state = pca._labeled
     if state is not None and state.layout is not None:

@@ -165,3 +165,21 @@ def initial_basis(init, n_components: int, n_features: int, random_state, *, nam
             raise ValueError(f"{name} contains NaN or ±inf; pass finite starting components.")
         start = start.T
     return orthonormal_columns(start)
+
+
+def start_iterations(solver: str, X, request, *, max_iter, tol, init, random_state, checkpoint,
+                     default_max_iter: int, default_tol: float):
+    """What every iterative solver resolves first: ``(k, max_iter, tol, checkpoint_store)``.
+
+    The checkpoint's fingerprint covers the input, the solver, k, the iteration limits, the
+    starting components and the seed, so a stored state is resumed only by the same job.
+    """
+    from .._checkpoint import array_digest, open_checkpoint, seed_fingerprint
+
+    k = request.fixed()
+    max_iter, tol = resolve_iteration_options(max_iter, tol, default_max_iter=default_max_iter, default_tol=default_tol)
+    store = open_checkpoint(
+        checkpoint, X, solver=solver, n_components=k, max_iter=max_iter, tol=tol,
+        init=array_digest(init), random_state=seed_fingerprint(random_state),
+    )
+    return k, max_iter, tol, store

@@ -72,12 +72,11 @@ import dask
 import numpy as np
 import scipy.linalg
 
-from .._checkpoint import array_digest, open_checkpoint, seed_fingerprint
 from .._graph import map_row_blocks, tree_reduce
 from .._linalg import eigh_descending
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
-from ._iterative import ConvergenceWarning, initial_basis, orthonormal_columns, resolve_iteration_options, subspace_sine
+from ._iterative import ConvergenceWarning, initial_basis, orthonormal_columns, start_iterations, subspace_sine
 
 OPTIONS = ("max_iter", "tol", "init", "checkpoint")
 DEFAULT_MAX_ITER = 200
@@ -186,11 +185,9 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
         When ``max_iter`` iterations did not reach ``tol``.
     """
     n_samples, n_features = X.shape
-    k = request.fixed()
-    max_iter, tol = resolve_iteration_options(max_iter, tol, default_max_iter=DEFAULT_MAX_ITER, default_tol=DEFAULT_TOL)
-    store = open_checkpoint(
-        checkpoint, X, solver="als", n_components=k, max_iter=max_iter, tol=tol,
-        init=array_digest(init), random_state=seed_fingerprint(random_state),
+    k, max_iter, tol, store = start_iterations(
+        "als", X, request, max_iter=max_iter, tol=tol, init=init, random_state=random_state,
+        checkpoint=checkpoint, default_max_iter=DEFAULT_MAX_ITER, default_tol=DEFAULT_TOL,
     )
     state = store.load()
     if state is None:

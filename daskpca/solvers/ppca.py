@@ -74,7 +74,6 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from .._checkpoint import array_digest, open_checkpoint, seed_fingerprint
 from .._graph import map_row_blocks, tree_reduce
 from .._validation import NonFinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
@@ -85,7 +84,7 @@ from ._iterative import (
     combine_column_moments,
     initial_basis,
     orthonormal_columns,
-    resolve_iteration_options,
+    start_iterations,
     subspace_sine,
 )
 
@@ -195,12 +194,9 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
         When ``max_iter`` iterations did not reach ``tol``.
     """
     n_samples, n_features = X.shape
-    k = request.fixed()
-    max_iter, tol = resolve_iteration_options(max_iter, tol, default_max_iter=DEFAULT_MAX_ITER, default_tol=DEFAULT_TOL)
-
-    store = open_checkpoint(
-        checkpoint, X, solver="ppca", n_components=k, max_iter=max_iter, tol=tol,
-        init=array_digest(init), random_state=seed_fingerprint(random_state),
+    k, max_iter, tol, store = start_iterations(
+        "ppca", X, request, max_iter=max_iter, tol=tol, init=init, random_state=random_state,
+        checkpoint=checkpoint, default_max_iter=DEFAULT_MAX_ITER, default_tol=DEFAULT_TOL,
     )
     state = store.load()
     if state is None:

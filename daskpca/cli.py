@@ -155,11 +155,10 @@ def _sample_dims(args, data):
 
 def cmd_fit(args) -> dict:
     from . import PCA
-    from .io import OutputExistsError, _is_url, write_xarray, write_array
+    from .io import check_writable, write_array, write_xarray
 
     for output in filter(None, [args.out, args.scores]):
-        if not _is_url(output) and Path(output).exists() and not args.overwrite:
-            raise OutputExistsError(f"{output!r} already exists; pass --overwrite to replace it, or choose another path.")
+        check_writable(output, overwrite=args.overwrite)  # before the cluster starts or data is read
     data = open_source(args.source, args.var)
     sample_dims = _sample_dims(args, data)
     n_components = _parse_n_components(args.n_components)

@@ -59,6 +59,23 @@ class NewerFormatError(ValueError):
     """Raised for a store written in a newer format than this daskpca reads."""
 
 
+def check_writable(path, *, overwrite: bool = False) -> None:
+    """Raise :class:`OutputExistsError` when ``path`` (local or fsspec URL) exists and may not
+    be replaced — callers check before any heavy work, the writers check again."""
+    if _is_url(path):
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(path)
+        exists = fs.exists(root.rstrip("/"))
+    else:
+        exists = _local(path).exists()
+    if exists and not overwrite:
+        raise OutputExistsError(
+            f"{os.fspath(path)!r} already exists; pass --overwrite (overwrite=True in Python) to "
+            "replace it, or choose another path: daskpca never overwrites an output unless told to."
+        )
+
+
 @contextmanager
 def atomic_directory(path, *, overwrite: bool = False):
     """Yield a temporary folder that becomes ``path`` only if the block completes.
@@ -72,11 +89,7 @@ def atomic_directory(path, *, overwrite: bool = False):
         :class:`OutputExistsError` before anything is written.
     """
     target = Path(path)
-    if target.exists() and not overwrite:
-        raise OutputExistsError(
-            f"{str(target)!r} already exists; daskpca never overwrites an output unless told to. "
-            "Choose another path or pass overwrite=True (--overwrite on the command line)."
-        )
+    check_writable(target, overwrite=overwrite)
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
     try:
@@ -162,11 +175,7 @@ def atomic_store(path, *, overwrite: bool = False, marker: dict | None = None):
 
     fs, root = fsspec.core.url_to_fs(path)
     root = root.rstrip("/")
-    if fs.exists(root) and not overwrite:
-        raise OutputExistsError(
-            f"{path!r} already exists; daskpca never overwrites an output unless told to. "
-            "Choose another path or pass overwrite=True (--overwrite on the command line)."
-        )
+    check_writable(path, overwrite=overwrite)
     parent, _, leaf = root.rpartition("/")
     temporary = f"{parent}/.{leaf}.partial-{uuid.uuid4().hex[:8]}" if parent else f".{leaf}.partial-{uuid.uuid4().hex[:8]}"
     protocol = path.split("://", 1)[0]

@@ -138,7 +138,7 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         "covariance": (1, n * d * d, block_in + 2 * block64 + merge * d * d * FLOAT64, True, ""),
         "gram": (2, n * n * d + 2 * n * d * k, n * col_strip * (itemsize + 2 * FLOAT64) + merge * n * n * FLOAT64, True, ""),
         "tsqr": (1, 2 * n * d * min(n, d), block_in + 2 * block64 + merge * min(n, d) * d * FLOAT64, True, ""),
-        "randomized": (2 * q + 2, (2 * q + 2) * 2 * n * d * ell, block_in + block64 + (row_block + d) * ell * FLOAT64 * 2, False, f"q = {q}, ℓ = {ell}"),
+        "randomized": (q + 1, (q + 1) * 4 * n * d * ell, block_in + block64 + (row_block + d) * ell * FLOAT64 * 2, False, f"q = {q}, ℓ = {ell}"),
         "als": ("1/iter", 4 * n * d * k, block_in + block64 + (row_block + d) * k * FLOAT64 * 2, False, "iterative; passes = iterations (the mean is fused into the first)"),
         "ppca": ("1/iter", 4 * n * d * k + n * d * k * k, block_in + block64 + (row_block + d) * k * FLOAT64 * 2, False, "missing values; passes = 1 + iterations"),
     }
@@ -168,7 +168,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     elif needs_spectrum and fits(exact_small):
         solver, reason = exact_small, "n_components needs the full spectrum; " + _shape_reason(n, d)
     # 3. Few components of a matrix large in both directions: randomized subspace iteration reads
-    #    the data 2q + 2 times but never forms a d×d or n×n matrix.
+    #    the data q + 1 times but never forms a d×d or n×n matrix.
     elif small_side > EXACT_MAX_SMALL_SIDE and k <= SMALL_K_FRACTION * small_side and fits("randomized"):
         solver, reason = "randomized", (
             f"both sides exceed {EXACT_MAX_SMALL_SIDE} and k = {k} ≤ {SMALL_K_FRACTION:g}·min(n, d): "

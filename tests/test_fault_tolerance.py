@@ -39,7 +39,7 @@ N_SAMPLES, N_FEATURES, CHUNK_ROWS, K = 48_000, 40, 1_000, 5  # 48 row chunks
 #: and a kill lands in the middle of a pass, not after the last one.
 FAULT_CASES = {
     "covariance": (dict(), 0.05),                                # 1 pass
-    "randomized": (dict(n_power_iter=1, random_state=0), 0.01),  # 2q + 2 = 4 passes
+    "randomized": (dict(n_power_iter=1, random_state=0), 0.01),  # q + 1 = 2 passes
     "als": (dict(random_state=0, max_iter=50), 0.02),           # 1 pass per iteration (4 here)
 }
 #: The solver paths the issue names, as far as they are registered right now.

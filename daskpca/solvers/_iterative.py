@@ -1,11 +1,9 @@
-"""Pieces shared by the leading-components solvers (tsqr, randomized, als, ppca).
+"""Pieces shared by the iterative solvers (randomized, als, ppca).
 
 - :class:`ColumnMoments`: per-feature count, mean and centered sum of squares of row blocks,
   merged exactly (the diagonal of the Chan–Golub–LeVeque scatter merge, with per-column counts
   so that NaN can mean "missing"). It gives the mean and the total variance in the first pass
   for d floats per task instead of the covariance solver's d².
-- :func:`map_row_blocks_paired`: like :func:`daskpca._graph.map_row_blocks`, but each row block
-  also receives its own small per-block object (a block of an n×ℓ matrix kept between passes).
 - :func:`subspace_sine`, :func:`orthonormal_columns`, :func:`as_generator`: small local helpers.
 - :class:`ConvergenceWarning`: raised as a warning when an iterative solver stops at
   ``max_iter`` before reaching ``tol``.
@@ -15,13 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import reduce
-from typing import Callable
 
-import dask
 import numpy as np
-from dask.base import tokenize
 
-from .._graph import block_offsets
 from .._validation import NonFinite, find_nonfinite
 
 
@@ -94,26 +88,6 @@ def _merge_columns(a: ColumnMoments, b: ColumnMoments) -> ColumnMoments:
 def combine_column_moments(parts) -> ColumnMoments:
     """Merge :class:`ColumnMoments` exactly (Chan–Golub–LeVeque, column by column)."""
     return reduce(_merge_columns, list(parts))
-
-
-def map_row_blocks_paired(X, func: Callable, name: str, paired, *args, nout: int | None = None) -> list:
-    """One delayed ``func(block, row_offset, paired[i], *args)`` per row block of ``X``.
-
-    ``paired`` holds one (delayed or concrete) object per row block of ``X.rechunk({1: -1})``
-    — e.g. the row blocks of an n×ℓ matrix persisted by the previous pass. As in
-    :func:`daskpca._graph.map_row_blocks`, column pieces are concatenated inside the task, so
-    each stored chunk is read once.
-    """
-    X = X.rechunk({1: -1})
-    blocks = X.to_delayed().ravel()
-    if len(paired) != len(blocks):
-        raise ValueError(f"{len(paired)} paired objects for {len(blocks)} row blocks")
-    token = tokenize(X, func, paired, args)
-    call = dask.delayed(func, pure=True, nout=nout)
-    return [
-        call(block, offset, extra, *args, dask_key_name=(f"{name}-{token}", i))
-        for i, (block, offset, extra) in enumerate(zip(blocks, block_offsets(X.chunks[0]), paired))
-    ]
 
 
 def orthonormal_columns(matrix: np.ndarray) -> np.ndarray:

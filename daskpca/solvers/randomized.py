@@ -1,51 +1,61 @@
-r"""Randomized PCA: subspace iteration with re-orthonormalisation after every multiply.
+r"""Randomized PCA: subspace iteration with re-orthonormalisation, one pass per power iteration.
 
 Halko, Martinsson & Tropp (2011), Algorithm 4.4 ("randomized subspace iteration") on the
-centered data X̃ = X − 1μᵀ, with ℓ = k + n_oversamples columns and q power iterations:
+centered data X̃ = X − 1μᵀ, with ℓ = k + n_oversamples columns and q power iterations::
 
-    Y = X̃Ω,           Q = qr(Y)          (pass 1)
-    repeat q times:
-        Z = X̃ᵀQ,      Q_Z = qr(Z)        (one pass; Z is d×ℓ, orthonormalised on the client)
-        Y = X̃Q_Z,     Q = qr(Y)          (one pass; Y is n×ℓ, orthonormalised by TSQR)
-    B = QᵀX̃,          B = Û S Vᵀ         (last pass; B is ℓ×d, SVD on the client)
+    Ω₀ = Gaussian d×ℓ
+    for j = 0 … q:                    (one pass each: q + 1 passes in all)
+        Q_j = orth(X̃Ω_j)              n×ℓ, Householder TSQR over the row blocks
+        H_j = X̃ᵀQ_j                   d×ℓ
+        Ω_{j+1} = orth(H_j)           on the client (d×ℓ)
+    B = H_qᵀ = Q_qᵀX̃ = Û S Vᵀ          (SVD of the ℓ×d matrix on the client)
 
-Passes: exactly 2q + 2. Without the QR after every multiply the power iterates collapse onto the
-leading singular vector and everything below ~ε^{1/(2q+1)}·σ_1 is lost (the failure of dask's
-``svd_compressed`` default and of the randomized PCA built on it).
+Every multiply is followed by an orthonormalisation, as the algorithm requires: without it the
+power iterates collapse onto the leading singular vector and everything below
+~ε^{1/(2q+1)}·σ₁ is lost (the failure of dask's ``svd_compressed`` default and of the randomized
+PCA built on it). The subspaces are exactly those of the textbook two-passes-per-iteration
+scheme (range of (X̃ᵀX̃)^{q+1}Ω₀ for V) — what changes is that a row block is read *once* per
+iteration instead of twice.
 
-Centering is implicit: no centered copy of X exists. Pass 1 cannot subtract μ before it is
-known, so each row block is centered on its *own* mean μ_i and the exact correction is applied
-when μ is known, inside the same graph (the block's sketch is small, n_i×ℓ)::
+One pass per iteration: X̃ᵀ·orth(X̃Ω) without forming Q
+-------------------------------------------------------
+The textbook scheme needs Q before it can form X̃ᵀQ, hence a second read. Here each row block
+makes both products while it is in memory, and Q is never formed:
 
-    X̃_iΩ = (X_i − 1μ_iᵀ)Ω + 1·((μ_i − μ)ᵀΩ).
+- leaf (one row block X_i, centered on its *own* mean μ_i: C_i = X_i − 1μ_iᵀ)::
 
-That is the brief's ``XΩ − 1(μᵀΩ)`` rearranged so that nothing cancels when ``|μ| ≫ spread``
-(forming X_iΩ and μᵀΩ separately would lose ~|μ|/spread of relative accuracy). Later passes know
-μ and center each row block as it is read. The same first pass gives the per-column moments,
-hence μ and the total variance (trace of the covariance), and the NaN/±inf check.
+      Ŷ_i = C_iΩ = Q_i R_i   (Householder QR with Q_i ⟂ 1),   H_i = C_iᵀQ_i   (d×ℓ)
 
-The n×ℓ basis Q lives as float64 row blocks aligned with X's row blocks, persisted
-(``dask.persist``) from the pass that produces it to the pass that uses it: n·ℓ·8 bytes in
-total (1e6 × 30 → 240 MB), spread over the workers (or in the local process with the threaded
-scheduler). The *input* is never persisted. Q is orthonormalised with a one-level TSQR inside
-the producing pass: Householder QR of each n_i×ℓ block, one QR of the stacked ℓ×ℓ R factors
-(number_of_blocks·ℓ² float64 in one task), and Q_i = Q_i'·(its slice of the stacked Q) — as
-stable as Householder QR of the whole Y.
+- merge (parts a, b, … into c, with μ_c their pooled mean and δ_a = μ_a − μ_c): the rows of
+  part a, re-centered on μ_c, are C_a + 1δ_aᵀ, and their sketch is Ŷ_a + 1(Ωᵀδ_a)ᵀ
+  = [Q_a, 1/√n_a]·[R_a; √n_a(Ωᵀδ_a)ᵀ]. The basis blockdiag([Q_a, 1/√n_a]) is orthonormal
+  because Q_a ⟂ 1, so with the thin QR  [R_a; √n_a(Ωᵀδ_a)ᵀ; R_b; …] = P R_c ::
 
-Flops: (2q + 2)·2·n·d·ℓ + O(n·ℓ²) for the TSQRs + O(d·ℓ²) locally. Memory per task: one float64
-row block plus n_i·ℓ (its block of Q) and d·ℓ (Ω, Q_Z or a partial Z).
+      R_c = R_c,     H_c = [H_a, √n_a δ_a, H_b, √n_b δ_b, …]·P
 
-Checkpoints (``checkpoint=PATH``): after each Z pass, once Z = X̃ᵀQ is formed and
-orthonormalised on the client, the small state — Q_Z (d×ℓ), μ and the trace of the scatter
-from pass 1, the power iterations and passes done — is written atomically to PATH (see
-:mod:`daskpca._checkpoint`). The n×ℓ basis Q is never saved (it is n-sized): a rerun of the
-same job (same input name/shape/chunks/dtype, k, p, q and seed) loads Q_Z and recomputes
-Y = X̃Q_Z and its Q (one pass), then continues. So the resumption points are every other pass
-(passes 2, 4, …, 2q) and there are none with q = 0. Resuming from the checkpoint written at
-pass 2i + 2 makes the remaining 2q − 2i passes (``total_passes`` stays 2q + 2); whatever the
-killed run did after its last checkpoint — at most one complete multiply pass and the pass
-under way — is redone. The result is bit-for-bit that of an uninterrupted run. The file is
-removed right before ``solve`` returns.
+  (the columns of the first factor are exactly (C_a + 1δ_aᵀ)ᵀ[Q_a, 1/√n_a], …). P is taken
+  orthogonal to the all-ones direction of c (see :func:`_qr_orthogonal_to`), which keeps
+  Q_c ⟂ 1 for the next level.
+
+The root holds H = X̃ᵀQ with Q the TSQR factor of X̃Ω — only orthogonal transformations and
+Householder QRs, so it is exactly as stable as forming Q first and multiplying, and nothing
+n-sized exists between passes (the textbook scheme keeps the n×ℓ Q). The same tree carries the
+count, mean and total sum of squares (Chan–Golub–LeVeque), so the mean, the total variance and
+the NaN/±inf check come with the first pass, and centering is implicit: each block is centered on
+its own mean, the correction rides in the merges (no ``XΩ − 1(μᵀΩ)`` cancellation when
+``|μ| ≫ spread``, and no centered copy of X anywhere).
+
+Costs
+-----
+Passes: exactly q + 1. Flops: (q + 1)·4·n·d·ℓ (two products per block per pass) + O(n·ℓ²) for the
+leaf QRs + O(d·ℓ²) per merge and on the client. Memory per task: one float64 row block plus
+n_i·ℓ (its sketch and Q_i) and d·ℓ (Ω, H_i); a merge holds ``split_every`` d×(ℓ+1) matrices.
+
+Checkpoints (``checkpoint=PATH``): after every pass but the last, the small state — Ω_{j+1}
+(d×ℓ), the power iterations and passes done — is written atomically to PATH (see
+:mod:`daskpca._checkpoint`). A rerun of the same job (same input name/shape/chunks/dtype, k, p, q
+and seed) loads it and makes only the remaining passes; the result is bit-for-bit that of an
+uninterrupted run. The file is removed right before ``solve`` returns.
 
 Accuracy: the error in the leading subspace decays like (σ_{ℓ+1}/σ_k)^{2q+1}. With the default
 q ("auto": 7 if k < 0.1·min(n, d), else 4, as scikit-learn) it matches scikit-learn's
@@ -61,23 +71,20 @@ doi:10.1137/090771806.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
 from numbers import Integral
 
 import dask
 import numpy as np
-from scipy.linalg import svd
+from scipy.linalg import qr, svd
 
 from .._checkpoint import open_checkpoint, seed_fingerprint
-from .._graph import block_offsets, map_row_blocks, tree_reduce
-from .._validation import raise_if_nonfinite
+from .._graph import map_row_blocks, tree_reduce
+from .._moments import center_block
+from .._validation import NonFinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
-from ._iterative import (
-    ColumnMoments,
-    as_generator,
-    column_moments,
-    combine_column_moments,
-    map_row_blocks_paired,
-)
+from ._iterative import as_generator
 
 OPTIONS = ("n_oversamples", "n_power_iter", "checkpoint")
 
@@ -99,73 +106,90 @@ def _check_oversamples(n_oversamples) -> int:
     return int(n_oversamples)
 
 
-# ---- per-block tasks --------------------------------------------------------------------------
+# ---- the reduction: one pass gives X̃ᵀ·orth(X̃Ω) ----------------------------------------------
 
 
-def _sketch_block(block: np.ndarray, row_offset: int, omega: np.ndarray):
-    """Pass 1: column moments of the block and its block-centered sketch (X_i − 1μ_iᵀ)Ω."""
-    moments = column_moments(block, row_offset)
-    x = np.asarray(block, dtype=np.float64)
-    if moments.nonfinite.count:
-        x = np.where(np.isfinite(x), x, 0.0)  # the fit raises after this pass; keep QR finite
-    return moments, (x - moments.mean) @ omega
+@dataclass(frozen=True)
+class _Sketch:
+    """A set of rows, summarised about their own column mean μ_g (X̂_g = X_g − 1μ_gᵀ).
 
-
-def _correct_sketch(sketch: np.ndarray, block: ColumnMoments, total: ColumnMoments, omega: np.ndarray) -> np.ndarray:
-    """X̃_iΩ = (X_i − 1μ_iᵀ)Ω + 1·((μ_i − μ)ᵀΩ): the difference of means is formed first."""
-    return sketch + (block.mean - total.mean) @ omega
-
-
-def _times_block(block: np.ndarray, row_offset: int, mean: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """(X_i − 1μᵀ)·right, shape (n_i, ℓ)."""
-    return (np.asarray(block, dtype=np.float64) - mean) @ right
-
-
-def _transpose_times_block(block: np.ndarray, row_offset: int, q_block: np.ndarray, mean: np.ndarray) -> np.ndarray:
-    """(X_i − 1μᵀ)ᵀ·Q_i, shape (d, ℓ)."""
-    return (np.asarray(block, dtype=np.float64) - mean).T @ q_block
-
-
-def _sum(parts: list[np.ndarray]) -> np.ndarray:
-    total = parts[0].copy()
-    for part in parts[1:]:
-        total += part
-    return total
-
-
-# ---- TSQR of the n×ℓ block (data already in memory: no input is read) -------------------------
-
-
-def _block_qr(y: np.ndarray):
-    q, r = np.linalg.qr(y)
-    return q, r
-
-
-def _stacked_q(r_factors: list[np.ndarray]) -> np.ndarray:
-    q, _ = np.linalg.qr(np.concatenate(r_factors, axis=0))
-    return q
-
-
-def _apply_stacked(q_block: np.ndarray, stacked: np.ndarray, start: int, stop: int) -> np.ndarray:
-    return q_block @ stacked[start:stop]
-
-
-def _tsqr_q(y_blocks: list, row_counts: tuple[int, ...], ell: int, name: str) -> list:
-    """Delayed orthonormal Q blocks of the stacked n×ℓ matrix whose row blocks are ``y_blocks``.
-
-    The block R factors are min(n_i, ℓ)×ℓ, so each block's slice of the stacked Q is known
-    before anything runs.
+    ``r`` (m×ℓ) and the implicit Q_g (rows×m, orthogonal to the all-ones vector) factor the
+    sketch X̂_gΩ = Q_g·r; ``h`` = X̂_gᵀQ_g (d×m). ``m2`` is the total Σ‖x − μ_g‖² (the trace
+    of the scatter), for the total variance.
     """
-    qr_call = dask.delayed(_block_qr, pure=True, nout=2)
-    factors = [qr_call(y, dask_key_name=f"{name}-qr-{dask.base.tokenize(y)}") for y in y_blocks]
-    heights = [min(n_i, ell) for n_i in row_counts]
-    stacked = dask.delayed(_stacked_q, pure=True)([r for _, r in factors], dask_key_name=f"{name}-stack-{dask.base.tokenize(y_blocks)}")
-    apply_call = dask.delayed(_apply_stacked, pure=True)
-    starts = block_offsets(tuple(heights))
-    return [
-        apply_call(q, stacked, start, start + h, dask_key_name=f"{name}-q-{dask.base.tokenize(q, start)}")
-        for (q, _), start, h in zip(factors, starts, heights)
-    ]
+
+    count: int
+    mean: np.ndarray  # (d,)
+    m2: float
+    r: np.ndarray  # (m, ℓ)
+    h: np.ndarray  # (d, m)
+    nonfinite: NonFinite
+
+
+def _qr_orthogonal_to(direction: np.ndarray, matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Thin QR ``matrix ≈ P·R`` with P's columns orthogonal to ``direction``.
+
+    ``matrix``'s columns are (up to round-off) orthogonal to ``direction`` already, but when it
+    has no more rows than columns a plain thin QR returns a square P that spans ``direction``
+    too. QR of ``[direction/‖direction‖, matrix]`` puts that direction in P's first column; the
+    rest is the factorisation wanted (the dropped row of R is ``directionᵀ·matrix`` ≈ 0).
+    """
+    stacked = np.concatenate([(direction / np.linalg.norm(direction))[:, None], matrix], axis=1)
+    p, r = qr(stacked, mode="economic", overwrite_a=True, check_finite=False)
+    return p[:, 1:], r[1:, 1:]
+
+
+def _sketch_block(block: np.ndarray, row_offset: int, omega: np.ndarray) -> _Sketch:
+    """Leaf: center the block on its own mean, sketch it, and project it on the sketch's basis."""
+    n_rows, n_features = block.shape
+    if n_rows == 0:
+        empty = np.zeros((0, omega.shape[1]))
+        return _Sketch(0, np.zeros(n_features), 0.0, empty, np.zeros((n_features, 0)), NonFinite())
+    part = center_block(block, row_offset)  # float64, NaN/±inf → 0 (the fit raises after the pass)
+    centered = part.centered
+    q_block, r = _qr_orthogonal_to(np.ones(n_rows), centered @ omega)
+    return _Sketch(n_rows, part.mean, float(np.vdot(centered, centered)), r, centered.T @ q_block, part.nonfinite)
+
+
+def _merge_sketches(parts: list[_Sketch], omega: np.ndarray) -> _Sketch:
+    """Re-center the parts on their pooled mean and combine their factors (see module notes)."""
+    parts = [p for p in parts if p.count] or parts[:1]
+    if len(parts) == 1:
+        return parts[0]
+    count = sum(p.count for p in parts)
+    mean = sum(p.count * p.mean for p in parts) / count
+    r_rows, h_columns, ones_direction, m2, nonfinite = [], [], [], 0.0, NonFinite()
+    for p in parts:
+        delta = p.mean - mean
+        weight = np.sqrt(p.count)
+        r_rows += [p.r, weight * (delta @ omega)[None, :]]
+        h_columns += [p.h, weight * delta[:, None]]
+        ones_direction += [np.zeros(p.r.shape[0]), [weight]]
+        m2 += p.m2 + p.count * float(delta @ delta)
+        nonfinite = nonfinite.merge(p.nonfinite)
+    basis, r = _qr_orthogonal_to(np.concatenate(ones_direction), np.concatenate(r_rows, axis=0))
+    return _Sketch(count, mean, m2, r, np.concatenate(h_columns, axis=1) @ basis, nonfinite)
+
+
+def _power_pass(X, omega: np.ndarray) -> _Sketch:
+    """One pass over X: the merged :class:`_Sketch` whose ``h`` is X̃ᵀ·orth(X̃Ω)."""
+    leaves = map_row_blocks(X, _sketch_block, "randomized-pass", omega)
+    (root,) = dask.compute(tree_reduce(leaves, partial(_merge_sketches, omega=omega), "randomized-merge"))
+    return root
+
+
+def _leading_right_vectors(b: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k singular values and right singular vectors (k×d) of the small m×d matrix ``b``.
+
+    When the centered data has rank < k (fewer rows than k + 1) ``b`` has fewer than k rows; the
+    missing components carry zero variance and are completed by an orthonormal complement.
+    """
+    _, singular_values, vt = svd(b, full_matrices=False, check_finite=False)
+    if vt.shape[0] < k:
+        complement = np.linalg.qr(np.concatenate([vt.T, np.eye(b.shape[1])], axis=1))[0][:, vt.shape[0]:k]
+        vt = np.concatenate([vt, complement.T], axis=0)
+        singular_values = np.concatenate([singular_values, np.zeros(k - singular_values.size)])
+    return singular_values[:k], vt[:k].copy()
 
 
 # ---- the solver -------------------------------------------------------------------------------
@@ -174,7 +198,7 @@ def _tsqr_q(y_blocks: list, row_counts: tuple[int, ...], ell: int, name: str) ->
 def solve(
     X, request: ComponentRequest, *, random_state=None, n_oversamples=10, n_power_iter="auto", checkpoint=None
 ) -> SolverResult:
-    """Fit the k leading components by randomized subspace iteration (2q + 2 passes).
+    """Fit the k leading components by randomized subspace iteration (q + 1 passes).
 
     Parameters
     ----------
@@ -190,17 +214,17 @@ def solve(
     n_power_iter : int or "auto", default="auto"
         q ≥ 0 power iterations; "auto" is 7 if k < 0.1·min(n, d), else 4.
     checkpoint : str, os.PathLike or None
-        Local ``.npz`` file for the state after every Z pass; a rerun of the same job resumes
-        from it (see the module notes). Removed when the solve completes.
+        Local ``.npz`` file for the state after every pass but the last; a rerun of the same
+        job resumes from it (see the module notes). Removed when the solve completes.
 
     Returns
     -------
     SolverResult
         ``spectrum`` is None (only ℓ singular values are computed). ``n_passes``: reads made
-        by *this* call (2q + 2 without a resume). ``info`` holds ``n_power_iter`` (the q
-        used), ``n_oversamples``, ``sketch_size`` (ℓ), ``n_iter`` (= q),
-        ``resumed_from_pass`` (passes already done by the run whose checkpoint was loaded, or
-        None) and ``total_passes`` (passes across runs that contributed to this result).
+        by *this* call (q + 1 without a resume). ``info`` holds ``n_power_iter`` (the q used),
+        ``n_oversamples``, ``sketch_size`` (ℓ), ``n_iter`` (= q), ``resumed_from_pass``
+        (passes already done by the run whose checkpoint was loaded, or None) and
+        ``total_passes`` (passes across runs that contributed to this result).
     """
     n_samples, n_features = X.shape
     k = request.fixed()
@@ -211,62 +235,31 @@ def solve(
         checkpoint, X, solver="randomized", n_components=k, n_oversamples=p, n_power_iter=q,
         sketch_size=ell, random_state=seed_fingerprint(random_state),
     )
-    row_counts = X.rechunk({1: -1}).chunks[0]
     state = store.load()
-    n_passes = 0
-
-    def project(q_blocks, mean):
-        """One pass: X̃ᵀQ (d×ℓ) summed over the row blocks."""
-        parts = map_row_blocks_paired(X, _transpose_times_block, "randomized-project", q_blocks, mean)
-        (z,) = dask.compute(tree_reduce(parts, _sum, "randomized-project-sum"))
-        return z
-
-    def multiply(q_features, mean):
-        """One pass: Q = tsqr(X̃Q_Z), n×ℓ, persisted as row blocks."""
-        y_blocks = map_row_blocks(X, _times_block, "randomized-multiply", mean, q_features)
-        return list(dask.persist(*_tsqr_q(y_blocks, row_counts, ell, "randomized-tsqr")))
-
     if state is None:
-        rng = as_generator(random_state)
-        omega = rng.standard_normal((n_features, ell))
-        # Pass 1: sketch + column moments; μ is known inside the graph, so the sketch is
-        # corrected and orthonormalised in the same computation.
-        sketches = map_row_blocks(X, _sketch_block, "randomized-sketch", omega)
-        block_moments = [s[0] for s in sketches]
-        total = tree_reduce(block_moments, combine_column_moments, "randomized-moments")
-        correct = dask.delayed(_correct_sketch, pure=True)
-        y_blocks = [correct(s[1], m, total, omega) for s, m in zip(sketches, block_moments)]
-        *q_blocks, moments = dask.persist(*_tsqr_q(y_blocks, row_counts, ell, "randomized-tsqr"), total)
-        n_passes, passes_before, done = 1, 0, 0
-        moments = moments.compute()  # already in memory: nothing is read
-        raise_if_nonfinite(moments.nonfinite)
-        mean, total_m2 = moments.mean, moments.m2.sum()
-    else:  # an earlier process formed Q_Z of power iteration `done`; rebuild Q from it
-        mean, total_m2 = state["mean"], state["total_m2"]
-        done, passes_before = int(state["power_iter_done"]), int(state["passes"])
-        q_blocks = multiply(state["q_features"], mean)
-        n_passes = 1
+        omega, done = as_generator(random_state).standard_normal((n_features, ell)), 0
+    else:  # an earlier process finished `done` power iterations; continue from its Ω
+        omega, done = state["omega"], int(state["power_iter_done"])
 
-    for iteration in range(done, q):
-        q_features, _r = np.linalg.qr(project(q_blocks, mean))  # d×ℓ, on the client
+    n_passes = 0
+    for iteration in range(done, q + 1):
+        root = _power_pass(X, omega)
         n_passes += 1
-        store.save({
-            "q_features": q_features, "mean": mean, "total_m2": total_m2,
-            "power_iter_done": iteration + 1, "passes": passes_before + n_passes,
-        })
-        q_blocks = multiply(q_features, mean)
-        n_passes += 1
+        if n_passes == 1:
+            raise_if_nonfinite(root.nonfinite)
+        if iteration == q:
+            break
+        omega, _ = np.linalg.qr(root.h)  # d×ℓ, orthonormal: the next test matrix
+        store.save({"omega": omega, "power_iter_done": iteration + 1, "passes": iteration + 1})
 
-    b = project(q_blocks, mean).T  # ℓ×d: QᵀX̃
-    n_passes += 1
-    _, singular_values, vt = svd(b, full_matrices=False, check_finite=False)
+    singular_values, components = _leading_right_vectors(root.h.T, k)  # B = QᵀX̃ = Hᵀ
     ddof_count = max(n_samples - 1, 1)
     result = SolverResult(
-        components=vt[:k].copy(),
-        explained_variance=singular_values[:k] ** 2 / ddof_count,
-        mean=mean,
+        components=components,
+        explained_variance=singular_values**2 / ddof_count,
+        mean=root.mean,
         n_samples=n_samples,
-        total_variance=float(total_m2 / ddof_count),
+        total_variance=float(root.m2 / ddof_count),
         n_passes=n_passes,
         spectrum=None,
         info={

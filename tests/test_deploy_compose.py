@@ -18,11 +18,9 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]

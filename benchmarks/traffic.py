@@ -24,8 +24,8 @@ To reach 10 TB without running anything big, two things are measured and then co
   and placed by the same :func:`simulate`. The ``check`` table compares this formula with the
   simulation of the real recorded graph, pass by pass and per W.
 
-Run ``python benchmarks/traffic.py`` (about a minute on 2 busy cores) for the tables;
-``--markdown`` prints the tables of ``docs/scaling.md``.
+Run ``python benchmarks/traffic.py`` (about a minute on 2 busy cores) for the tables (plus the
+per-case check); ``--update docs/scaling.md`` writes them into the doc's marked blocks.
 """
 
 from __future__ import annotations
@@ -556,7 +556,12 @@ def proxy_array(folder: Path, n_rows: int, n_cols: int, chunks: tuple[int, int],
 
 def record_solver(solver: str, folder: Path, proxy: dict, iterations: int = 1) -> Recording:
     """Record a real fit of ``solver`` on the proxy (``iterations``: power iterations or EM/ALS
-    iterations, capped so iterative solvers make a known number of passes)."""
+    iterations, capped so iterative solvers make a known number of passes).
+
+    Row blocks have more rows than the proxy has columns, so TSQR's R factors are d×d: its
+    formulas hold for blocks of at least d rows (with fewer, its leaves are n_i×d and the
+    merges grow to d×d after a few levels).
+    """
     k, p = proxy["k"], proxy["p"]
     if solver == "gram":  # n ≪ d, stored in column strips (how the solver reads)
         n, d_j = proxy["n_gram"], proxy["d_j"]
@@ -709,9 +714,9 @@ class SolverModel:
         return {s.signature(): PassShape.of(s) for s in self.fit.steps if s.reads_input}
 
     def passes(self, iterations: int) -> dict:
-        """{signature: number of passes} for a fit with ``iterations`` iterations."""
-        return {s: self.once.get(s, 0) + iterations * self.per_iteration.get(s, 0)
-                for s in self.once.keys() | self.per_iteration.keys()}
+        """{signature: number of passes} for a fit with ``iterations`` iterations, in pass order."""
+        order = dict.fromkeys(s.signature() for s in self.fit.steps if s.reads_input)
+        return {s: self.once.get(s, 0) + iterations * self.per_iteration.get(s, 0) for s in order}
 
 
 def build_models(folder: Path, solvers=SOLVERS) -> dict:
@@ -767,6 +772,16 @@ def check_rows(models: dict, workers=(1, 4, 16)) -> list[list]:
                 rows.append([*row, formula.between_workers, f"{ratio:.3f}",
                              traffic.task_specs + traffic.client_data, formula.task_specs + formula.client_data])
     return rows
+
+
+def check_summary(rows: list[list]) -> list[list]:
+    """Per solver: cases checked (pass × W × placement) and the worst formula / measured ratio."""
+    summary: dict = {}
+    for solver, _, _, _, measured, _, ratio, *_ in rows:
+        cases, worst, moved = summary.get(solver, (0, 1.0, 0))
+        ratio = float(ratio) if ratio else math.inf
+        summary[solver] = (cases + 1, max(worst, ratio, key=lambda r: abs(r - 1)), max(moved, measured))
+    return [[solver, cases, f"{worst:.3f}", moved] for solver, (cases, worst, moved) in summary.items()]
 
 
 def formula_rows(models: dict) -> list[list]:
@@ -852,7 +867,7 @@ def example_rows(models: dict, rates: dict, workers: int = EXAMPLE_WORKERS) -> t
             passes = model.passes(EXAMPLE_ITERATIONS.get(solver, 0))
             moved, received = [0, 0], [0, 0]
             specs = client = task = 0
-            for signature, count in sorted(passes.items(), key=lambda sc: sc[1]):
+            for signature, count in passes.items():
                 traffic = [predicted_step(model, signature, blocks, values, workers, p) for p in PLACEMENTS]
                 pass_rows.append([name, solver, f"{model.shapes()[signature].leaf} × {count}",
                                   both(t.between_workers for t in traffic), both(t.received_max for t in traffic),
@@ -978,47 +993,60 @@ def tree_rows(blocks=(40_000, 4_000), workers=(10, 100, 1000)) -> list[list]:
     return rows
 
 
+def update_doc(path: Path, blocks: dict) -> None:
+    """Replace each ``<!-- traffic.py:NAME -->`` … ``<!-- /traffic.py:NAME -->`` block of ``path``."""
+    text = path.read_text()
+    for name, body in blocks.items():
+        begin, end = f"<!-- traffic.py:{name} -->", f"<!-- /traffic.py:{name} -->"
+        if begin not in text or end not in text:
+            raise ValueError(f"{path} has no {begin} … {end} block")
+        head, rest = text.split(begin, 1)
+        text = f"{head}{begin}\n{body}\n{end}{rest.split(end, 1)[1]}"
+    path.write_text(text)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--solvers", default=",".join(SOLVERS), help="comma-separated (default: all)")
-    parser.add_argument("--markdown", action="store_true", help="print the tables as markdown (docs/scaling.md)")
+    parser.add_argument("--markdown", action="store_true", help="print the tables as markdown")
+    parser.add_argument("--update", type=Path, metavar="DOC",
+                        help="write the markdown tables into DOC's <!-- traffic.py:NAME --> blocks (docs/scaling.md)")
     args = parser.parse_args(argv)
-    md = args.markdown
+    md = args.markdown or args.update is not None
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         models = build_models(Path(tmp), [s for s in args.solvers.split(",") if s])
         rates = measure_throughputs(Path(tmp))
-
-    def section(title, header, rows):
-        print(f"\n### {title}\n")
-        print(_table(header, rows, md))
-
-    section("Node sizes in bytes (arrays of the recorded results and task specs; dask.sizeof vs pickled, largest node)",
-            ["solver", "task kind", "result", "task spec", "sizeof / pickled"], formula_rows(models))
-    section(f"Check: bytes between workers, real recorded graph vs formula ({PROXIES['check']['blocks']} blocks, "
-            "other sizes than the fit)",
-            ["solver", "step", "W", "placement", "measured B", "formula B", "ratio", "specs + client data: measured", "formula"],
-            check_rows(models))
-    section("Results crossing workers in one tree_reduce pass: leaf + merge (most received by one worker)",
-            ["blocks B", "placement", "W = 10", "W = 100", "W = 1000"], tree_rows())
-    client = "; ".join(f"{name} {c:.3g} s/s³, {m:.2f}×8s² bytes" for name, (c, m) in rates["client"].items())
-    print(f"\nMeasured on this machine, one thread: read {_b(rates['read'])}/s; syrk {rates['syrk']:.3g}, "
-          f"QR {rates['qr']:.3g}, GEMM {rates['gemm']:.3g} flop/s (planner units); client steps: {client}; "
-          f"TSQR merge {rates['tsqr_merge']:.3g} s/d³")
+    checks = check_rows(models)
     pass_rows, total_rows = example_rows(models, rates)
-    setting = (f"10 TB float32, {EXAMPLE_WORKERS} workers × {EXAMPLE_THREADS} threads, 250 MB blocks (40 000), "
-               f"k = {EXAMPLE_K}, ℓ = {EXAMPLE_K + EXAMPLE_OVERSAMPLES}, iterations {EXAMPLE_ITERATIONS}")
-    section(f"Per pass: {setting}",
-            ["array", "solver", "pass × count", "between workers", "busiest worker receives",
-             "task specs + client data", "to client", "largest task (graph)"], pass_rows)
-    section(f"Whole fit: {setting}; bytes between workers as contiguous / round-robin",
-            ["array", "solver", "passes", "read per worker", "between workers", "task specs", "to client",
-             "largest task: planner / graph", "time est. (+network)", "single-node step (est.)"], total_rows)
-    section("Largest d (n for gram) per memory per worker thread: planner / graph lower bound; client step",
-            ["solver", *[f"{m} GB" for m in MEMORIES]], largest_rows(models, rates))
-    section("10 TB on the example cluster: side from which the single-node step outlasts the distributed passes",
-            ["solver", "d (n for gram)", "distributed passes take", "client memory then"], crossover_rows(models, rates))
-    print(f"\n(recorded and simulated in {time.perf_counter() - start:.0f} s)")
+    client = "; ".join(f"{name} {c:.3g} s/s³ and {m:.2f} × 8s² bytes" for name, (c, m) in rates["client"].items())
+    blocks = {
+        "nodes": _table(["solver", "task kind", "result", "task spec", "dask.sizeof / pickled (largest)"],
+                        formula_rows(models), md),
+        "check": _table(["solver", "cases", "worst formula / measured", "largest measured B"], check_summary(checks), md),
+        "tree": _table(["blocks B", "reads placed", "W = 10", "W = 100", "W = 1000"], tree_rows(), md),
+        "rates": (f"Measured on this machine, one thread: read {_b(rates['read'])}/s (zarr → NumPy); syrk "
+                  f"{rates['syrk']:.3g}, QR {rates['qr']:.3g}, GEMM {rates['gemm']:.3g} flop/s (planner units); "
+                  f"client steps (s = d, or n for gram): {client}; one TSQR merge {rates['tsqr_merge']:.3g}·d³ s."),
+        "passes": _table(["array", "solver", "pass × count", "between workers", "busiest worker receives",
+                          "task specs + client data", "to client", "largest task (graph)"], pass_rows, md),
+        "fit": _table(["array", "solver", "passes", "read per worker", "between workers", "task specs", "to client",
+                       "largest task: planner / graph", "time est. (+ network)", "single-node step (est.)"], total_rows, md),
+        "largest": _table(["solver", *[f"{m} GB" for m in MEMORIES]], largest_rows(models, rates), md),
+        "crossover": _table(["solver", "d (n for gram)", "distributed passes take", "client memory then"],
+                            crossover_rows(models, rates), md),
+    }
+    if args.update is not None:
+        update_doc(args.update, blocks)
+        print(f"updated {args.update} in {time.perf_counter() - start:.0f} s")
+        return
+    if not md:
+        print("### Check: bytes between workers, real recorded graph vs formula, per pass, W and placement\n")
+        print(_table(["solver", "step", "W", "placement", "measured B", "formula B", "ratio",
+                      "specs + client data: measured", "formula"], checks, md), "\n")
+    for name, body in blocks.items():
+        print(f"### {name}\n\n{body}\n")
+    print(f"(recorded and simulated in {time.perf_counter() - start:.0f} s)")
 
 
 if __name__ == "__main__":

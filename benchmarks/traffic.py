@@ -24,7 +24,7 @@ To reach 10 TB without running anything big, two things are measured and then co
   and placed by the same :func:`simulate`. The ``check`` table compares this formula with the
   simulation of the real recorded graph, pass by pass and per W.
 
-Run ``python benchmarks/traffic.py`` (about a minute on 2 busy cores) for the tables (plus the
+Run ``python benchmarks/traffic.py`` (one to three minutes on one core) for the tables (plus the
 per-case check); ``--update docs/scaling.md`` writes them into the doc's marked blocks.
 """
 

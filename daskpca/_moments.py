@@ -19,11 +19,12 @@ from functools import reduce
 
 import numpy as np
 
+from ._graph import SizedByArrays
 from ._validation import NonFinite, find_nonfinite
 
 
 @dataclass(frozen=True)
-class Moments:
+class Moments(SizedByArrays):
     """Sufficient statistics of a set of rows.
 
     Attributes

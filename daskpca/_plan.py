@@ -134,13 +134,19 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
     ell = min(k + n_oversamples, n, d)
     q = n_power_iter if isinstance(n_power_iter, int) else (7 if k < SMALL_K_FRACTION * min(n, d) else 4)
     merge = SPLIT_EVERY + 1
+
+    def merge_nodes(columns: int) -> int:
+        """A merge task of the tree: ``split_every`` d×columns float64 nodes in, their stack, one out."""
+        return (2 * SPLIT_EVERY + 1) * d * columns * FLOAT64
+
     costs = {
         "covariance": (1, n * d * d, block_in + 2 * block64 + merge * d * d * FLOAT64, True, ""),
         "gram": (2, n * n * d + 2 * n * d * k, n * col_strip * (itemsize + 2 * FLOAT64) + merge * n * n * FLOAT64, True, ""),
         "tsqr": (1, 2 * n * d * min(n, d), block_in + 2 * block64 + merge * min(n, d) * d * FLOAT64, True, ""),
-        "randomized": (q + 1, (q + 1) * 4 * n * d * ell, block_in + block64 + (row_block + d) * ell * FLOAT64 * 2, False, f"q = {q}, ℓ = {ell}"),
-        "als": ("1/iter", 4 * n * d * k, block_in + block64 + (row_block + d) * k * FLOAT64 * 2, False, "iterative; passes = iterations (the mean is fused into the first)"),
-        "ppca": ("1/iter", 4 * n * d * k + n * d * k * k, block_in + block64 + (row_block + d) * k * FLOAT64 * 2, False, "missing values; passes = 1 + iterations"),
+        "randomized": (q + 1, (q + 1) * 4 * n * d * ell, max(block_in + block64 + (2 * row_block + d) * ell * FLOAT64, merge_nodes(ell + 1)), False, f"q = {q}, ℓ = {ell}"),
+        "als": ("1/iter", 4 * n * d * k, max(block_in + block64 + (2 * row_block + d) * k * FLOAT64, merge_nodes(k + 2)), False, "iterative; passes = iterations (the mean is fused into the first)"),
+        # With missing values each E-step node also holds one k×k matrix per feature (d·k²).
+        "ppca": ("1/iter", 4 * n * d * k + n * d * k * k, max(block_in + block64 + (2 * row_block + d) * k * FLOAT64, merge_nodes(k * k + k)), False, "missing values; passes = 1 + iterations"),
     }
     estimates = []
     for name in available:

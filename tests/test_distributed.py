@@ -31,3 +31,33 @@ def test_fit_and_transform_on_worker_processes(client, tmp_path, shape, chunks, 
     assert scores.shape == (shape[0], 5)
     # The fit's tasks really ran on the worker processes, spread over both of them.
     assert len({task["worker"] for task in stream.data}) == 2
+
+
+def test_partial_results_report_their_real_size():
+    # distributed's memory accounting and transfer costs use dask.sizeof: a d×d scatter must not
+    # look like a 56-byte object.
+    from dask.sizeof import sizeof
+
+    from daskpca._moments import chunk_moments
+
+    part = chunk_moments(low_rank_data(300, 200))
+    assert sizeof(part) >= 200 * 200 * 8
+
+
+def test_a_test_matrix_travels_once_per_pass_not_once_per_task(tmp_path):
+    # Ω (d×ℓ) is one key that every row-block and merge task depends on; as a plain argument it
+    # would be copied into each of the 46 tasks, and distributed serialises every task on its
+    # own (pickled one by one: 0.10 MB shared, 3.3 MB as plain arguments).
+    import cloudpickle
+    import dask
+
+    from daskpca._graph import map_row_blocks, tree_reduce
+    from daskpca.solvers.randomized import _merge_sketches, _sketch_block
+
+    X = low_rank_data(4_000, 300)
+    write_zarr(tmp_path / "x.zarr", X, (100, 300))
+    omega = np.random.default_rng(0).standard_normal((300, 30))  # 72 kB
+    leaves = map_row_blocks(da.from_zarr(str(tmp_path / "x.zarr")), _sketch_block, "pass", omega)
+    root = tree_reduce(leaves, _merge_sketches, "merge", omega)
+    graph = dict(root.__dask_graph__())
+    assert sum(len(cloudpickle.dumps(task)) for task in graph.values()) < 3 * omega.nbytes

@@ -16,6 +16,7 @@ from functools import reduce
 
 import numpy as np
 
+from .._graph import SizedByArrays
 from .._validation import NonFinite, find_nonfinite
 
 
@@ -24,7 +25,7 @@ class ConvergenceWarning(UserWarning):
 
 
 @dataclass(frozen=True)
-class ColumnMoments:
+class ColumnMoments(SizedByArrays):
     """Per-feature sufficient statistics of a set of rows.
 
     Attributes

@@ -66,13 +66,12 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from functools import partial
 
 import dask
 import numpy as np
 import scipy.linalg
 
-from .._graph import map_row_blocks, tree_reduce
+from .._graph import SizedByArrays, map_row_blocks, tree_reduce
 from .._linalg import eigh_descending
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
@@ -84,7 +83,7 @@ DEFAULT_TOL = 1e-8
 
 
 @dataclass(frozen=True)
-class _ALSPart:
+class _ALSPart(SizedByArrays):
     """Sums of one iteration over some rows, centered on their own mean."""
 
     count: int
@@ -138,7 +137,7 @@ def _merge(parts: list[_ALSPart], basis: np.ndarray) -> _ALSPart:
 def iteration_graph(X, basis: np.ndarray):
     """Delayed :class:`_ALSPart` of all rows for the orthonormal basis Q (one pass)."""
     parts = map_row_blocks(X, _als_block, "als-chunk", basis)
-    return tree_reduce(parts, partial(_merge, basis=basis), "als-merge")
+    return tree_reduce(parts, _merge, "als-merge", basis)
 
 
 def _update(a: np.ndarray, b: np.ndarray) -> np.ndarray:

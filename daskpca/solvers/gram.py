@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import dask
 import numpy as np
 
-from .._graph import map_column_blocks, tree_reduce
+from .._graph import SizedByArrays, map_column_blocks, tree_reduce
 from .._linalg import eigh_descending
 from .._moments import center_block
 from .._validation import NonFinite, raise_if_nonfinite
@@ -37,7 +37,7 @@ N_PASSES = 2
 
 
 @dataclass(frozen=True)
-class _GramPart:
+class _GramPart(SizedByArrays):
     """Centered Gram contribution of some column strips, with their column means."""
 
     gram: np.ndarray  # (n, n), upper triangle valid

@@ -74,7 +74,7 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from .._graph import map_row_blocks, tree_reduce
+from .._graph import SizedByArrays, map_row_blocks, tree_reduce
 from .._validation import NonFinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 from ._iterative import (
@@ -94,7 +94,7 @@ DEFAULT_TOL = 1e-8
 
 
 @dataclass(frozen=True)
-class _EStats:
+class _EStats(SizedByArrays):
     """EM sufficient statistics of some rows."""
 
     a: np.ndarray  # (d, k): Σ (x − μ) E[z]ᵀ over observed entries

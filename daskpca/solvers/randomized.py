@@ -72,7 +72,6 @@ doi:10.1137/090771806.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from numbers import Integral
 
 import dask
@@ -80,7 +79,7 @@ import numpy as np
 from scipy.linalg import qr, svd
 
 from .._checkpoint import open_checkpoint, seed_fingerprint
-from .._graph import map_row_blocks, tree_reduce
+from .._graph import SizedByArrays, map_row_blocks, tree_reduce
 from .._moments import center_block
 from .._validation import NonFinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
@@ -110,7 +109,7 @@ def _check_oversamples(n_oversamples) -> int:
 
 
 @dataclass(frozen=True)
-class _Sketch:
+class _Sketch(SizedByArrays):
     """A set of rows, summarised about their own column mean μ_g (X̂_g = X_g − 1μ_gᵀ).
 
     ``r`` (m×ℓ) and the implicit Q_g (rows×m, orthogonal to the all-ones vector) factor the
@@ -174,7 +173,7 @@ def _merge_sketches(parts: list[_Sketch], omega: np.ndarray) -> _Sketch:
 def _power_pass(X, omega: np.ndarray) -> _Sketch:
     """One pass over X: the merged :class:`_Sketch` whose ``h`` is X̃ᵀ·orth(X̃Ω)."""
     leaves = map_row_blocks(X, _sketch_block, "randomized-pass", omega)
-    (root,) = dask.compute(tree_reduce(leaves, partial(_merge_sketches, omega=omega), "randomized-merge"))
+    (root,) = dask.compute(tree_reduce(leaves, _merge_sketches, "randomized-merge", omega))
     return root
 
 

@@ -59,7 +59,7 @@ import dask
 import numpy as np
 from scipy.linalg import qr, svd
 
-from .._graph import map_row_blocks, tree_reduce
+from .._graph import SizedByArrays, map_row_blocks, tree_reduce
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 
@@ -68,7 +68,7 @@ OPTIONS = ()
 
 
 @dataclass(frozen=True)
-class _RPart:
+class _RPart(SizedByArrays):
     """Count, mean and R factor of the rows centered on their own mean."""
 
     count: int

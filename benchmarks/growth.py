@@ -113,11 +113,11 @@ def parse_max_n(text: str) -> list[tuple[str, float]]:
 
 
 def solver_of(method: str) -> tuple[str, int | str]:
-    """``('randomized', 2)`` for daskpca-randomized-q2, ``('als', 'auto')`` for daskpca-als."""
+    """``('randomized', 2)`` for daskpca-randomized-q2(-p20), ``('als', 'auto')`` for daskpca-als(-i10)."""
     solver = method.removeprefix("daskpca-")
     if solver.startswith("randomized-q"):
-        return "randomized", int(solver.removeprefix("randomized-q"))
-    return solver, "auto"
+        return "randomized", int(solver.removeprefix("randomized-q").partition("-p")[0])
+    return solver.partition("-i")[0], "auto"
 
 
 def planner_estimates(case: bench.Case, methods: list[str]) -> dict:

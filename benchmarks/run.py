@@ -350,8 +350,9 @@ def list_methods(case: Case) -> list[str]:
         if name in SOLVERS:
             methods.append(f"daskpca-{name}")
     if "randomized" in SOLVERS:
-        # Fewer power iterations than the accuracy-first default (q = 7 when k < 0.1·min(n, d)).
-        methods += ["daskpca-randomized-q1", "daskpca-randomized-q2"]
+        # Fewer power iterations than the accuracy-first default (q = 7 when k < 0.1·min(n, d));
+        # with q = 1 a larger sketch (p = 20) buys accuracy for no extra pass.
+        methods += ["daskpca-randomized-q1", "daskpca-randomized-q1-p20", "daskpca-randomized-q2"]
     methods += ["sklearn-covariance_eigh", "sklearn-full", "sklearn-randomized", "dask-ml-full", "dask-ml-randomized", "xeofs"]
     return methods
 
@@ -472,8 +473,12 @@ def method_function(name: str):
         return m_floor_read
     if name == "floor-gram":
         return m_floor_gram
-    if name.startswith("daskpca-randomized-q"):  # randomized with a fixed number of power iterations
-        return m_daskpca("randomized", n_power_iter=int(name.removeprefix("daskpca-randomized-q")))
+    if name.startswith("daskpca-randomized-q"):  # fixed power iterations q (and oversampling p): -q1, -q1-p20
+        q, _, p = name.removeprefix("daskpca-randomized-q").partition("-p")
+        return m_daskpca("randomized", n_power_iter=int(q), **({"n_oversamples": int(p)} if p else {}))
+    if name.startswith(("daskpca-als-i", "daskpca-ppca-i")):  # exactly N iterations (tol=0): cost per pass
+        solver, _, iterations = name.removeprefix("daskpca-").partition("-i")
+        return m_daskpca(solver, max_iter=int(iterations), tol=0.0)
     if name.startswith("daskpca-"):
         return m_daskpca(name.removeprefix("daskpca-"))
     if name.startswith("sklearn-"):
@@ -743,7 +748,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="10× smaller inputs (smoke test)")
     ap.add_argument("--json", type=Path, help="also write all rows and machine info here")
     ap.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
-    ap.add_argument("--methods", default="*", help="comma-separated names or globs, e.g. 'floor-*,daskpca-*'")
+    ap.add_argument("--methods", default="*", help="comma-separated names or globs, e.g. 'floor-*,daskpca-*'; exact names may "
+                    "also be variants: daskpca-randomized-q<q>[-p<p>], daskpca-als-i<iterations>, daskpca-ppca-i<iterations>")
     ap.add_argument("--cluster", action="store_true", help="run floors and daskpca rows on a 2-worker distributed LocalCluster")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds before a method is killed (default 900)")
     ap.add_argument("--repeat", type=int, default=1, help="run each method N times, report the fastest (default 1)")
@@ -776,6 +782,8 @@ def main(argv=None) -> int:
             exact = ensure_exact(args.data_dir, case, path)
             stored = stored_bytes(path)
             methods = [m for m in list_methods(case) if any(fnmatch.fnmatch(m, p) for p in patterns)]
+            # Exact names outside the default list are variants method_function knows (-q3-p30, -i10).
+            methods += [p for p in patterns if not any(c in p for c in "*?[") and p not in methods]
             if args.list:
                 print(f"{case.name}: {', '.join(methods)}")
                 continue

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import warnings
-from contextlib import contextmanager
 
 import dask
-import dask.threaded
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from . import _plan
-from ._linalg import flip_signs
+from ._linalg import flip_signs, one_blas_thread_per_task
 from ._params import ParamsMixin
 from ._validation import as_dask_matrix, check_n_features
 from .solvers import SOLVERS
@@ -202,7 +199,7 @@ class PCA(ParamsMixin):
 
     def _fit_any(self, X, sample_dims):
         labeled = _labeled_layer()
-        with _one_blas_thread_per_task():
+        with one_blas_thread_per_task():
             if labeled.is_labeled(X) or sample_dims is not None or self.weights is not None or self.standardize:
                 return labeled.fit_any(self, X, sample_dims)
             self._labeled = None  # a plain fit: no mask / weights / labels (update() keeps them)
@@ -262,7 +259,7 @@ class PCA(ParamsMixin):
         else:
             array, _ = as_dask_matrix(X)
             check_n_features(array, self.n_features_in_)
-        with _one_blas_thread_per_task():
+        with one_blas_thread_per_task():
             (new,) = dask.compute(covariance.moments_graph(array))
         merged = combine_moments([moments, new])
         request = ComponentRequest(self.n_components, merged.count, self.n_features_in_)
@@ -464,22 +461,6 @@ class PCA(ParamsMixin):
                 f"This {type(self).__name__} instance is not fitted yet. Call fit(X) before "
                 "transform or inverse_transform."
             )
-
-
-@contextmanager
-def _one_blas_thread_per_task():
-    """Limit BLAS to one thread while dask's local threaded scheduler runs the solve.
-
-    That scheduler already runs one task per core; BLAS's own threads on top oversubscribe the
-    cores (measured: a 20000×500 ``syrk`` 3× slower with 2 dask × 2 BLAS threads than with
-    2 × 1). Distributed workers need nothing: their nannies start them with one BLAS thread.
-    """
-    scheduler = dask.base.get_scheduler()
-    if scheduler is None or scheduler is dask.threaded.get:
-        with threadpool_limits(limits=1, user_api="blas"):
-            yield
-    else:
-        yield
 
 
 def _labeled_layer():

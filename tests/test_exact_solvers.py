@@ -120,3 +120,37 @@ def test_gram_more_components_than_rank_stays_orthonormal():
     assert pca.components_.shape == (20, 500)
     np.testing.assert_allclose(pca.components_ @ pca.components_.T, np.eye(20), atol=1e-10)
     assert pca.explained_variance_[-1] < 1e-10 * pca.explained_variance_[0]
+
+
+def test_tasks_get_one_blas_thread_and_the_local_eigh_gets_the_callers(monkeypatch):
+    # Under the threaded scheduler every task is limited to one BLAS thread (the scheduler runs a
+    # task per core already); the d×d eigh on the client runs alone and gets the caller's threads.
+    import dask
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from daskpca import _linalg
+    from daskpca._moments import chunk_moments
+
+    def blas_threads():
+        return max(lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas")
+
+    seen = {"task": set(), "eigh": []}
+    real_eigh = _linalg.eigh
+
+    def eigh_spy(*args, **kwargs):
+        seen["eigh"].append(blas_threads())
+        return real_eigh(*args, **kwargs)
+
+    def moments_spy(block, *args):
+        seen["task"].add(blas_threads())
+        return chunk_moments(block, *args)
+
+    monkeypatch.setattr(_linalg, "eigh", eigh_spy)
+    monkeypatch.setattr("daskpca.solvers.covariance.chunk_moments", moments_spy)
+    X = da.from_array(low_rank_data(400, 30), chunks=(100, 30))
+    with threadpool_limits(limits=2, user_api="blas"), dask.config.set(scheduler="threads"):
+        callers = blas_threads()
+        PCA(3, solver="covariance").fit(X)
+        assert blas_threads() == callers  # restored after the fit
+    assert seen["task"] == {1}
+    assert seen["eigh"] == [callers]

@@ -60,6 +60,7 @@ import numpy as np
 from scipy.linalg import qr, svd
 
 from .._graph import SizedByArrays, map_row_blocks, tree_reduce
+from .._linalg import client_blas_threads
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 
@@ -149,7 +150,8 @@ def solve(X, request: ComponentRequest, *, random_state=None) -> SolverResult:
     raise_if_nonfinite(part.nonfinite)
     n_samples, n_features = X.shape
     bound = min(n_samples, n_features)
-    _, singular_values, vt = svd(part.r, full_matrices=False, check_finite=False, lapack_driver="gesdd")
+    with client_blas_threads():
+        _, singular_values, vt = svd(part.r, full_matrices=False, check_finite=False, lapack_driver="gesdd")
     if len(singular_values) < bound:  # only when n is tiny: pad with exact zeros
         singular_values = np.concatenate([singular_values, np.zeros(bound - len(singular_values))])
     singular_values = singular_values[:bound]

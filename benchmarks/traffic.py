@@ -4,14 +4,17 @@ Every solver builds one dask graph per step and hands it to the scheduler. This 
 ``daskpca.PCA(...).fit`` calls on small zarr proxies under a *recording* scheduler
 (:class:`Recorder`): each ``dask.compute`` / ``dask.persist`` call is one step; its graph
 (who depends on whom), the pickled size of every task's output (what a worker would send) and
-of every task's spec (what the scheduler sends with the task: embedded arrays such as Ω or the
-basis included) are recorded while the graph runs on the synchronous scheduler.
+of every task's spec (what the scheduler sends with the task) are recorded while the graph runs
+on the synchronous scheduler. Data the client puts in the graph as keys of their own (the zarr
+handle; Ω, the basis, the mean: ``daskpca._graph.shared``) are recorded apart: such a key is sent
+to each worker that runs a task needing it, once.
 
 :func:`simulate` then places a recording on W workers the way a balanced ``distributed``
 cluster would: input blocks in contiguous ranges (each worker holds 1/W of the array), every
 other task on the worker that already holds the most bytes of its dependencies (dask's locality
 rule; ties go to the least-loaded worker), and counts every dependency that has to cross to
-another worker (each (key, destination) once), what the client ships in and what it gets back.
+another worker (each (key, destination) once), the data keys each worker needs (once per
+worker), the task specs and what the client gets back.
 
 To reach 10 TB without running anything big, two things are measured and then combined:
 
@@ -146,6 +149,7 @@ class Step:
     resident: dict
     outputs: tuple
     order: list | None = None  # the keys by depth, when already known (see simulate)
+    client_arrays: dict = field(default_factory=dict)  # key → (shape, itemsize) of its arrays
 
     def placement_order(self) -> list:
         """Keys by depth (longest path from a root), then name and index: dependencies first."""
@@ -157,6 +161,11 @@ class Step:
     def roots(self) -> list:
         """Tasks that depend on client data only: the reads of the input blocks."""
         return [t for t in self.tasks.values() if all(dep in self.client_data for dep in t.deps)]
+
+    def args(self) -> set:
+        """Data keys that tasks other than the reads depend on: arrays shared by a pass's tasks."""
+        roots = {t.key for t in self.roots()}
+        return {dep for t in self.tasks.values() if t.key not in roots for dep in t.deps if dep in self.client_data}
 
     @property
     def reads_input(self) -> bool:
@@ -190,20 +199,20 @@ class Recorder:
 
         with Callback(posttask=posttask):
             out = dask.local.get_sync(graph, keys, **kwargs)
-        tasks, client_data, resident = {}, {}, {}
+        tasks, client_data, client_arrays, resident = {}, {}, {}, {}
         for key, node in graph.items():
             if isinstance(node, DataNode):
                 if key in self._produced:  # a persisted result of an earlier step
                     resident[key] = self._produced[key]
                 else:
-                    client_data[key] = wire_size(node.value)[0]
+                    client_data[key], client_arrays[key] = wire_size(node.value)
                 continue
             out_bytes, out_arrays = wire_size(results[key])
             spec_bytes, spec_arrays = wire_size(node)
             tasks[key] = TaskRecord(key, key_split(key), tuple(node.dependencies), out_bytes, out_arrays,
                                     sizeof(results[key]), spec_bytes, spec_arrays)
         self._produced.update(tasks)
-        self.steps.append(Step(call, tasks, client_data, resident, tuple(flatten([keys]))))
+        self.steps.append(Step(call, tasks, client_data, resident, tuple(flatten([keys])), None, client_arrays))
         return out
 
 
@@ -240,18 +249,21 @@ class StepTraffic:
     crossings : dict
         kind → (number of (key, destination) transfers, bytes).
     client_data : int
-        Data the client put into the graph, sent to each worker that needs it.
+        Data keys the client put into the graph (the zarr handle, shared arrays such as Ω),
+        each sent once to each worker that runs a task needing it.
     task_specs : int
-        Pickled tasks the scheduler sends to the workers (literal arguments included).
+        Pickled tasks the scheduler sends to the workers (literal arguments included; not the
+        data keys they depend on).
     to_client : int
         Results gathered by the client (0 for ``persist``).
     read_per_worker : int
         Largest in-memory size of the input blocks one worker reads (``sizeof``).
     received_max : int
-        Most bytes one worker receives from the others (the network's busiest link).
+        Most bytes one worker receives: results of other workers and the data keys it needs
+        (the network's busiest link).
     largest_task : int
-        Largest sum of a task's inputs and result (a lower bound of its memory: temporaries
-        such as the float64 copy of a block are not in the graph).
+        Largest sum of a task's inputs (data keys included) and result (a lower bound of its
+        memory: temporaries such as the float64 copy of a block are not in the graph).
     """
 
     call: str
@@ -342,6 +354,8 @@ def simulate(steps: list[Step], n_workers: int, placement: str = "contiguous") -
         received = [0] * n_workers
         for dep, worker in moved:
             received[worker] += size[dep]
+        for dep, worker in shipped:
+            received[worker] += step.client_data[dep]
         crossings: dict = {}
         for dep, _ in moved:
             kind = (step.tasks.get(dep) or step.resident[dep]).kind
@@ -357,7 +371,8 @@ def simulate(steps: list[Step], n_workers: int, placement: str = "contiguous") -
             to_client=0 if step.call == "persist" else sum(size.get(k, 0) for k in step.outputs),
             read_per_worker=max(read),
             received_max=max(received),
-            largest_task=max(t.out_bytes + sum(size.get(dep, 0) for dep in t.deps) for t in step.tasks.values()),
+            largest_task=max(t.out_bytes + sum(size.get(dep, step.client_data.get(dep, 0)) for dep in t.deps)
+                             for t in step.tasks.values()),
         ))
     return report
 
@@ -452,6 +467,12 @@ def size_formulas(recording: Recording) -> dict:
         for key, task in step.tasks.items():
             outputs.setdefault(task.kind, []).append((task.out_bytes, task.out_arrays, coverage[key]))
             specs.setdefault(task.kind, []).append((task.spec_bytes, task.spec_arrays, 1))
+        shape = PassShape.of(step) if step.reads_input else None
+        if shape is not None and shape.args:  # the pass's shared arrays, as one node
+            args = step.args()
+            outputs.setdefault(shape.args, []).append((sum(step.client_data[key] for key in args),
+                                                       sum((step.client_arrays[key] for key in args), ()), 1))
+            specs.setdefault(shape.args, []).append((0, (), 1))
     return {kind: (_formula(outputs[kind], by_value), _formula(specs[kind], by_value)) for kind in outputs}
 
 
@@ -464,12 +485,18 @@ def _noop(*args):
 
 @dataclass(frozen=True)
 class PassShape:
-    """What a recorded pass is made of: read → leaf kind → (merge kind, a tree) or to the client."""
+    """What a recorded pass is made of: read → leaf kind → (merge kind, a tree) or to the client.
+
+    ``args`` names the data keys the leaves depend on (Ω, the basis, ...: one node, formula
+    ``formulas[args]``; the merges depend on them too if ``merge_args``).
+    """
 
     read: str
     leaf: str
     merge: str | None
     source_bytes: int = 0  # the input's handle (a zarr.Array) the client puts in the graph
+    args: str | None = None
+    merge_args: bool = False
 
     @classmethod
     def of(cls, step: Step) -> "PassShape | None":
@@ -479,10 +506,14 @@ class PassShape:
         merge = {t.kind for t in step.tasks.values()} - read - leaf
         if len(read) != 1 or len(leaf) != 1 or len(merge) > 1:
             return None
-        return cls(read.pop(), leaf.pop(), merge.pop() if merge else None, max(step.client_data.values()))
+        leaf, merge = leaf.pop(), merge.pop() if merge else None
+        source = {dep for k in roots for dep in step.tasks[k].deps}
+        merge_args = any(dep in step.client_data for t in step.tasks.values() if t.kind == merge for dep in t.deps)
+        return cls(read.pop(), leaf, merge, sum(step.client_data[dep] for dep in source),
+                   f"{leaf} args" if step.args() else None, merge_args)
 
 
-_SOURCE = ("source",)
+_SOURCE, _ARGS = ("source",), ("args",)
 
 
 @functools.lru_cache(maxsize=None)
@@ -517,6 +548,7 @@ def tree_step(shape: PassShape, n_blocks: int, formulas: dict, values: dict) -> 
     :func:`_tree_structure`), its nodes weighted with the node formulas evaluated at ``values``."""
     deps, coverage, outputs, order = _tree_structure(n_blocks, shape.merge is not None)
     kinds = {"read": shape.read, "leaf": shape.leaf, "merge": shape.merge}
+    with_args = {"leaf", "merge"} if shape.merge_args else {"leaf"}
     sizes: dict = {}  # (kind, coverage) → (result bytes, spec bytes): few distinct values
     tasks = {}
     for key, dep in deps.items():
@@ -525,8 +557,13 @@ def tree_step(shape: PassShape, n_blocks: int, formulas: dict, values: dict) -> 
             out, spec = formulas[kind]
             sizes[kind, coverage[key]] = (int(out(values, coverage[key])), int(spec(values)))
         size, spec_size = sizes[kind, coverage[key]]
+        if shape.args and key_split(key) in with_args:
+            dep = (*dep, _ARGS)
         tasks[key] = TaskRecord(key, kind, dep, size, (), size, spec_size, ())
-    return Step("compute", tasks, {_SOURCE: shape.source_bytes}, {}, outputs, order)
+    client_data = {_SOURCE: shape.source_bytes}
+    if shape.args:
+        client_data[_ARGS] = int(formulas[shape.args][0](values))
+    return Step("compute", tasks, client_data, {}, outputs, order)
 
 
 # ---- proxies ---------------------------------------------------------------------------------
@@ -803,6 +840,9 @@ def formula_rows(models: dict) -> list[list]:
         tasks = [t for s in model.fit.steps for t in s.tasks.values()]
         for kind, (out, spec) in model.formulas.items():
             of_kind = [t for t in tasks if t.kind == kind]
+            if not of_kind:  # a pass's shared arrays: one data key, sent once to each worker
+                rows.append([solver, kind, str(out), "— (a key)", "—"])
+                continue
             largest = max(of_kind, key=lambda t: t.out_bytes)
             rows.append([solver, kind, str(out), str(spec), f"{largest.sizeof_bytes} / {largest.out_bytes}"])
     return rows
@@ -878,16 +918,17 @@ def example_rows(models: dict, rates: dict, workers: int = EXAMPLE_WORKERS) -> t
                 continue  # gram reads column strips (n ≪ d); the others row blocks
             passes = model.passes(EXAMPLE_ITERATIONS.get(solver, 0))
             moved, received = [0, 0], [0, 0]
-            specs = client = task = 0
+            specs = data = client = task = 0
             for signature, count in passes.items():
                 traffic = [predicted_step(model, signature, blocks, values, workers, p) for p in PLACEMENTS]
                 pass_rows.append([name, solver, f"{model.shapes()[signature].leaf} × {count}",
                                   both(t.between_workers for t in traffic), both(t.received_max for t in traffic),
-                                  _b(traffic[0].task_specs + traffic[0].client_data), _b(traffic[0].to_client),
+                                  _b(traffic[0].task_specs), _b(traffic[0].client_data), _b(traffic[0].to_client),
                                   _b(traffic[0].largest_task)])
                 moved = [m + count * t.between_workers for m, t in zip(moved, traffic)]
                 received = [r + count * t.received_max for r, t in zip(received, traffic)]
-                specs += count * (traffic[0].task_specs + traffic[0].client_data)
+                specs += count * traffic[0].task_specs
+                data += count * traffic[0].client_data
                 client += count * traffic[0].to_client
                 task = max(task, traffic[0].largest_task)
             n_passes = sum(passes.values())
@@ -899,7 +940,7 @@ def example_rows(models: dict, rates: dict, workers: int = EXAMPLE_WORKERS) -> t
                          flops_per_pass / (rates[kernel] * workers * EXAMPLE_THREADS))
             _, local_bytes, local = _single_node(solver, ex, rates, blocks)
             total_rows.append([
-                name, solver, n_passes, _b(n_passes * read_per_worker), both(moved), _b(specs), _b(client),
+                name, solver, n_passes, _b(n_passes * read_per_worker), both(moved), _b(specs), _b(data), _b(client),
                 f"{_b(estimate.task_bytes)} / {_b(task)}",
                 f"{_t(n_passes * pass_s)} (+{_t(received[0] / NETWORK)} / {_t(received[1] / NETWORK)})",
                 f"{local}; {_b(local_bytes)}" if local_bytes else local,
@@ -911,8 +952,8 @@ MEMORIES = (8, 32, 128, 512)  # GB of memory per worker thread
 
 
 def _largest(test) -> int:
-    """Largest positive integer for which ``test`` holds (``test`` is monotone)."""
-    low, high = 1, 10**12
+    """Largest positive integer for which ``test`` holds, 0 if none (``test`` is monotone)."""
+    low, high = 0, 10**12
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (mid, high) if test(mid) else (low, mid)
@@ -923,7 +964,9 @@ def largest_rows(models: dict, rates: dict, block_bytes: float = 250e6) -> list[
     """Largest d (n for gram) whose largest task fits ``TASK_MEMORY_FRACTION`` of a worker
     thread's memory: by the planner's model, and by the recorded graph's lower bound (inputs +
     result of the largest task, from the node formulas on a 64-block tree). 250 MB input blocks,
-    k = 20, ℓ = 30. Then the largest side of the exact solvers' step on a client of that memory.
+    k = 20, ℓ = 30; gram with d = 1e9 columns (its second pass's tasks read the whole mean, 8·d).
+    "none" when no side fits. Then the largest side of the exact solvers' step on a client of
+    that memory.
     """
 
     def sizes(solver, side):
@@ -952,7 +995,7 @@ def largest_rows(models: dict, rates: dict, block_bytes: float = 250e6) -> list[
             budget = _plan.TASK_MEMORY_FRACTION * memory * 1e9
             planner = _largest(lambda side: planner_fits(solver, side, budget))
             graph = _largest(lambda side: graph_fits(model, side, budget))
-            row.append(f"{planner:.3g} / {graph:.3g}")
+            row.append(" / ".join(f"{side:.3g}" if side else "none" for side in (planner, graph)))
         rows.append(row)
     for solver, (_, per_square) in rates["client"].items():
         rows.append([f"client: {solver} step ({'n' if solver == 'gram' else 'd'})"] +
@@ -1041,8 +1084,8 @@ def main(argv=None) -> None:
                   f"{rates['syrk']:.3g}, QR {rates['qr']:.3g}, GEMM {rates['gemm']:.3g} flop/s (planner units); "
                   f"client steps (s = d, or n for gram): {client}; one TSQR merge {rates['tsqr_merge']:.3g}·d³ s."),
         "passes": _table(["array", "solver", "pass × count", "between workers", "busiest worker receives",
-                          "task specs + client data", "to client", "largest task (graph)"], pass_rows, md),
-        "fit": _table(["array", "solver", "passes", "read per worker", "between workers", "task specs", "to client",
+                          "task specs", "data keys", "to client", "largest task (graph)"], pass_rows, md),
+        "fit": _table(["array", "solver", "passes", "read per worker", "between workers", "task specs", "data keys", "to client",
                        "largest task: planner / graph", "time est. (+ network)", "single-node step (est.)"], total_rows, md),
         "largest": _table(["solver", *[f"{m} GB" for m in MEMORIES]], largest_rows(models, rates), md),
         "crossover": _table(["solver", "d (n for gram)", "distributed passes take", "client memory then"],

@@ -76,6 +76,15 @@ def test_covariance_on_two_workers_by_hand(traffic, tmp_path):
 def test_formulas_reproduce_a_recorded_graph_of_other_sizes(traffic, tmp_path):
     # Randomized: the solver whose graph changes most often; the formulas come from its code.
     fit = traffic.record_solver("randomized", tmp_path, traffic.PROXIES["fit"])
+    # Ω (d×ℓ float64) is one data key of its own, not in any task spec: it is counted once per
+    # worker (with the zarr handle the reads need), whatever the number of tasks.
+    step = fit.steps[0]
+    (omega,) = step.args()
+    d, ell = fit.symbols["d"], fit.symbols["ℓ"]
+    assert step.client_data[omega] >= 8 * d * ell > max(t.spec_bytes for t in step.tasks.values())
+    for n_workers in (1, 4):
+        (moved,) = traffic.simulate([step], n_workers)
+        assert moved.client_data == n_workers * sum(step.client_data.values())
     check = traffic.record_solver("randomized", tmp_path, traffic.PROXIES["check"])
     model = traffic.SolverModel("randomized", fit, check, traffic.size_formulas(fit))
     blocks = traffic.PROXIES["check"]["blocks"]
@@ -85,3 +94,4 @@ def test_formulas_reproduce_a_recorded_graph_of_other_sizes(traffic, tmp_path):
             predicted = traffic.predicted_step(model, step.signature(), blocks, check.symbols, 4, placement)
             assert predicted.between_workers == real.between_workers
             assert predicted.to_client == real.to_client
+            assert predicted.client_data == real.client_data

@@ -139,10 +139,16 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         """A merge task of the tree: ``split_every`` d×columns float64 nodes in, their stack, one out."""
         return (2 * SPLIT_EVERY + 1) * d * columns * FLOAT64
 
+    # TSQR's merge tree: every level stacks split_every R factors (≤ min(n_i, d) × d each) and
+    # QRs them again; over all levels ~ n_blocks·SPLIT_EVERY/(SPLIT_EVERY − 1) R factors pass
+    # through a QR, 2·d³ flops each — as much as the leaves' 2·n·d² when d nears the block rows
+    # (measured at 1e5 × 5000 in 20 blocks: TSQR 6× the covariance time).
+    r_rows = min(row_block, d)
+    tsqr_tree_flops = 2 * r_rows * d * d * len(chunks[0]) * SPLIT_EVERY / (SPLIT_EVERY - 1) if len(chunks[0]) > 1 else 0
     costs = {
         "covariance": (1, n * d * d, block_in + 2 * block64 + merge * d * d * FLOAT64, True, ""),
         "gram": (2, n * n * d + 2 * n * d * k, n * col_strip * (itemsize + 2 * FLOAT64) + merge * n * n * FLOAT64, True, ""),
-        "tsqr": (1, 2 * n * d * min(n, d), block_in + 2 * block64 + merge * min(n, d) * d * FLOAT64, True, ""),
+        "tsqr": (1, 2 * n * d * min(n, d) + tsqr_tree_flops, block_in + 2 * block64 + merge * min(n, d) * d * FLOAT64, True, ""),
         "randomized": (q + 1, (q + 1) * 4 * n * d * ell, max(block_in + block64 + (2 * row_block + d) * ell * FLOAT64, merge_nodes(ell + 1)), False, f"q = {q}, ℓ = {ell}"),
         "als": ("1/iter", 4 * n * d * k, max(block_in + block64 + (2 * row_block + d) * k * FLOAT64, merge_nodes(k + 2)), False, "iterative; passes = iterations (the mean is fused into the first)"),
         # With missing values each E-step node also holds one k×k matrix per feature (d·k²).

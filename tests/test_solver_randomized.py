@@ -154,3 +154,19 @@ def test_fewer_rows_than_the_sketch():
     assert sin_theta(result.components[:7], components[:7]) <= 1e-10
     np.testing.assert_allclose(result.explained_variance[:7], variance[:7], rtol=1e-8, atol=1e-12)
     assert result.explained_variance[7] == 0.0
+
+
+def test_slabs_inside_a_block_change_nothing(monkeypatch):
+    # A leaf centers its block a cache-sized slab of rows at a time; many slabs per block (and a
+    # ragged last one) must give the one-slab answer to round-off.
+    X = low_rank_data(900, 40)
+    X[::7] += 3.0  # rows that differ from their neighbours: slab boundaries matter
+    dask_X = da.from_array(X, chunks=(450, 40))
+    request = ComponentRequest(4, *X.shape)
+    whole = randomized.solve(dask_X, request, random_state=0, n_power_iter=2)
+    monkeypatch.setattr(randomized, "SLAB_BYTES", 8 * 40 * 17)  # 17 → at least 16 rows per slab
+    assert len(randomized._row_slabs(450, 40)) == 27
+    slabbed = randomized.solve(dask_X, request, random_state=0, n_power_iter=2)
+    assert sin_theta(slabbed.components, whole.components) <= 1e-12
+    np.testing.assert_allclose(slabbed.explained_variance, whole.explained_variance, rtol=1e-12)
+    assert slabbed.total_variance == pytest.approx(whole.total_variance, rel=1e-13)

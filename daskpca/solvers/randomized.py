@@ -48,8 +48,9 @@ its own mean, the correction rides in the merges (no ``XΩ − 1(μᵀΩ)`` canc
 Costs
 -----
 Passes: exactly q + 1. Flops: (q + 1)·4·n·d·ℓ (two products per block per pass) + O(n·ℓ²) for the
-leaf QRs + O(d·ℓ²) per merge and on the client. Memory per task: one float64 row block plus
-n_i·ℓ (its sketch and Q_i) and d·ℓ (Ω, H_i); a merge holds ``split_every`` d×(ℓ+1) matrices.
+leaf QRs + O(d·ℓ²) per merge and on the client. Memory per task: the input row block plus
+n_i·ℓ (its sketch and Q_i), d·ℓ (Ω, H_i) and a ~4 MiB float64 slab (a leaf centers its block a
+slab of rows at a time); a merge holds ``split_every`` d×(ℓ+1) matrices.
 
 Checkpoints (``checkpoint=PATH``): after every pass but the last, the small state — Ω_{j+1}
 (d×ℓ), the power iterations and passes done — is written atomically to PATH (see
@@ -138,16 +139,43 @@ def _qr_orthogonal_to(direction: np.ndarray, matrix: np.ndarray) -> tuple[np.nda
     return p[:, 1:], r[1:, 1:]
 
 
+#: Rows converted to float64 at a time inside a leaf: ~4 MiB, so the centered slab stays in cache.
+SLAB_BYTES = 4 * 2**20
+
+
+def _row_slabs(n_rows: int, n_features: int):
+    step = max(16, SLAB_BYTES // (8 * max(n_features, 1)))
+    return [slice(start, min(start + step, n_rows)) for start in range(0, n_rows, step)]
+
+
 def _sketch_block(block: np.ndarray, row_offset: int, omega: np.ndarray) -> _Sketch:
-    """Leaf: center the block on its own mean, sketch it, and project it on the sketch's basis."""
+    """Leaf: center the block on its own mean, sketch it, and project it on the sketch's basis.
+
+    The block is converted to float64 and centered one cache-sized slab of rows at a time, twice
+    (once for the sketch C·Ω and the sum of squares, once for Cᵀ·Q after the sketch's QR): two
+    reads of the float32 block instead of writing and re-reading a float64 copy twice its size —
+    memory traffic, not flops, bounds this leaf.
+    """
     n_rows, n_features = block.shape
     if n_rows == 0:
         empty = np.zeros((0, omega.shape[1]))
         return _Sketch(0, np.zeros(n_features), 0.0, empty, np.zeros((n_features, 0)), NonFinite())
-    part = center_block(block, row_offset)  # float64, NaN/±inf → 0 (the fit raises after the pass)
-    centered = part.centered
-    q_block, r = _qr_orthogonal_to(np.ones(n_rows), centered @ omega)
-    return _Sketch(n_rows, part.mean, float(np.vdot(centered, centered)), r, centered.T @ q_block, part.nonfinite)
+    mean = block.mean(axis=0, dtype=np.float64)
+    rows, shift, nonfinite = block, mean, NonFinite()
+    if not np.isfinite(mean).all():  # NaN/±inf somewhere: found, counted and zeroed here
+        part = center_block(block, row_offset)  # (the fit raises after this pass)
+        rows, shift, mean, nonfinite = part.centered, np.zeros(n_features), part.mean, part.nonfinite
+    slabs = _row_slabs(n_rows, n_features)
+    sketch, m2 = np.empty((n_rows, omega.shape[1])), 0.0
+    for slab in slabs:
+        centered = np.subtract(rows[slab], shift, dtype=np.float64)
+        sketch[slab] = centered @ omega
+        m2 += float(np.vdot(centered, centered))
+    q_block, r = _qr_orthogonal_to(np.ones(n_rows), sketch)
+    h = np.zeros((n_features, q_block.shape[1]))
+    for slab in slabs:
+        h += np.subtract(rows[slab], shift, dtype=np.float64).T @ q_block[slab]
+    return _Sketch(n_rows, mean, m2, r, h, nonfinite)
 
 
 def _merge_sketches(parts: list[_Sketch], omega: np.ndarray) -> _Sketch:

@@ -8,6 +8,7 @@ them back the threads the caller had: a d = 4000 eigh is not left on one core.
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -30,8 +31,7 @@ def one_blas_thread_per_task():
     cores (measured: a 20000×500 ``syrk`` 3× slower with 2 dask × 2 BLAS threads than with
     2 × 1). Distributed workers need nothing: their nannies start them with one BLAS thread.
     """
-    scheduler = dask.base.get_scheduler()
-    if scheduler is not None and scheduler is not dask.threaded.get:
+    if not _threaded_scheduler():
         yield
         return
     before = max((lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"), default=1)
@@ -41,6 +41,19 @@ def one_blas_thread_per_task():
             yield
     finally:
         _caller_blas_threads.reset(token)
+
+
+def _threaded_scheduler() -> bool:
+    """Whether a dask array computed now runs on the local threaded scheduler.
+
+    ``dask.base.get_scheduler`` imports distributed to look for a client (~0.5 s on the first
+    fit); a client can only exist once distributed is imported, so without it only the
+    configuration is consulted.
+    """
+    if "distributed" in sys.modules:
+        scheduler = dask.base.get_scheduler()
+        return scheduler is None or scheduler is dask.threaded.get
+    return dask.config.get("scheduler", None) in (None, "threads", "threading", dask.threaded.get)
 
 
 @contextmanager

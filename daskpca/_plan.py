@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._graph import SPLIT_EVERY
+from .solvers.randomized import SLAB_BYTES
 
 logger = logging.getLogger("daskpca")
 
@@ -151,7 +152,8 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         "covariance": (1, n * d * d, block_in + 2 * block64 + merge * d * d * FLOAT64, True, ""),
         "gram": (2, n * n * d + 2 * n * d * k, n * col_strip * (itemsize + 2 * FLOAT64) + merge * n * n * FLOAT64, True, ""),
         "tsqr": (1, 2 * n * d * min(n, d) + tsqr_tree_flops, block_in + 2 * block64 + merge * min(n, d) * d * FLOAT64, True, ""),
-        "randomized": (q + 1, (q + 1) * 4 * n * d * ell, max(block_in + block64 + (2 * row_block + d) * ell * FLOAT64, merge_nodes(ell + 1)), False, f"q = {q}, ℓ = {ell}"),
+        # A randomized leaf converts its block a SLAB_BYTES slab at a time, not all at once.
+        "randomized": (q + 1, (q + 1) * 4 * n * d * ell, max(block_in + min(block64, SLAB_BYTES) + (2 * row_block + d) * ell * FLOAT64, merge_nodes(ell + 1)), False, f"q = {q}, ℓ = {ell}"),
         "als": ("1/iter", 4 * n * d * k, max(block_in + block64 + (2 * row_block + d) * k * FLOAT64, merge_nodes(k + 2)), False, "iterative; passes = iterations (the mean is fused into the first)"),
         # With missing values each E-step node also holds one k×k matrix per feature (d·k²).
         "ppca": ("1/iter", 4 * n * d * k + n * d * k * k, max(block_in + block64 + (2 * row_block + d) * k * FLOAT64, merge_nodes(k * k + k)), False, "missing values; passes = 1 + iterations"),

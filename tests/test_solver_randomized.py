@@ -127,7 +127,7 @@ def test_one_pass_iteration_equals_the_textbook_scheme_on_a_steep_spectrum(q):
     # σ_i = 10^(-i/2) over 24 directions (κ(XΩ) ≈ 1e11) plus a mean offset. The fused pass uses
     # only orthogonal transformations, so it must agree with explicit QR after every multiply
     # to round-off relative to σ_1 (measured ≤ 3e-15·10^(i/2)); undoing X̃ᵀX̃Ω with R⁻¹ instead
-    # would not (measured 7e-7 on component 8 with q = 0).
+    # would not (measured 7e-7 on component 8 with q = 0, same spectrum with a 1e3 offset).
     rng = np.random.default_rng(3)
     n, d, rank, k = 400, 60, 24, 8
     u, _ = np.linalg.qr(rng.standard_normal((n, rank)))

@@ -44,7 +44,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -166,10 +165,7 @@ def run_point(case: bench.Case, x: int, nominal_n: int, methods, caps, args, tmp
     path = bench.ensure_data(args.data_dir, case)
     exact = bench.ensure_exact(args.data_dir, case, path)
     stored = bench.stored_bytes(path)
-    if stored < 0.5 * psutil.virtual_memory().total:  # run.py's rule: warm unless it cannot stay cached
-        cache = f"page cache warmed in {bench.warm_page_cache(path):.1f} s"
-    else:
-        cache = "larger than half the RAM: read from disk by every row"
+    cache = bench.prepare_page_cache(path, stored)
     print(f"\n## {case.name}: {case.n} × {case.d}, chunks {case.chunks}, {stored / 1e9:.2f} GB stored ({cache})", flush=True)
     plan = planner_estimates(case, methods)
     rows = []

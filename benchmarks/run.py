@@ -323,6 +323,17 @@ def sin_theta(estimate: np.ndarray, exact: np.ndarray) -> float:
     return float(np.linalg.norm(q - qx @ (qx.T @ q), 2))
 
 
+def prepare_page_cache(path: Path, stored: int) -> str:
+    """Warm the page cache with the input unless it cannot stay cached; say which (for the header).
+
+    An input larger than half the RAM would be evicted while it is read: every row (floors
+    included) then reads it from disk.
+    """
+    if stored < 0.5 * psutil.virtual_memory().total:
+        return f"page cache warmed in {warm_page_cache(path):.1f} s"
+    return "larger than half the RAM: not cached, every row reads from disk"
+
+
 def warm_page_cache(path: Path) -> float:
     t0 = time.perf_counter()
     for f in sorted(path.rglob("*")):
@@ -787,10 +798,7 @@ def main(argv=None) -> int:
             if args.list:
                 print(f"{case.name}: {', '.join(methods)}")
                 continue
-            if stored < 0.5 * psutil.virtual_memory().total:
-                cache_note = f"page cache warmed in {warm_page_cache(path):.1f} s"
-            else:  # it cannot stay cached: every row (floors included) reads from disk
-                cache_note = "larger than half the RAM: not cached, every row reads from disk"
+            cache_note = prepare_page_cache(path, stored)
             print(f"\n## {case.name}: {case.n} × {case.d} float32, chunks {case.chunks}, k = {case.k}, "
                   f"{stored / 1e9:.2f} GB stored ({cache_note})"
                   f"{', --cluster' if args.cluster else ''}{f', BLAS threads {args.blas_threads}' if args.blas_threads else ''}", flush=True)

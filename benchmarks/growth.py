@@ -48,6 +48,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import run as bench  # noqa: E402  (run.py next to this file: Case, data, exact answer, runner)
+from run import markdown_table as table  # noqa: E402
 
 N_VALUES = (100_000, 1_000_000, 10_000_000)  # the n-series, at d = BASE.d
 D_VALUES = (100, 500, 1000, 2000, 5000)  # the d-series, at n = D_SERIES_N
@@ -191,12 +192,6 @@ def run_point(case: bench.Case, x: int, nominal_n: int, methods, caps, args, tmp
 # --------------------------------------------------------------------------------------------
 # Tables
 # --------------------------------------------------------------------------------------------
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
 
 def fmt_x(x: int) -> str:

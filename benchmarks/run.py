@@ -716,12 +716,15 @@ def fmt_row(row: dict, floors: dict, stored: int) -> list[str]:
 HEADER = ["method", "wall s", "×read", "×gram", "peak GB", "passes", "reads", "sin θ", "other CPU", "note"]
 
 
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table with padded columns (readable as plain text too)."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
 def render_table(rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADER)]
-    widths[-1] = max(len(HEADER[-1]), *(len(r[-1]) for r in rows))
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
-    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(HEADER), sep, *(line(r) for r in rows)])
+    return markdown_table(HEADER, rows)
 
 
 def machine_info() -> dict:

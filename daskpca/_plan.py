@@ -142,16 +142,21 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         """A merge task of the tree: ``split_every`` d×columns float64 nodes in, their stack, one out."""
         return (2 * SPLIT_EVERY + 1) * d * columns * FLOAT64
 
-    # TSQR's merge tree: every level stacks split_every R factors (≤ min(n_i, d) × d each) and
-    # QRs them again; over all levels ~ n_blocks·SPLIT_EVERY/(SPLIT_EVERY − 1) R factors pass
-    # through a QR, 2·d³ flops each — as much as the leaves' 2·n·d² when d nears the block rows
-    # (measured at 1e5 × 5000 in 20 blocks: TSQR 6× the covariance time).
+    # TSQR's merge tree is pairwise (tsqr.MERGE_SPLIT_EVERY = 2): n_blocks − 1 structured QRs
+    # (LAPACK tpqrt) of a d×d triangle stacked on an R factor of r rows, ~⅔·d·r² flops each —
+    # exact for blocks of ≥ d rows (r = d), where it is a third of a leaf's 2·n_i·d².
     r_rows = min(row_block, d)
-    tsqr_tree_flops = 2 * r_rows * d * d * len(chunks[0]) * SPLIT_EVERY / (SPLIT_EVERY - 1) if len(chunks[0]) > 1 else 0
+    tsqr_tree_flops = (len(chunks[0]) - 1) * 2 / 3 * d * r_rows * r_rows
+    # TSQR's largest task. A leaf: its block, one float64 copy factored in place, its R (and
+    # np.triu's one-byte mask of it). A merge: its two R factors (≤ min(n, d)×d), the private
+    # d×d triangle that becomes its result and the (m + 1)×d block stacked under it, 4·d² float64
+    # (measured at 4e4 × 2000 in 20 blocks: leaf 2.64·d², merge 4.03·d²; plan 2.63·d², 4·d²).
+    tsqr_leaf = block_in + block64 + r_rows * d * (FLOAT64 + 1)
+    tsqr_merge = 4 * min(n, d) * d * FLOAT64
     costs = {
         "covariance": (1, n * d * d, block_in + 2 * block64 + merge * d * d * FLOAT64, True, ""),
         "gram": (2, n * n * d + 2 * n * d * k, n * col_strip * (itemsize + 2 * FLOAT64) + merge * n * n * FLOAT64, True, ""),
-        "tsqr": (1, 2 * n * d * min(n, d) + tsqr_tree_flops, block_in + 2 * block64 + merge * min(n, d) * d * FLOAT64, True, ""),
+        "tsqr": (1, 2 * n * d * min(n, d) + tsqr_tree_flops, max(tsqr_leaf, tsqr_merge), True, ""),
         # A randomized leaf converts its block a SLAB_BYTES slab at a time, not all at once.
         "randomized": (q + 1, (q + 1) * 4 * n * d * ell, max(block_in + min(block64, SLAB_BYTES) + (2 * row_block + d) * ell * FLOAT64, merge_nodes(ell + 1)), False, f"q = {q}, ℓ = {ell}"),
         "als": ("1/iter", 4 * n * d * k, max(block_in + block64 + (2 * row_block + d) * k * FLOAT64, merge_nodes(k + 2)), False, "iterative; passes = iterations (the mean is fused into the first)"),

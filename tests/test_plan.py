@@ -79,3 +79,43 @@ def test_plan_reads_nothing(tmp_path):
     array, store = write_zarr(tmp_path / "x.zarr", low_rank_data(500, 10), (100, 10))
     PCA(3).plan(array)
     assert not store.chunk_reads()
+
+
+@pytest.mark.parametrize("rows", [300, 1_200])  # merge-bound (blocks of d rows), leaf-bound (4·d)
+def test_tsqr_task_memory_is_the_largest_measured_task(rows):
+    # Peak traced memory of every task of the real TSQR graph (inputs included), against the
+    # planner's estimate of the largest one. Fan-in-8 merges measured 33·d² against a plan of 11.5·d².
+    import tracemalloc
+
+    import dask
+    from dask.callbacks import Callback
+    from dask.sizeof import sizeof
+
+    from daskpca._plan import estimate_solvers
+    from daskpca.solvers import tsqr
+
+    d = 300
+    X = da.from_array(np.random.default_rng(0).standard_normal((16 * rows, d)).astype(np.float32), chunks=(rows, d))
+    peaks = {}
+
+    class PerTask(Callback):
+        def _pretask(self, key, dsk, state):
+            inputs = [state["cache"][k] for k in dask.core.get_dependencies(dsk, key) if k in state["cache"]]
+            self.start = tracemalloc.get_traced_memory()[0] - sum(sizeof(x) for x in inputs)
+            tracemalloc.reset_peak()
+
+        def _posttask(self, key, result, dsk, state, id):
+            if isinstance(result, tsqr._RPart):
+                peaks[key] = tracemalloc.get_traced_memory()[1] - self.start
+
+    with dask.config.set(scheduler="sync"):
+        dask.compute(tsqr.r_graph(X[:40, :8]))  # warm-up: imports and caches are not the solver's
+        tracemalloc.start()
+        try:
+            with PerTask():
+                dask.compute(tsqr.r_graph(X))
+        finally:
+            tracemalloc.stop()
+    (estimate,) = estimate_solvers(*X.shape, 5, X.chunks, 4, available=("tsqr",))
+    largest = max(peaks.values())
+    assert largest / 1.5 <= estimate.task_bytes <= 1.5 * largest, (estimate.task_bytes / (8 * d * d), largest / (8 * d * d))

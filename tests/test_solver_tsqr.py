@@ -1,6 +1,10 @@
-"""The TSQR solver: exact on every layout, one pass, and accurate where the covariance path fails."""
+"""The TSQR solver: exact on every layout, one pass, accurate where the covariance path fails,
+and a peak memory of a few d×d R factors."""
+
+import tracemalloc
 
 import dask
+import dask.callbacks
 import dask.array as da
 import numpy as np
 import pytest
@@ -96,3 +100,54 @@ def test_one_read_of_each_chunk(tmp_path, chunks):
     reads = store.chunk_reads()
     assert len(reads) == n_chunks and set(reads.values()) == {1}
     assert result.n_passes == 1
+
+
+def _held_bytes(array: np.ndarray) -> int:
+    """Bytes an array keeps alive: its own, or its base's when it is a view."""
+    while array.base is not None:
+        array = array.base
+    return array.nbytes
+
+
+@pytest.mark.parametrize("shape, chunks", [((37 * 40, 30), (40, 30)), ((37 * 10, 30), (10, 30))])
+def test_merges_take_two_r_factors_and_results_own_their_memory(shape, chunks):
+    # A merge that stacks many d×d R factors holds them all plus the stack and LAPACK's copies
+    # (fan-in 8 peaked at 33·d²); a result that is a view of the stack keeps the stack alive.
+    # 37 blocks: odd counts at some levels. Blocks of 10 rows < d: trapezoidal R, dense merges.
+    graph = tsqr.r_graph(da.from_array(low_rank_data(*shape), chunks=chunks))
+    dsk = dict(graph.__dask_graph__())
+    merges = [key for key in dsk if key[0].startswith("tsqr-merge")]
+    assert max(len(dask.core.get_dependencies(dsk, key)) for key in merges) <= 2
+    assert len(merges) >= 36  # a binary tree: 36 pairwise merges, plus the odd ones passed up
+
+    results = {}
+
+    class Keep(dask.callbacks.Callback):
+        def _posttask(self, key, result, dsk, state, id):
+            if isinstance(result, tsqr._RPart):
+                results[key] = result
+
+    with dask.config.set(scheduler="sync"), Keep():
+        dask.compute(graph)
+    assert len(results) == 37 + len(merges)
+    for key, part in results.items():
+        assert _held_bytes(part.r) == part.r.nbytes, key
+        assert part.r.shape[0] <= shape[1]
+
+
+def test_peak_memory_is_a_few_r_factors():
+    # The whole one-pass graph on float32 row blocks of d rows: the largest task holds ~4·d²
+    # float64 (a merge: two R factors and its two private copies) and, run depth-first, one
+    # finished R per tree level waits for its sibling. Measured ~8.6·d²; fan-in 8 took ~57·d².
+    n_blocks, d = 32, 400
+    X = da.from_array(np.random.default_rng(0).standard_normal((n_blocks * d, d)).astype(np.float32), chunks=(d, d))
+    with dask.config.set(scheduler="sync"):
+        dask.compute(tsqr.r_graph(X[:40, :8]))  # warm-up: imports and caches are not the solver's
+        tracemalloc.start()
+        try:
+            dask.compute(tsqr.r_graph(X))
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    r_factor = 8 * d * d
+    assert peak <= (np.log2(n_blocks) + 6) * r_factor, peak / r_factor

@@ -28,14 +28,28 @@ orthogonal map takes X̃ to that stack padded with zeros (P's column space and `
 orthogonal), so every step is an orthogonal transformation plus one rank-one row formed from a
 difference of means: the result is as stable as Householder QR of X̃ itself, and no row block is
 ever shifted by a large common mean before its QR (which would cancel when ``|μ| ≫ spread``).
-A merge of m parts stacks their m R factors and the m − 1 correction rows of the sequential
-pairwise merges, and does one QR.
+
+The merge tree
+--------------
+Merges are pairwise (``MERGE_SPLIT_EVERY`` = 2): a merge task QRs ``[R_A; correction; R_B]``
+with LAPACK's ``tpqrt``, the Householder QR of a triangle stacked on a pentagonal block, which
+skips the known zeros (~⅔·d³ flops instead of ~3⅓·d³ for a dense QR of the 2d+1 rows) and
+works in place on private copies, so no stack of R factors is ever concatenated. It used to be
+one dense QR of 8 stacked R factors: at 4e4 × 2000 float32 in 20 row blocks such a merge peaked
+at 33·d² float64 (its 8 inputs, the concatenated stack, f2py's Fortran copy of it and
+``qr(mode="r")``'s ``triu`` of the whole stack, whose first d rows it kept alive as its result),
+two of them ran at once and the fit peaked at 71·d² RSS; now 4·d² and 15·d².
 
 Passes: 1 (R, Σ and V; the scores U = X̃V Σ⁻¹ would be one more pass and are never needed here).
-Flops: 2·n·d² for the block QRs + tree QRs of stacks of at most ``SPLIT_EVERY``·d rows + d³ for
-the final SVD. Memory per task: one float64 copy of a row block plus its R (≤ d² float64); a
-merge task holds ``SPLIT_EVERY`` R factors. Pick when small eigenvalues matter (ill-conditioned
-data): the covariance and Gram solvers square the condition number and lose eigenvalues below
+Flops: 2·n·d² for the block QRs + (n_blocks − 1)·⅔·d³ for the merges + d³ for the final SVD.
+Memory per task, float64: a leaf holds its block, one copy of it (factored in place) and its
+min(n_i, d)×d R; a merge holds its two R factors, the d×d triangle that becomes its result and
+the block stacked under it, ≤ 4·d². Between tasks, finished R factors wait for their sibling:
+on the threaded scheduler at most log2(n_blocks) + 2 of them at once (measured: 5 at 8 blocks,
+7 at 20, 12 at 1024; with a fan-in of 8 it was 9, 11 and 24). Any log-depth tree run depth-first
+keeps one finished subtree per level; a constant count would need a chain, whose merges run one
+after another. Pick this solver when small eigenvalues matter (ill-conditioned data): the
+covariance and Gram solvers square the condition number and lose eigenvalues below
 ~ε·λ_max, TSQR keeps singular values to ~ε·σ_max absolute.
 
 Accuracy: backward stable; singular values carry absolute error ~ε·σ_max (relative error
@@ -57,7 +71,7 @@ from dataclasses import dataclass
 
 import dask
 import numpy as np
-from scipy.linalg import qr, svd
+from scipy.linalg import get_lapack_funcs, svd
 
 from .._graph import SizedByArrays, map_row_blocks, tree_reduce
 from .._linalg import client_blas_threads
@@ -68,27 +82,94 @@ N_PASSES = 1
 OPTIONS = ()
 
 
+#: Fan-in of TSQR's merge tree: pairwise, not ``_graph.SPLIT_EVERY``. A merge task then holds
+#: two d×d inputs instead of 8, and a finished R waits for one sibling instead of seven, so
+#: merges run as soon as two neighbouring leaves are done (measured at 4e4 × 2000 in 20 blocks:
+#: at most 7 R factors alive at once, 15 with fan-in 8).
+MERGE_SPLIT_EVERY = 2
+#: Block size of the structured QR (LAPACK ``tpqrt``): its T workspace is this many rows × d.
+_TPQRT_BLOCK = 32
+
+_geqrf, _geqrf_lwork, _tpqrt = get_lapack_funcs(("geqrf", "geqrf_lwork", "tpqrt"), dtype=np.float64)
+
+
 @dataclass(frozen=True)
 class _RPart(SizedByArrays):
     """Count, mean and R factor of the rows centered on their own mean."""
 
     count: int
     mean: np.ndarray  # (d,)
-    r: np.ndarray  # (m, d) upper trapezoidal, m ≤ d
+    r: np.ndarray  # (m, d) upper trapezoidal, m ≤ d, zeros below the diagonal; owns its memory
     nonfinite: NonFinite
 
 
-def _r_factor(stack: np.ndarray) -> np.ndarray:
-    """R of a thin Householder QR: shape (min(m, d), d). ``stack`` is overwritten."""
-    if stack.shape[0] == 0:
-        return stack
-    (r,) = qr(stack, mode="r", overwrite_a=True, check_finite=False)
-    return r[: min(stack.shape)]
+def _r_factor(a: np.ndarray) -> np.ndarray:
+    """R of the Householder QR of ``a`` (m×d): a new (min(m, d), d) array.
+
+    ``a`` is overwritten. Pass it Fortran-ordered float64: LAPACK then factors it in place
+    (anything else is first copied by f2py). The R is copied out rather than returned as a view,
+    which would keep the whole m×d array alive as long as the R.
+    """
+    m, d = a.shape
+    if m == 0:
+        return np.zeros((0, d))
+    work, _ = _geqrf_lwork(m, d)
+    qr, _, _, info = _geqrf(a, lwork=max(int(work), 1), overwrite_a=1)
+    if info:  # pragma: no cover - only an illegal argument
+        raise RuntimeError(f"LAPACK geqrf failed (info={info})")
+    return np.triu(qr[: min(m, d)])
+
+
+def _stacked_r(r_a: np.ndarray, r_b: np.ndarray, correction: np.ndarray) -> np.ndarray:
+    """R factor of the stack ``[r_a; correction; r_b]``; the inputs are left untouched.
+
+    Parameters
+    ----------
+    r_a, r_b : ndarray of shape (m_a, d), (m_b, d)
+        Upper trapezoidal R factors (m ≤ d, zeros below the diagonal).
+    correction : ndarray of shape (d,)
+        The Chan correction row (see the module docstring).
+
+    Returns
+    -------
+    ndarray of shape (min(m_a + m_b + 1, d), d), upper trapezoidal.
+
+    Notes
+    -----
+    When the result has d rows this is LAPACK's ``tpqrt``: the Householder QR of a d×d upper
+    triangle stacked on a pentagonal block (a dense row, then an upper trapezoid), computing
+    only the entries that are not known zeros — the same reflections as a dense QR of the
+    stack, in ~⅔·d³ flops instead of ~3⅓·d³, with no (2d+1)×d stack formed. The taller factor
+    becomes the triangle, zero-padded to d×d if it has fewer rows (zero rows change no
+    reflection). Memory: the inputs plus the d×d result and the (m_b + 1)×d block, ≤ 4·d²
+    float64 in all. Row order does not change RᵀR, so the rows may be arranged this way.
+    """
+    if r_a.shape[0] < r_b.shape[0]:
+        r_a, r_b = r_b, r_a
+    (m_a, d), m_b = r_a.shape, r_b.shape[0]
+    if m_a + m_b + 1 < d:  # wide data: a stack shorter than d rows, one dense QR of it
+        stack = np.empty((m_a + m_b + 1, d), order="F")
+        stack[:m_a], stack[m_a], stack[m_a + 1 :] = r_a, correction, r_b
+        return _r_factor(stack)
+    triangle = np.zeros((d, d), order="F")  # private copies: the inputs are dask's results
+    triangle[:m_a] = r_a
+    pentagon = np.empty((m_b + 1, d), order="F")
+    pentagon[0], pentagon[1:] = correction, r_b
+    r, _, _, info = _tpqrt(m_b, min(_TPQRT_BLOCK, d), triangle, pentagon, overwrite_a=1, overwrite_b=1)
+    if info:  # pragma: no cover - only an illegal argument
+        raise RuntimeError(f"LAPACK tpqrt failed (info={info})")
+    return r
 
 
 def _block_r(block: np.ndarray, row_offset: int) -> _RPart:
+    """Leaf: count, mean and R of one row block (n_i×d) centered on its own mean.
+
+    Memory: the block, one float64 copy of it (factored in place) and the min(n_i, d)×d R.
+    """
     nonfinite = find_nonfinite(block, row_offset, 0)
-    x = np.array(block, dtype=np.float64)  # a private float64 copy; QR overwrites it
+    # A private float64 copy in LAPACK's (Fortran) order, so that geqrf overwrites it in place
+    # instead of f2py making a second copy.
+    x = np.array(block, dtype=np.float64, order="F")
     if nonfinite.count:
         x[~np.isfinite(x)] = 0.0
     n_rows, n_features = x.shape
@@ -100,27 +181,44 @@ def _block_r(block: np.ndarray, row_offset: int) -> _RPart:
 
 
 def _merge_r(parts: list[_RPart]) -> _RPart:
-    """Stack the R factors and the Chan correction rows of the parts; one QR (see module doc)."""
+    """Fold the parts into one, a pair at a time: R of ``[R_acc; correction; R_part]`` each step.
+
+    Parameters
+    ----------
+    parts : list of _RPart
+        Any number (the tree passes ``MERGE_SPLIT_EVERY``); empty parts are skipped.
+
+    Returns
+    -------
+    _RPart
+        R of at most min(rows + corrections, d)×d. One part is returned as it is (its arrays
+        shared, not copied).
+
+    Notes
+    -----
+    Each step is :func:`_stacked_r`: at most the two current R factors plus ~2·d² of workspace
+    are alive, on top of the parts passed in.
+    """
     parts = [p for p in parts if p.count] or parts[:1]
     nonfinite = parts[0].nonfinite
-    count, mean = parts[0].count, parts[0].mean
-    rows = [parts[0].r]
+    count, mean, r = parts[0].count, parts[0].mean, parts[0].r
     for part in parts[1:]:
         nonfinite = nonfinite.merge(part.nonfinite)
         total = count + part.count
         delta = part.mean - mean
-        rows.append(part.r)
-        rows.append((np.sqrt(count * part.count / total) * delta)[None, :])
+        r = _stacked_r(r, part.r, np.sqrt(count * part.count / total) * delta)
         mean = mean + delta * (part.count / total)
         count = total
-    stack = np.concatenate(rows, axis=0)
-    r = _r_factor(stack) if len(parts) > 1 else stack
     return _RPart(count, mean, r, nonfinite)
 
 
 def r_graph(X):
-    """Delayed merged :class:`_RPart` of all rows of ``X`` (one pass when computed)."""
-    return tree_reduce(map_row_blocks(X, _block_r, "tsqr-chunk"), _merge_r, "tsqr-merge")
+    """Delayed merged :class:`_RPart` of all rows of ``X`` (one pass when computed).
+
+    One leaf per row block, then a binary tree of pairwise merges (``MERGE_SPLIT_EVERY``).
+    """
+    leaves = map_row_blocks(X, _block_r, "tsqr-chunk")
+    return tree_reduce(leaves, _merge_r, "tsqr-merge", split_every=MERGE_SPLIT_EVERY)
 
 
 def solve(X, request: ComponentRequest, *, random_state=None) -> SolverResult:
@@ -143,8 +241,10 @@ def solve(X, request: ComponentRequest, *, random_state=None) -> SolverResult:
 
     Notes
     -----
-    Memory: the final R is at most d×d float64 (for wide data, min(n + merges, d)×d); the data
-    is never held whole and no centered copy of it exists.
+    Memory: tasks as in the module docstring (≤ 4·d² float64 for a merge); the final R is at
+    most min(n + n_blocks − 1, d)×d float64 (a correction row per merge), and its SVD on the
+    client holds ~7·d² more (gesdd's copy, U, Vᵀ and workspace). The data is never held whole
+    and no centered copy of it exists.
     """
     (part,) = dask.compute(r_graph(X))
     raise_if_nonfinite(part.nonfinite)

@@ -157,8 +157,9 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         "covariance": (1, n * d * d, block_in + 2 * block64 + merge * d * d * FLOAT64, True, ""),
         "gram": (2, n * n * d + 2 * n * d * k, n * col_strip * (itemsize + 2 * FLOAT64) + merge * n * n * FLOAT64, True, ""),
         "tsqr": (1, 2 * n * d * min(n, d) + tsqr_tree_flops, max(tsqr_leaf, tsqr_merge), True, ""),
-        # A randomized leaf converts its block a SLAB_BYTES slab at a time, not all at once.
-        "randomized": (q + 1, (q + 1) * 4 * n * d * ell, max(block_in + min(block64, SLAB_BYTES) + (2 * row_block + d) * ell * FLOAT64, merge_nodes(ell + 1)), False, f"q = {q}, ℓ = {ell}"),
+        # A randomized leaf converts its block one slab (≥ SLAB_BYTES or 2·(ℓ + 1) rows) at a
+        # time and merges the slabs' d×(ℓ + 1) factors SPLIT_EVERY at a time, like a merge task.
+        "randomized": (q + 1, (q + 1) * 4 * n * d * ell, block_in + min(block64, max(SLAB_BYTES, 2 * (ell + 1) * d * FLOAT64)) + merge_nodes(ell + 1), False, f"q = {q}, ℓ = {ell}"),
         "als": ("1/iter", 4 * n * d * k, max(block_in + block64 + (2 * row_block + d) * k * FLOAT64, merge_nodes(k + 2)), False, "iterative; passes = iterations (the mean is fused into the first)"),
         # With missing values each E-step node also holds one k×k matrix per feature (d·k²).
         "ppca": ("1/iter", 4 * n * d * k + n * d * k * k, max(block_in + block64 + (2 * row_block + d) * k * FLOAT64, merge_nodes(k * k + k)), False, "missing values; passes = 1 + iterations"),

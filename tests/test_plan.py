@@ -81,21 +81,15 @@ def test_plan_reads_nothing(tmp_path):
     assert not store.chunk_reads()
 
 
-@pytest.mark.parametrize("rows", [300, 1_200])  # merge-bound (blocks of d rows), leaf-bound (4·d)
-def test_tsqr_task_memory_is_the_largest_measured_task(rows):
-    # Peak traced memory of every task of the real TSQR graph (inputs included), against the
-    # planner's estimate of the largest one. Fan-in-8 merges measured 33·d² against a plan of 11.5·d².
+def _largest_task_bytes(graph, result_type, warm_up) -> int:
+    """Peak traced memory of the largest task of ``graph`` that returns ``result_type``, inputs
+    included (sync scheduler, so one task runs at a time)."""
     import tracemalloc
 
     import dask
     from dask.callbacks import Callback
     from dask.sizeof import sizeof
 
-    from daskpca._plan import estimate_solvers
-    from daskpca.solvers import tsqr
-
-    d = 300
-    X = da.from_array(np.random.default_rng(0).standard_normal((16 * rows, d)).astype(np.float32), chunks=(rows, d))
     peaks = {}
 
     class PerTask(Callback):
@@ -105,17 +99,50 @@ def test_tsqr_task_memory_is_the_largest_measured_task(rows):
             tracemalloc.reset_peak()
 
         def _posttask(self, key, result, dsk, state, id):
-            if isinstance(result, tsqr._RPart):
+            if isinstance(result, result_type):
                 peaks[key] = tracemalloc.get_traced_memory()[1] - self.start
 
     with dask.config.set(scheduler="sync"):
-        dask.compute(tsqr.r_graph(X[:40, :8]))  # warm-up: imports and caches are not the solver's
+        dask.compute(warm_up)  # imports and caches are not the solver's
         tracemalloc.start()
         try:
             with PerTask():
-                dask.compute(tsqr.r_graph(X))
+                dask.compute(graph)
         finally:
             tracemalloc.stop()
+    return max(peaks.values())
+
+
+@pytest.mark.parametrize("rows", [300, 1_200])  # merge-bound (blocks of d rows), leaf-bound (4·d)
+def test_tsqr_task_memory_is_the_largest_measured_task(rows):
+    # Peak traced memory of every task of the real TSQR graph (inputs included), against the
+    # planner's estimate of the largest one. Fan-in-8 merges measured 33·d² against a plan of 11.5·d².
+    from daskpca._plan import estimate_solvers
+    from daskpca.solvers import tsqr
+
+    d = 300
+    X = da.from_array(np.random.default_rng(0).standard_normal((16 * rows, d)).astype(np.float32), chunks=(rows, d))
+    largest = _largest_task_bytes(tsqr.r_graph(X), tsqr._RPart, tsqr.r_graph(X[:40, :8]))
     (estimate,) = estimate_solvers(*X.shape, 5, X.chunks, 4, available=("tsqr",))
-    largest = max(peaks.values())
     assert largest / 1.5 <= estimate.task_bytes <= 1.5 * largest, (estimate.task_bytes / (8 * d * d), largest / (8 * d * d))
+
+
+@pytest.mark.parametrize("shape, rows", [((40_000, 300), 8_000), ((4_000, 3_000), 800)])  # slab-bound, factor-bound
+def test_randomized_task_memory_is_the_largest_measured_task(shape, rows):
+    # A randomized leaf holds its block, one float64 slab and up to SPLIT_EVERY d×(ℓ + 1) partial
+    # factors; the planner's per-task estimate must be the largest task of one real pass.
+    from daskpca._graph import map_row_blocks, tree_reduce
+    from daskpca._plan import estimate_solvers
+    from daskpca.solvers import randomized
+
+    X = da.from_array(np.random.default_rng(0).standard_normal(shape).astype(np.float32), chunks=(rows, shape[1]))
+    k, p = 20, 10
+    omega = np.random.default_rng(1).standard_normal((shape[1], k + p))
+
+    def one_pass(X, omega):
+        leaves = map_row_blocks(X, randomized._sketch_block, "randomized-pass", omega, True)
+        return tree_reduce(leaves, randomized._merge_sketches, "randomized-merge", omega)
+
+    largest = _largest_task_bytes(one_pass(X, omega), randomized._Sketch, one_pass(X[:100, :40], omega[:40]))
+    (estimate,) = estimate_solvers(*X.shape, k, X.chunks, 4, n_oversamples=p, available=("randomized",))
+    assert largest / 1.5 <= estimate.task_bytes <= 1.5 * largest, (estimate.task_bytes / 2**20, largest / 2**20)

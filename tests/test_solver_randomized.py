@@ -98,6 +98,19 @@ def test_nonfinite_input_raises_in_the_first_pass():
         randomized.solve(da.from_array(X, chunks=(30, 4)), ComponentRequest(2, 100, 10))
 
 
+def test_nonfinite_entries_in_a_later_slab_are_counted_and_located(monkeypatch):
+    # NaN in the first slab's rows (which give the block's shift) and in a later slab: both are
+    # found, the count is exact and the first one is reported by its global position.
+    monkeypatch.setattr(randomized, "SLAB_BYTES", 1)  # 2·(ℓ + 1) = 14 rows per slab
+    X = low_rank_data(120, 10)
+    X[61, 2] = X[95, 7] = np.nan
+    X[2, 4] = -np.inf
+    part = randomized._sketch_block(X[56:], 56, np.ones((10, 6)))
+    assert part.nonfinite.count == 2 and part.nonfinite.first == (61, 2)
+    with pytest.raises(ValueError, match=r"3 non-finite value.*row 2, column 4"):
+        randomized.solve(da.from_array(X, chunks=(56, 10)), ComponentRequest(2, 120, 10), n_oversamples=4)
+
+
 @pytest.mark.parametrize("q", [0, 1, 3])
 @pytest.mark.parametrize("chunks", [(130, 40), (130, 15)])
 def test_reads_each_chunk_q_plus_1_times(tmp_path, q, chunks):
@@ -164,8 +177,8 @@ def test_slabs_inside_a_block_change_nothing(monkeypatch):
     dask_X = da.from_array(X, chunks=(450, 40))
     request = ComponentRequest(4, *X.shape)
     whole = randomized.solve(dask_X, request, random_state=0, n_power_iter=2)
-    monkeypatch.setattr(randomized, "SLAB_BYTES", 8 * 40 * 17)  # 17 → at least 16 rows per slab
-    assert len(randomized._row_slabs(450, 40)) == 27
+    monkeypatch.setattr(randomized, "SLAB_BYTES", 1)  # the minimum: 2·(ℓ + 1) = 30 rows per slab
+    assert len(randomized._row_slabs(450, 40, 14)) == 15  # > SPLIT_EVERY: merged in two rounds
     slabbed = randomized.solve(dask_X, request, random_state=0, n_power_iter=2)
     assert sin_theta(slabbed.components, whole.components) <= 1e-12
     np.testing.assert_allclose(slabbed.explained_variance, whole.explained_variance, rtol=1e-12)

@@ -22,9 +22,14 @@ One pass per iteration: X̃ᵀ·orth(X̃Ω) without forming Q
 The textbook scheme needs Q before it can form X̃ᵀQ, hence a second read. Here each row block
 makes both products while it is in memory, and Q is never formed:
 
-- leaf (one row block X_i, centered on its *own* mean μ_i: C_i = X_i − 1μ_iᵀ)::
+- leaf (a slab of ~16 MiB of rows X_i, centered on its *own* mean μ_i: C_i = X_i − 1μ_iᵀ)::
 
       Ŷ_i = C_iΩ = Q_i R_i   (Householder QR with Q_i ⟂ 1),   H_i = C_iᵀQ_i   (d×ℓ)
+
+  A task's row block is split into such slabs and they are merged inside the task (below), so
+  each slab is converted to float64 once and both products read it from cache; the slab is
+  shifted by a nearby vector rather than its exact mean, and the QR projects the ones direction
+  out (see :func:`_sketch_slab`).
 
 - merge (parts a, b, … into c, with μ_c their pooled mean and δ_a = μ_a − μ_c): the rows of
   part a, re-centered on μ_c, are C_a + 1δ_aᵀ, and their sketch is Ŷ_a + 1(Ωᵀδ_a)ᵀ
@@ -47,10 +52,10 @@ its own mean, the correction rides in the merges (no ``XΩ − 1(μᵀΩ)`` canc
 
 Costs
 -----
-Passes: exactly q + 1. Flops: (q + 1)·4·n·d·ℓ (two products per block per pass) + O(n·ℓ²) for the
-leaf QRs + O(d·ℓ²) per merge and on the client. Memory per task: the input row block plus
-n_i·ℓ (its sketch and Q_i), d·ℓ (Ω, H_i) and a ~4 MiB float64 slab (a leaf centers its block a
-slab of rows at a time); a merge holds ``split_every`` d×(ℓ+1) matrices.
+Passes: exactly q + 1. Flops: (q + 1)·4·n·d·ℓ (two products per slab per pass) + O(n·ℓ²) for the
+slab QRs + O(d·ℓ²) per merge (≈ (ℓ + 1)/(2·slab rows) of the products) and on the client.
+Memory per task: the input row block, one ~16 MiB float64 slab, and ``SPLIT_EVERY`` d×(ℓ+1)
+partial factors; a merge task holds ``SPLIT_EVERY`` d×(ℓ+1) matrices.
 
 Checkpoints (``checkpoint=PATH``): after every pass but the last, the small state — Ω_{j+1}
 (d×ℓ), the power iterations and passes done — is written atomically to PATH (see
@@ -80,9 +85,8 @@ import numpy as np
 from scipy.linalg import qr, svd
 
 from .._checkpoint import open_checkpoint, seed_fingerprint
-from .._graph import SizedByArrays, map_row_blocks, tree_reduce
-from .._moments import center_block
-from .._validation import NonFinite, raise_if_nonfinite
+from .._graph import SPLIT_EVERY, SizedByArrays, map_row_blocks, tree_reduce
+from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 from ._iterative import as_generator
 
@@ -139,43 +143,82 @@ def _qr_orthogonal_to(direction: np.ndarray, matrix: np.ndarray) -> tuple[np.nda
     return p[:, 1:], r[1:, 1:]
 
 
-#: Rows converted to float64 at a time inside a leaf: ~4 MiB, so the centered slab stays in cache.
-SLAB_BYTES = 4 * 2**20
+#: Rows converted to float64 at a time inside a leaf: ~16 MiB, so a slab is converted once and
+#: both of its products read it from cache (see :func:`_sketch_block`).
+SLAB_BYTES = 16 * 2**20
 
 
-def _row_slabs(n_rows: int, n_features: int):
-    step = max(16, SLAB_BYTES // (8 * max(n_features, 1)))
+def _row_slabs(n_rows: int, n_features: int, sketch_size: int):
+    """Row slices of ~SLAB_BYTES of float64, and at least 2·(ℓ + 1) rows so that a slab's QR
+    factor (ℓ×ℓ) stays small next to the slab itself."""
+    step = max(2 * (sketch_size + 1), SLAB_BYTES // (8 * max(n_features, 1)))
     return [slice(start, min(start + step, n_rows)) for start in range(0, n_rows, step)]
 
 
-def _sketch_block(block: np.ndarray, row_offset: int, omega: np.ndarray) -> _Sketch:
-    """Leaf: center the block on its own mean, sketch it, and project it on the sketch's basis.
+def _sketch_slab(
+    rows: np.ndarray, row_offset: int, omega: np.ndarray, shift: np.ndarray, scratch: np.ndarray, with_m2: bool
+) -> _Sketch:
+    """The :class:`_Sketch` of a few rows about their own mean, made in the float64 ``scratch``.
 
-    The block is converted to float64 and centered one cache-sized slab of rows at a time, twice
-    (once for the sketch C·Ω and the sum of squares, once for Cᵀ·Q after the sketch's QR): two
-    reads of the float32 block instead of writing and re-reading a float64 copy twice its size —
-    memory traffic, not flops, bounds this leaf.
+    The rows are converted and shifted by ``shift`` (d,) in one operation, C = rows − 1·shiftᵀ,
+    and both products then read C while it is in cache. C is not centered on the slab's own mean
+    (that would cost two more sweeps over it); the ones direction is projected out instead:
+
+        [1/√m, C·Ω] = P·R  (Householder),   Cᵀ·P = [Cᵀ1/(√m·R₀₀), Cᵀ·Q]
+
+    Q = P[:, 1:] ⟂ 1 and Q·R[1:, 1:] = (I − 11ᵀ/m)·C·Ω is the sketch of the centered rows, so
+    R[1:, 1:] is the centered R factor and CᵀQ equals (centered rows)ᵀQ. The first column of
+    CᵀP gives the column sums, hence the mean, for free. ``shift`` is any vector near the rows'
+    mean (the block's first-slab mean); it only keeps the subtraction free of cancellation.
+
+    NaN/±inf entries make the column sums non-finite: they are then counted, zeroed and the
+    slab is redone (the fit raises after the pass). ``with_m2`` adds the sum of squares about
+    the mean (one more sweep), needed from one pass only.
+    """
+    n_rows = rows.shape[0]
+    unit = np.full((n_rows, 1), 1.0 / np.sqrt(n_rows))
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/±inf input is detected just below
+        centered = scratch[:n_rows]
+        centered[...] = rows  # convert, then shift in place: ~2× faster than a mixed-dtype subtract
+        centered -= shift
+        stacked = np.concatenate([unit, centered @ omega], axis=1)
+        basis, r = qr(stacked, mode="economic", overwrite_a=True, check_finite=False)
+        h = (basis.T @ centered).T  # = centeredᵀ·basis; this operand order runs ~1.6× faster
+        column_sums = h[:, 0] * (r[0, 0] * np.sqrt(n_rows))
+    nonfinite = NonFinite()
+    if not np.isfinite(column_sums).all():
+        nonfinite = find_nonfinite(rows, row_offset, 0)
+        finite_rows = np.where(np.isfinite(rows), rows, 0)
+        part = _sketch_slab(finite_rows, row_offset, omega, np.nan_to_num(shift, posinf=0.0, neginf=0.0), scratch, with_m2)
+        return _Sketch(part.count, part.mean, part.m2, part.r, part.h, nonfinite)
+    m2 = float(np.vdot(centered, centered)) - float(column_sums @ column_sums) / n_rows if with_m2 else 0.0
+    return _Sketch(n_rows, shift + column_sums / n_rows, m2, r[1:, 1:], h[:, 1:], nonfinite)
+
+
+def _sketch_block(block: np.ndarray, row_offset: int, omega: np.ndarray, with_m2: bool = True) -> _Sketch:
+    """Leaf: the :class:`_Sketch` of one row block, as a small TSQR over slabs of its rows.
+
+    Each ~SLAB_BYTES slab is sketched about its own mean (:func:`_sketch_slab`) and the slabs
+    are combined with :func:`_merge_sketches`, ``SPLIT_EVERY`` at a time — the same merge the
+    tree over blocks uses, so the result equals the whole-block factorisation to round-off.
+    Why slabs: the float32 block is converted to float64 once, a cache-sized piece at a time,
+    and never copied whole; memory traffic, not flops, bounds this leaf. The merges add
+    ~(ℓ + 1)/(2·slab rows) to the leaf's flops (≈ 4 % at d = 4000, ℓ = 40).
+    Memory: the block, one float64 slab, and at most ``SPLIT_EVERY`` d×(ℓ + 1) partial factors.
     """
     n_rows, n_features = block.shape
     if n_rows == 0:
         empty = np.zeros((0, omega.shape[1]))
         return _Sketch(0, np.zeros(n_features), 0.0, empty, np.zeros((n_features, 0)), NonFinite())
-    mean = block.mean(axis=0, dtype=np.float64)
-    rows, shift, nonfinite = block, mean, NonFinite()
-    if not np.isfinite(mean).all():  # NaN/±inf somewhere: found, counted and zeroed here
-        part = center_block(block, row_offset)  # (the fit raises after this pass)
-        rows, shift, mean, nonfinite = part.centered, np.zeros(n_features), part.mean, part.nonfinite
-    slabs = _row_slabs(n_rows, n_features)
-    sketch, m2 = np.empty((n_rows, omega.shape[1])), 0.0
+    slabs = _row_slabs(n_rows, n_features, omega.shape[1])
+    shift = block[slabs[0]].mean(axis=0, dtype=np.float64)
+    scratch = np.empty((slabs[0].stop - slabs[0].start, n_features))
+    pending = []
     for slab in slabs:
-        centered = np.subtract(rows[slab], shift, dtype=np.float64)
-        sketch[slab] = centered @ omega
-        m2 += float(np.vdot(centered, centered))
-    q_block, r = _qr_orthogonal_to(np.ones(n_rows), sketch)
-    h = np.zeros((n_features, q_block.shape[1]))
-    for slab in slabs:
-        h += np.subtract(rows[slab], shift, dtype=np.float64).T @ q_block[slab]
-    return _Sketch(n_rows, mean, m2, r, h, nonfinite)
+        pending.append(_sketch_slab(block[slab], row_offset + slab.start, omega, shift, scratch, with_m2))
+        if len(pending) == SPLIT_EVERY:
+            pending = [_merge_sketches(pending, omega)]
+    return _merge_sketches(pending, omega)
 
 
 def _merge_sketches(parts: list[_Sketch], omega: np.ndarray) -> _Sketch:
@@ -198,9 +241,12 @@ def _merge_sketches(parts: list[_Sketch], omega: np.ndarray) -> _Sketch:
     return _Sketch(count, mean, m2, r, np.concatenate(h_columns, axis=1) @ basis, nonfinite)
 
 
-def _power_pass(X, omega: np.ndarray) -> _Sketch:
-    """One pass over X: the merged :class:`_Sketch` whose ``h`` is X̃ᵀ·orth(X̃Ω)."""
-    leaves = map_row_blocks(X, _sketch_block, "randomized-pass", omega)
+def _power_pass(X, omega: np.ndarray, with_m2: bool) -> _Sketch:
+    """One pass over X: the merged :class:`_Sketch` whose ``h`` is X̃ᵀ·orth(X̃Ω).
+
+    ``with_m2``: also the total sum of squares (``m2``); one pass of a fit needs it.
+    """
+    leaves = map_row_blocks(X, _sketch_block, "randomized-pass", omega, with_m2)
     (root,) = dask.compute(tree_reduce(leaves, _merge_sketches, "randomized-merge", omega))
     return root
 
@@ -268,12 +314,13 @@ def solve(
     else:  # an earlier process finished `done` power iterations; continue from its Ω
         omega, done = state["omega"], int(state["power_iter_done"])
 
-    n_passes = 0
+    n_passes, total_m2 = 0, None
     for iteration in range(done, q + 1):
-        root = _power_pass(X, omega)
+        root = _power_pass(X, omega, with_m2=total_m2 is None)
         n_passes += 1
         if n_passes == 1:
             raise_if_nonfinite(root.nonfinite)
+            total_m2 = root.m2
         if iteration == q:
             break
         omega, _ = np.linalg.qr(root.h)  # d×ℓ, orthonormal: the next test matrix
@@ -286,7 +333,7 @@ def solve(
         explained_variance=singular_values**2 / ddof_count,
         mean=root.mean,
         n_samples=n_samples,
-        total_variance=float(root.m2 / ddof_count),
+        total_variance=float(total_m2 / ddof_count),
         n_passes=n_passes,
         spectrum=None,
         info={

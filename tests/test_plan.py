@@ -128,12 +128,15 @@ def test_tsqr_task_memory_is_the_largest_measured_task(rows):
 
 
 @pytest.mark.parametrize("shape, rows", [((40_000, 300), 8_000), ((4_000, 3_000), 800)])  # slab-bound, factor-bound
-def test_randomized_task_memory_is_the_largest_measured_task(shape, rows):
+def test_randomized_task_memory_is_the_largest_measured_task(shape, rows, monkeypatch):
     # A randomized leaf holds its block, one float64 slab and up to SPLIT_EVERY d×(ℓ + 1) partial
     # factors; the planner's per-task estimate must be the largest task of one real pass.
     from daskpca._graph import map_row_blocks, tree_reduce
     from daskpca._plan import estimate_solvers
     from daskpca.solvers import randomized
+
+    # The slab buffer is reused per thread; allocate it per leaf here so the trace sees it.
+    monkeypatch.setattr(randomized, "_scratch", lambda n_rows, n_features: np.empty((n_rows, n_features)))
 
     X = da.from_array(np.random.default_rng(0).standard_normal(shape).astype(np.float32), chunks=(rows, shape[1]))
     k, p = 20, 10

@@ -497,6 +497,7 @@ class PassShape:
     source_bytes: int = 0  # the input's handle (a zarr.Array) the client puts in the graph
     args: str | None = None
     merge_args: bool = False
+    split_every: int = _graph.SPLIT_EVERY  # the merges' fan-in (TSQR merges pairwise)
 
     @classmethod
     def of(cls, step: Step) -> "PassShape | None":
@@ -509,21 +510,23 @@ class PassShape:
         leaf, merge = leaf.pop(), merge.pop() if merge else None
         source = {dep for k in roots for dep in step.tasks[k].deps}
         merge_args = any(dep in step.client_data for t in step.tasks.values() if t.kind == merge for dep in t.deps)
+        fan_in = max((sum(dep in step.tasks for dep in t.deps) for t in step.tasks.values() if t.kind == merge), default=0)
         return cls(read.pop(), leaf, merge, sum(step.client_data[dep] for dep in source),
-                   f"{leaf} args" if step.args() else None, merge_args)
+                   f"{leaf} args" if step.args() else None, merge_args, max(fan_in, 2) if merge else _graph.SPLIT_EVERY)
 
 
 _SOURCE, _ARGS = ("source",), ("args",)
 
 
 @functools.lru_cache(maxsize=None)
-def _tree_structure(n_blocks: int, merged: bool) -> tuple:
+def _tree_structure(n_blocks: int, merged: bool, split_every: int = _graph.SPLIT_EVERY) -> tuple:
     """(deps, coverage, outputs, order) of one pass at ``n_blocks`` blocks, keys read/leaf/merge.
 
     Block i is read by ``("read", i)`` and summarised by ``("leaf", i)``; the merges are built
     by :func:`daskpca._graph.tree_reduce`, the helper every solver's pass uses, on placeholder
-    leaves (no data). A pass without a merge gathers every leaf to the client. Cached: dask
-    takes ~15 s here to build the merges of 40 000 blocks.
+    leaves (no data), with the fan-in ``split_every`` the recorded pass had. A pass without a
+    merge gathers every leaf to the client. Cached: dask takes ~15 s here to build the merges
+    of 40 000 blocks.
     """
     deps: dict = {}
     for i in range(n_blocks):
@@ -531,7 +534,7 @@ def _tree_structure(n_blocks: int, merged: bool) -> tuple:
         deps["leaf", i] = (("read", i),)
     if merged:
         leaves = [Delayed(("leaf", i), {("leaf", i): None}) for i in range(n_blocks)]
-        top = _graph.tree_reduce(leaves, _noop, "merge")
+        top = _graph.tree_reduce(leaves, _noop, "merge", split_every=split_every)
         for key, node in convert_legacy_graph(dict(top.__dask_graph__())).items():
             if key_split(key) == "merge":
                 deps[key] = tuple(node.dependencies)
@@ -546,7 +549,7 @@ def _tree_structure(n_blocks: int, merged: bool) -> tuple:
 def tree_step(shape: PassShape, n_blocks: int, formulas: dict, values: dict) -> Step:
     """A :class:`Step` with the structure of one pass at ``n_blocks`` blocks (see
     :func:`_tree_structure`), its nodes weighted with the node formulas evaluated at ``values``."""
-    deps, coverage, outputs, order = _tree_structure(n_blocks, shape.merge is not None)
+    deps, coverage, outputs, order = _tree_structure(n_blocks, shape.merge is not None, shape.split_every)
     kinds = {"read": shape.read, "leaf": shape.leaf, "merge": shape.merge}
     with_args = {"leaf", "merge"} if shape.merge_args else {"leaf"}
     sizes: dict = {}  # (kind, coverage) → (result bytes, spec bytes): few distinct values
@@ -665,7 +668,7 @@ def measure_throughputs(folder: Path, side: int = 1_000) -> dict:
         the client, s = d (n for gram), the received matrix included in the bytes: the
         covariance solver's ``result_from_moments`` (k = 20), the full ``eigh`` of the Gram
         matrix, the SVD of TSQR's final R. ``tsqr_merge``: seconds / d³ of one TSQR merge
-        (``_merge_r`` of 8 d×d R factors).
+        (``_merge_r`` of two d×d R factors: TSQR merges pairwise).
     """
     from scipy.linalg import qr, svd
     from threadpoolctl import threadpool_limits
@@ -702,7 +705,8 @@ def measure_throughputs(folder: Path, side: int = 1_000) -> dict:
             name: (_best_time(step, 3) / side**3, 1 + _peak_bytes(step) / matrix) for name, step in steps.items()
         }
         m = 400
-        parts = [tsqr._RPart(m, rng.standard_normal(m), np.triu(rng.standard_normal((m, m))), NonFinite()) for _ in range(8)]
+        parts = [tsqr._RPart(m, rng.standard_normal(m), np.triu(rng.standard_normal((m, m))), NonFinite())
+                 for _ in range(tsqr.MERGE_SPLIT_EVERY)]
         rates["tsqr_merge"] = _best_time(lambda: tsqr._merge_r(parts)) / m**3
     return rates
 
@@ -872,16 +876,16 @@ def _example(ex: dict) -> tuple[int, dict, tuple]:
     return math.ceil(d / block), values, ((n,), (block,))
 
 
-def _tree_size(n_blocks: int) -> tuple[int, int]:
+def _tree_size(n_blocks: int, split_every: int) -> tuple[int, int]:
     """(levels, merge tasks) of tree_reduce over ``n_blocks`` blocks."""
-    merges = [key for key in _tree_structure(n_blocks, True)[0] if key_split(key) == "merge"]
+    merges = [key for key in _tree_structure(n_blocks, True, split_every)[0] if key_split(key) == "merge"]
     return len({key[0] for key in merges}), len(merges)
 
 
 def _single_node(solver: str, ex: dict, rates: dict, n_blocks: int) -> tuple[float, float, str]:
     """(seconds, bytes, description) of the solver's step on one node, from measured rates.
 
-    For TSQR the merge tree is added: every merge is a QR of 8 stacked d×d R factors, and the
+    For TSQR the merge tree is added: every merge is a QR of two stacked d×d R factors, and the
     levels run one after another, so it takes at least max(levels, merges / threads) QR times.
     """
     if solver not in rates["client"]:
@@ -892,10 +896,12 @@ def _single_node(solver: str, ex: dict, rates: dict, n_blocks: int) -> tuple[flo
     what = {"covariance": f"eigh of {side:.3g}² (k = {EXAMPLE_K})", "gram": f"eigh of {side:.3g}²",
             "tsqr": f"SVD of R {side:.3g}²"}[solver]
     if solver == "tsqr":
-        levels, merges = _tree_size(n_blocks)
+        from daskpca.solvers import tsqr
+
+        levels, merges = _tree_size(n_blocks, tsqr.MERGE_SPLIT_EVERY)
         qr_s = rates["tsqr_merge"] * side**3
         tree = qr_s * max(levels, merges / (EXAMPLE_WORKERS * EXAMPLE_THREADS))
-        return seconds + tree, memory, f"{what} {_t(seconds)}; merge tree {_t(tree)} ({merges} QRs of 8d×d, {_t(qr_s)} each, {levels} levels)"
+        return seconds + tree, memory, f"{what} {_t(seconds)}; merge tree {_t(tree)} ({merges} QRs of 2d×d, {_t(qr_s)} each, {levels} levels)"
     return seconds, memory, f"{what}: {_t(seconds)}"
 
 

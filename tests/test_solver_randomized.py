@@ -183,3 +183,13 @@ def test_slabs_inside_a_block_change_nothing(monkeypatch):
     assert sin_theta(slabbed.components, whole.components) <= 1e-12
     np.testing.assert_allclose(slabbed.explained_variance, whole.explained_variance, rtol=1e-12)
     assert slabbed.total_variance == pytest.approx(whole.total_variance, rel=1e-13)
+
+
+def test_an_empty_row_block_changes_nothing():
+    X = low_rank_data(100, 10)
+    empty = randomized._sketch_block(X[:0], 0, np.ones((10, 6)))
+    assert empty.count == 0 and empty.r.shape == (0, 6) and empty.ht.shape == (0, 10)
+    request = ComponentRequest(3, *X.shape)
+    with_gap = randomized.solve(da.from_array(X, chunks=((50, 0, 50), (10,))), request, random_state=0)
+    without = randomized.solve(da.from_array(X, chunks=((50, 50), (10,))), request, random_state=0)
+    assert sin_theta(with_gap.components, without.components) <= 1e-12

@@ -185,7 +185,7 @@ def _sketch_slab(
 ) -> _Sketch:
     """The :class:`_Sketch` of a few rows about their own mean, made in the float64 ``scratch``.
 
-    The rows are converted and shifted by ``shift`` (d,) in one operation, C = rows − 1·shiftᵀ,
+    The rows are converted into ``scratch`` and shifted by ``shift`` (d,), C = rows − 1·shiftᵀ,
     and both products then read C while it is in cache. C is not centered on the slab's own mean
     (that would cost two more sweeps over it); the ones direction is projected out instead:
 
@@ -194,7 +194,8 @@ def _sketch_slab(
     Q = P[:, 1:] ⟂ 1 and Q·R[1:, 1:] = (I − 11ᵀ/m)·C·Ω is the sketch of the centered rows, so
     R[1:, 1:] is the centered R factor and CᵀQ equals (centered rows)ᵀQ. The first column of
     CᵀP gives the column sums, hence the mean, for free. ``shift`` is any vector near the rows'
-    mean (the block's first-slab mean); it only keeps the subtraction free of cancellation.
+    mean (the mean of the block's first SHIFT_ROWS rows); it only keeps the subtraction free of
+    cancellation.
 
     NaN/±inf entries make the column sums non-finite: they are then counted, zeroed and the
     slab is redone (the fit raises after the pass). ``with_m2`` adds the sum of squares about
@@ -234,7 +235,7 @@ def _sketch_block(block: np.ndarray, row_offset: int, omega: np.ndarray, with_m2
     n_rows, n_features = block.shape
     if n_rows == 0:
         empty = np.zeros((0, omega.shape[1]))
-        return _Sketch(0, np.zeros(n_features), 0.0, empty, np.zeros((n_features, 0)), NonFinite())
+        return _Sketch(0, np.zeros(n_features), 0.0, empty, np.zeros((0, n_features)), NonFinite())
     slabs = _row_slabs(n_rows, n_features, omega.shape[1])
     # Any vector within ~the rows' spread of their mean keeps the shift free of cancellation.
     shift = block[:SHIFT_ROWS].mean(axis=0, dtype=np.float64)
@@ -268,7 +269,7 @@ def _merge_sketches(parts: list[_Sketch], omega: np.ndarray) -> _Sketch:
 
 
 def _power_pass(X, omega: np.ndarray, with_m2: bool) -> _Sketch:
-    """One pass over X: the merged :class:`_Sketch` whose ``h`` is X̃ᵀ·orth(X̃Ω).
+    """One pass over X: the merged :class:`_Sketch`, whose ``ht`` is orth(X̃Ω)ᵀ·X̃ (ℓ×d).
 
     ``with_m2``: also the total sum of squares (``m2``); one pass of a fit needs it.
     """

@@ -131,7 +131,6 @@ def test_tsqr_task_memory_is_the_largest_measured_task(rows):
 def test_randomized_task_memory_is_the_largest_measured_task(shape, rows, monkeypatch):
     # A randomized leaf holds its block, one float64 slab and up to SPLIT_EVERY d×(ℓ + 1) partial
     # factors; the planner's per-task estimate must be the largest task of one real pass.
-    from daskpca._graph import map_row_blocks, tree_reduce
     from daskpca._plan import estimate_solvers
     from daskpca.solvers import randomized
 
@@ -141,11 +140,6 @@ def test_randomized_task_memory_is_the_largest_measured_task(shape, rows, monkey
     X = da.from_array(np.random.default_rng(0).standard_normal(shape).astype(np.float32), chunks=(rows, shape[1]))
     k, p = 20, 10
     omega = np.random.default_rng(1).standard_normal((shape[1], k + p))
-
-    def one_pass(X, omega):
-        leaves = map_row_blocks(X, randomized._sketch_block, "randomized-pass", omega, True)
-        return tree_reduce(leaves, randomized._merge_sketches, "randomized-merge", omega)
-
-    largest = _largest_task_bytes(one_pass(X, omega), randomized._Sketch, one_pass(X[:100, :40], omega[:40]))
+    largest = _largest_task_bytes(randomized.pass_graph(X, omega), randomized._Sketch, randomized.pass_graph(X[:100, :40], omega[:40]))
     (estimate,) = estimate_solvers(*X.shape, k, X.chunks, 4, n_oversamples=p, available=("randomized",))
     assert largest / 1.5 <= estimate.task_bytes <= 1.5 * largest, (estimate.task_bytes / 2**20, largest / 2**20)

@@ -39,7 +39,7 @@ makes both products while it is in memory, and Q is never formed:
       R_c = R_c,     H_c = [H_a, √n_a δ_a, H_b, √n_b δ_b, …]·P
 
   (the columns of the first factor are exactly (C_a + 1δ_aᵀ)ᵀ[Q_a, 1/√n_a], …). P is taken
-  orthogonal to the all-ones direction of c (see :func:`_qr_orthogonal_to`), which keeps
+  orthogonal to the all-ones direction of c (see :func:`_qr_after_direction`), which keeps
   Q_c ⟂ 1 for the next level.
 
 The root holds H = X̃ᵀQ with Q the TSQR factor of X̃Ω — only orthogonal transformations and
@@ -78,7 +78,7 @@ doi:10.1137/090771806.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from numbers import Integral
 
 import dask
@@ -132,17 +132,18 @@ class _Sketch(SizedByArrays):
     nonfinite: NonFinite
 
 
-def _qr_orthogonal_to(direction: np.ndarray, matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Thin QR ``matrix ≈ P·R`` with P's columns orthogonal to ``direction``.
+def _qr_after_direction(direction: np.ndarray, matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Householder thin QR ``[direction/‖direction‖, matrix] = P·R``.
 
-    ``matrix``'s columns are (up to round-off) orthogonal to ``direction`` already, but when it
-    has no more rows than columns a plain thin QR returns a square P that spans ``direction``
-    too. QR of ``[direction/‖direction‖, matrix]`` puts that direction in P's first column; the
-    rest is the factorisation wanted (the dropped row of R is ``directionᵀ·matrix`` ≈ 0).
+    P's first column is ±direction/‖direction‖ (R₀₀ = ±1), so P[:, 1:] is orthogonal to
+    ``direction`` and P[:, 1:]·R[1:, 1:] = (I − uuᵀ)·matrix with u the unit direction: the part
+    of ``matrix`` orthogonal to it, and R[0, 1:] = uᵀ·matrix the part dropped. Used where the
+    columns are orthogonal to ``direction`` up to round-off (a merge: a plain thin QR of a matrix
+    with no more rows than columns would return a square P that spans the direction too), and
+    where they are not and the projection is the point (a slab, see :func:`_sketch_slab`).
     """
     stacked = np.concatenate([(direction / np.linalg.norm(direction))[:, None], matrix], axis=1)
-    p, r = qr(stacked, mode="economic", overwrite_a=True, check_finite=False)
-    return p[:, 1:], r[1:, 1:]
+    return qr(stacked, mode="economic", overwrite_a=True, check_finite=False)
 
 
 #: Rows converted to float64 at a time inside a leaf: ~16 MiB, so a slab is converted once and
@@ -202,13 +203,11 @@ def _sketch_slab(
     the mean (one more sweep), needed from one pass only.
     """
     n_rows = rows.shape[0]
-    unit = np.full((n_rows, 1), 1.0 / np.sqrt(n_rows))
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/±inf input is detected just below
         centered = scratch[:n_rows]
         centered[...] = rows  # convert, then shift in place: ~2× faster than a mixed-dtype subtract
         centered -= shift
-        stacked = np.concatenate([unit, centered @ omega], axis=1)
-        basis, r = qr(stacked, mode="economic", overwrite_a=True, check_finite=False)
+        basis, r = _qr_after_direction(np.ones(n_rows), centered @ omega)
         ht = basis.T @ centered  # (Pᵀ·C, row-major) runs ~1.6× faster than Cᵀ·P here
         column_sums = ht[0] * (r[0, 0] * np.sqrt(n_rows))
     nonfinite = NonFinite()
@@ -216,7 +215,7 @@ def _sketch_slab(
         nonfinite = find_nonfinite(rows, row_offset, 0)
         finite_rows = np.where(np.isfinite(rows), rows, 0)
         part = _sketch_slab(finite_rows, row_offset, omega, np.nan_to_num(shift, posinf=0.0, neginf=0.0), scratch, with_m2)
-        return _Sketch(part.count, part.mean, part.m2, part.r, part.ht, nonfinite)
+        return replace(part, nonfinite=nonfinite)
     m2 = float(np.vdot(centered, centered)) - float(column_sums @ column_sums) / n_rows if with_m2 else 0.0
     return _Sketch(n_rows, shift + column_sums / n_rows, m2, r[1:, 1:], ht[1:], nonfinite)
 
@@ -264,18 +263,17 @@ def _merge_sketches(parts: list[_Sketch], omega: np.ndarray) -> _Sketch:
         ones_direction += [np.zeros(p.r.shape[0]), [weight]]
         m2 += p.m2 + p.count * float(delta @ delta)
         nonfinite = nonfinite.merge(p.nonfinite)
-    basis, r = _qr_orthogonal_to(np.concatenate(ones_direction), np.concatenate(r_rows, axis=0))
-    return _Sketch(count, mean, m2, r, basis.T @ np.concatenate(ht_rows, axis=0), nonfinite)
+    p, r = _qr_after_direction(np.concatenate(ones_direction), np.concatenate(r_rows, axis=0))
+    # r[0, 1:] ≈ 0: every part's sketch is already orthogonal to c's all-ones direction.
+    return _Sketch(count, mean, m2, r[1:, 1:], p[:, 1:].T @ np.concatenate(ht_rows, axis=0), nonfinite)
 
 
-def _power_pass(X, omega: np.ndarray, with_m2: bool) -> _Sketch:
-    """One pass over X: the merged :class:`_Sketch`, whose ``ht`` is orth(X̃Ω)ᵀ·X̃ (ℓ×d).
-
-    ``with_m2``: also the total sum of squares (``m2``); one pass of a fit needs it.
+def pass_graph(X, omega: np.ndarray, with_m2: bool = True):
+    """Delayed merged :class:`_Sketch` of all rows of X (one pass when computed), whose ``ht``
+    is orth(X̃Ω)ᵀ·X̃ (ℓ×d). ``with_m2``: also the total sum of squares; one pass of a fit needs it.
     """
     leaves = map_row_blocks(X, _sketch_block, "randomized-pass", omega, with_m2)
-    (root,) = dask.compute(tree_reduce(leaves, _merge_sketches, "randomized-merge", omega))
-    return root
+    return tree_reduce(leaves, _merge_sketches, "randomized-merge", omega)
 
 
 def _leading_right_vectors(b: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -343,7 +341,7 @@ def solve(
 
     n_passes, total_m2 = 0, None
     for iteration in range(done, q + 1):
-        root = _power_pass(X, omega, with_m2=total_m2 is None)
+        (root,) = dask.compute(pass_graph(X, omega, with_m2=total_m2 is None))
         n_passes += 1
         if n_passes == 1:
             raise_if_nonfinite(root.nonfinite)

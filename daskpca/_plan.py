@@ -173,8 +173,13 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
     return estimates
 
 
-def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=False, available, n_oversamples=10, n_power_iter="auto") -> Plan:
-    """Choose a solver with ordered rules; see the module docstring."""
+def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=False, available, n_oversamples=10,
+              n_power_iter="auto", tol=None, max_passes=None) -> Plan:
+    """Choose a solver with ordered rules; see the module docstring.
+
+    ``tol`` is the accuracy asked for (a bound on the sine of the largest principal angle; None:
+    none asked, exact where exact fits) and ``max_passes`` the read budget of approximate solvers.
+    """
     budget, source = task_memory_budget()
     estimates = estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget, available=available)
     by_name = {e.name: e for e in estimates}

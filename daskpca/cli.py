@@ -405,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--whiten", action="store_true", help="save a whitening model (unit-variance scores)")
     fit.add_argument("--random-state", type=int, help="seed for randomized and iterative solvers")
     fit.add_argument("--max-iter", type=int, help="iterative solvers (als, ppca): most passes (default: 200)")
-    fit.add_argument("--tol", type=float, help="iterative solvers (als, ppca): convergence tolerance (default: 1e-8)")
+    fit.add_argument("--tol", type=float, help="accuracy asked for: bound on sin θ of the kept subspace (approximate solvers; als/ppca: convergence tolerance, default 1e-8)")
     fit.add_argument("--scores", metavar="SCORES", help="also write the scores to this zarr store")
     fit.add_argument("--overwrite", action="store_true", help="replace existing outputs")
     cluster_options(fit)
@@ -482,7 +482,7 @@ def parse_args(argv):
 
 
 def _user_errors():
-    from .io import IncompleteStoreError, NewerFormatError, OutputExistsError
+    from .exceptions import IncompleteStoreError, NewerFormatError, OutputExistsError
 
     return (UsageError, OutputExistsError, IncompleteStoreError, NewerFormatError, ValueError, TypeError, FileNotFoundError, KeyError)
 

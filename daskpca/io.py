@@ -39,24 +39,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .exceptions import IncompleteStoreError, NewerFormatError, OutputExistsError  # noqa: F401
+
 #: Name of the completion marker written last into every store.
 COMPLETE_MARKER = ".daskpca-complete"
 #: Format of model stores this version writes and the newest it reads.
 FORMAT_VERSION = 1
 MODEL_FORMAT = "daskpca-model"
 DATA_FORMAT = "daskpca-data"
-
-
-class OutputExistsError(FileExistsError):
-    """Raised instead of overwriting an existing output."""
-
-
-class IncompleteStoreError(OSError):
-    """Raised when a store has no completion marker (its writer died or is still writing)."""
-
-
-class NewerFormatError(ValueError):
-    """Raised for a store written in a newer format than this daskpca reads."""
 
 
 def check_writable(path, *, overwrite: bool = False) -> None:

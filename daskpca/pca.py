@@ -11,16 +11,9 @@ from . import _plan
 from ._linalg import flip_signs, one_blas_thread_per_task
 from ._params import ParamsMixin
 from ._validation import as_dask_matrix, check_n_features
+from .exceptions import IllConditionedWarning, NotFittedError  # noqa: F401  (also importable from here)
 from .solvers import SOLVERS
 from .solvers._base import ComponentRequest, SolverResult
-
-
-class NotFittedError(ValueError, AttributeError):
-    """Raised when a method that needs a fitted model is called before ``fit``."""
-
-
-class IllConditionedWarning(UserWarning):
-    """Kept components are too small for a solver that squares the data; use ``solver='tsqr'``."""
 
 
 class PCA(ParamsMixin):
@@ -52,11 +45,19 @@ class PCA(ParamsMixin):
     n_power_iter : int or "auto", default="auto"
         Randomized solver: power (subspace) iterations q; ``"auto"`` chooses 7 when
         k < 0.1·min(n, d) and 4 otherwise (scikit-learn's rule).
-    max_iter : int, default=200
-        Iterative solvers (ALS, probabilistic PCA): most passes to make.
-    tol : float, default=1e-8
-        Iterative solvers: stop when the sine of the largest principal angle between successive
-        subspaces is below this.
+    max_iter : int or None, default=None
+        Iterative solvers (ALS, probabilistic PCA): most iterations to make (``None``: 200).
+    tol : float or None, default=None
+        The accuracy asked for. Approximate solvers (``"krylov"``) stop as soon as their error
+        bound on the sine of the largest principal angle between the kept subspace and the exact
+        one is ≤ ``tol``; with ``solver="auto"`` a ``tol`` lets the planner pick the cheapest
+        solver that guarantees it (exact solvers always do). ALS and probabilistic PCA stop when
+        the sine between successive subspaces is ≤ ``tol`` (``None``: 1e-8). ``None`` asks for
+        no particular accuracy: ``solver="auto"`` then stays exact wherever an exact solver fits.
+    max_passes : int or None, default=None
+        Approximate solvers: most full reads of the data to make while reaching ``tol``; when the
+        budget is spent first, the fit warns (:class:`~daskpca.exceptions.AccuracyWarning`) with
+        the bound it reached. ``None``: the solver's default budget.
     init : array of shape (k, n_features) or None, default=None
         Iterative solvers: starting components (a warm start, e.g. yesterday's ``components_``).
     checkpoint : str, os.PathLike or None, default=None
@@ -146,8 +147,9 @@ class PCA(ParamsMixin):
         random_state=None,
         n_oversamples=10,
         n_power_iter="auto",
-        max_iter=200,
-        tol=1e-8,
+        max_iter=None,
+        tol=None,
+        max_passes=None,
         init=None,
         checkpoint=None,
         weights=None,
@@ -161,6 +163,7 @@ class PCA(ParamsMixin):
         self.n_power_iter = n_power_iter
         self.max_iter = max_iter
         self.tol = tol
+        self.max_passes = max_passes
         self.init = init
         self.checkpoint = checkpoint
         self.weights = weights
@@ -316,6 +319,7 @@ class PCA(ParamsMixin):
             *array.shape, k, array.chunks, array.dtype.itemsize,
             needs_spectrum=request.needs_spectrum, available=tuple(SOLVERS),
             n_oversamples=self.n_oversamples, n_power_iter=self.n_power_iter,
+            tol=self.tol, max_passes=self.max_passes,
         )
 
     def _set_fitted(self, result: SolverResult, solver: str, reason: str, n_features: int) -> None:

@@ -7,7 +7,7 @@ from distributed import Client, LocalCluster
 
 from daskpca import PCA
 from daskpca._plan import ILL_CONDITIONED_RATIO
-from daskpca.pca import IllConditionedWarning
+from daskpca.exceptions import IllConditionedWarning
 
 
 def lazy(shape, chunks, dtype="f4"):

@@ -9,7 +9,7 @@ import pytest
 
 from daskpca.solvers import als
 from daskpca.solvers._base import ComponentRequest
-from daskpca.solvers._iterative import ConvergenceWarning
+from daskpca.exceptions import ConvergenceWarning
 
 from _helpers import low_rank_data, reference_pca, sin_theta, write_zarr
 

@@ -5,8 +5,6 @@
   so that NaN can mean "missing"). It gives the mean and the total variance in the first pass
   for d floats per task instead of the covariance solver's d².
 - :func:`subspace_sine`, :func:`orthonormal_columns`, :func:`as_generator`: small local helpers.
-- :class:`ConvergenceWarning`: raised as a warning when an iterative solver stops at
-  ``max_iter`` before reaching ``tol``.
 """
 
 from __future__ import annotations
@@ -18,10 +16,6 @@ import numpy as np
 
 from .._graph import SizedByArrays
 from .._validation import NonFinite, find_nonfinite
-
-
-class ConvergenceWarning(UserWarning):
-    """An iterative solver stopped at ``max_iter`` before its tolerance was reached."""
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,8 @@ from .._graph import SizedByArrays, map_row_blocks, tree_reduce
 from .._linalg import eigh_descending
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
-from ._iterative import ConvergenceWarning, initial_basis, orthonormal_columns, start_iterations, subspace_sine
+from ..exceptions import ConvergenceWarning
+from ._iterative import initial_basis, orthonormal_columns, start_iterations, subspace_sine
 
 OPTIONS = ("max_iter", "tol", "init", "checkpoint")
 DEFAULT_MAX_ITER = 200

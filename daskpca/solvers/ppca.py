@@ -76,10 +76,10 @@ import numpy as np
 
 from .._graph import SizedByArrays, map_row_blocks, tree_reduce
 from .._validation import NonFinite, raise_if_nonfinite
+from ..exceptions import ConvergenceWarning
 from ._base import ComponentRequest, SolverResult
 from ._iterative import (
     ColumnMoments,
-    ConvergenceWarning,
     column_moments,
     combine_column_moments,
     initial_basis,

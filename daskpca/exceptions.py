@@ -1,0 +1,47 @@
+"""The errors and warnings daskpca raises, in one place (as ``sklearn.exceptions``).
+
+Import them from here: ``from daskpca.exceptions import NotFittedError``. The modules that raise
+them import them from here too, so an ``except`` clause never depends on where a class was born.
+"""
+
+from __future__ import annotations
+
+
+class NotFittedError(ValueError, AttributeError):
+    """Raised when a method that needs a fitted model is called before ``fit``."""
+
+
+class IllConditionedWarning(UserWarning):
+    """Kept components are too small for a solver that squares the data; use ``solver='tsqr'``."""
+
+
+class ConvergenceWarning(UserWarning):
+    """An iterative solver stopped at its iteration (or pass) budget before reaching ``tol``."""
+
+
+class AccuracyWarning(UserWarning):
+    """An approximate solver's answer carries an error bound larger than asked for (or was not
+    asked for at all): the bound is in ``error_bound_`` and ``solver_info_``."""
+
+
+class OutputExistsError(FileExistsError):
+    """Raised instead of overwriting an existing output."""
+
+
+class IncompleteStoreError(OSError):
+    """Raised when a store has no completion marker (its writer died or is still writing)."""
+
+
+class NewerFormatError(ValueError):
+    """Raised for a store written in a newer format than this daskpca reads."""
+
+
+__all__ = [
+    "AccuracyWarning",
+    "ConvergenceWarning",
+    "IllConditionedWarning",
+    "IncompleteStoreError",
+    "NewerFormatError",
+    "NotFittedError",
+    "OutputExistsError",
+]

@@ -57,11 +57,7 @@ def main(argv=None) -> int:
     ap.add_argument("--plot", type=Path, help="write the figure here (PNG)")
     ap.add_argument("--from-json", type=Path, help="re-print (and --plot) a saved run without running anything")
     ap.add_argument("--data-dir", type=Path, default=cases.DEFAULT_DATA_DIR)
-    ap.add_argument("--timeout", type=float, default=3600.0, help="seconds before a method is killed (default 3600)")
-    ap.add_argument("--repeat", type=int, default=1, help="fastest of N runs per method (default 1)")
-    ap.add_argument("--blas-threads", type=int, default=None, help="limit BLAS threads in every method (threadpoolctl)")
-    ap.add_argument("--cluster", action="store_true", help="floors and daskpca on a 2-worker LocalCluster")
-    ap.add_argument("--verbose", action="store_true", help="show each method's own output")
+    runner.add_row_options(ap, timeout=3600.0)
     args = ap.parse_args(argv)
 
     if args.from_json:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -28,12 +27,7 @@ from . import cases, methods, runner
 
 
 def timeit(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(runner.wall_times(fn, repeat))
 
 
 def kernels(args):
@@ -108,9 +102,9 @@ def fit(args):
     for n_threads, blas in settings:
         with dask.config.set(scheduler="threads", num_workers=n_threads):
             with threadpool_limits(blas):
-                r = min(timeit(run_read, 1) for _ in range(args.repeat))
-                f = min(timeit(run_floor, 1) for _ in range(args.repeat))
-                s = min(timeit(run_solver, 1) for _ in range(args.repeat))
+                r = min(runner.wall_times(run_read, args.repeat))
+                f = min(runner.wall_times(run_floor, args.repeat))
+                s = min(runner.wall_times(run_solver, args.repeat))
         label = f"{n_threads} × {blas or 'default(2)'}"
         print(f"{label:28s} {r:10.2f} {f:10.2f} {s:20.2f} {s / f:6.2f}")
 

@@ -54,12 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", type=Path, default=cases.DEFAULT_DATA_DIR)
     ap.add_argument("--methods", default="*", help="comma-separated names or globs, e.g. 'floor-*,daskpca-*'; exact names may "
                     "also be variants: daskpca-randomized-q<q>[-p<p>], daskpca-als-i<iterations>, daskpca-ppca-i<iterations>")
-    ap.add_argument("--cluster", action="store_true", help="run floors and daskpca rows on a 2-worker distributed LocalCluster")
-    ap.add_argument("--timeout", type=float, default=900.0, help="seconds before a method is killed (default 900)")
-    ap.add_argument("--repeat", type=int, default=1, help="run each method N times, report the fastest (default 1)")
-    ap.add_argument("--blas-threads", type=int, default=None, help="limit BLAS threads in every method (threadpoolctl); default: leave as is")
+    runner.add_row_options(ap, timeout=900.0)
     ap.add_argument("--list", action="store_true", help="print the methods for each case and exit")
-    ap.add_argument("--verbose", action="store_true", help="show each method's own output")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 

@@ -153,6 +153,25 @@ def _busy_cpu_seconds() -> float:
     return t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0) + getattr(t, "steal", 0)
 
 
+def add_row_options(ap, timeout: float) -> None:
+    """The command-line options :func:`run_method` reads from ``args`` (``timeout``: the default, s)."""
+    ap.add_argument("--cluster", action="store_true", help="run floors and daskpca rows on a 2-worker distributed LocalCluster")
+    ap.add_argument("--timeout", type=float, default=timeout, help=f"seconds before a method is killed (default {timeout:.0f})")
+    ap.add_argument("--repeat", type=int, default=1, help="run each method N times, report the fastest (default 1)")
+    ap.add_argument("--blas-threads", type=int, default=None, help="limit BLAS threads in every method (threadpoolctl); default: leave as is")
+    ap.add_argument("--verbose", action="store_true", help="show each method's own output")
+
+
+def wall_times(fn, repeat: int) -> list[float]:
+    """Wall seconds of ``repeat`` calls of ``fn`` (in this process: for kernels, not rows)."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
 def components_file(tmp: Path, case: Case, method: str) -> Path:
     """Where a row's child saves its components (float64 .npy) for the parent to score."""
     return tmp / f"{case.name}.{method}.npy"

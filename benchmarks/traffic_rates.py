@@ -5,23 +5,18 @@ They turn the scaled passes' flops and bytes into time estimates in :mod:`benchm
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 
+from .runner import wall_times
 from .traffic_record import proxy_array
 from .traffic_report import EXAMPLE_K
 
 
 def _best_time(fn, repeat: int = 7) -> float:
     """Fastest of ``repeat`` runs: on a busy machine, the run least disturbed by other work."""
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(wall_times(fn, repeat))
 
 
 def _peak_bytes(fn) -> int:

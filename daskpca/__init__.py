@@ -3,10 +3,13 @@
 Public API: :class:`PCA` (the estimator) and :data:`SOLVERS` (the registered solver names).
 """
 
-__version__ = "0.1.0"
+from ._version import __version__
 
-from .pca import PCA, NotFittedError
-from .io import load
+from .exceptions import NotFittedError
+from .pca import PCA
 from .solvers import SOLVERS
+
+#: Load a model written by :meth:`PCA.save` (``daskpca.load(path)`` = ``PCA.load(path)``).
+load = PCA.load
 
 __all__ = ["PCA", "NotFittedError", "SOLVERS", "load", "__version__"]

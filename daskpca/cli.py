@@ -233,33 +233,17 @@ def cmd_inspect(args) -> dict:
         _say(args, _variance_table(pca))
         return _summary(pca, model=args.path)
     data = open_source(args.path, args.var)
-    matrix_shape = _matrix_shape(data, _sample_dims(args, data))
+    sample_dims = _sample_dims(args, data)
+    # The public planner on the lazily opened source: its real chunks, nothing read.
+    plan = PCA(_parse_n_components(args.n_components), solver="auto").plan(data, sample_dims=sample_dims)
+    matrix_shape = (plan.n_samples, plan.n_features)
     _say(args, f"source {args.path}: {type(data).__name__} shape {tuple(data.shape)} dtype {data.dtype}"
                + (f" dims {list(data.dims)}" if _is_labeled(data) else "")
                + f"; as a matrix {matrix_shape}")
-    import dask.array as da
-
-    plan = PCA(_parse_n_components(args.n_components), solver="auto").plan(
-        da.zeros(matrix_shape, chunks=_matrix_chunks(data, matrix_shape), dtype=data.dtype))
     _say(args, str(plan))
     return {"source": args.path, "shape": list(data.shape), "dtype": str(data.dtype),
             "matrix_shape": list(matrix_shape), "plan": {"solver": plan.solver, "reason": plan.reason,
                                                          "runner_up": plan.runner_up}}
-
-
-def _matrix_shape(data, sample_dims):
-    if sample_dims is None:
-        return tuple(data.shape)
-    n = int(np.prod([data.sizes[d] for d in sample_dims]))
-    return (n, int(data.size // max(n, 1)))
-
-
-def _matrix_chunks(data, shape):
-    chunks = getattr(data, "chunks", None)
-    if not _is_labeled(data) and chunks:
-        return chunks
-    rows = max(1, min(shape[0], 64 * 2**20 // max(1, shape[1] * np.dtype(data.dtype).itemsize)))
-    return (rows, shape[1])
 
 
 def cmd_report(args) -> dict:
@@ -373,9 +357,12 @@ def _checkpoint_path(out):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="daskpca", description="Out-of-core, distributed PCA on Dask.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    #: Each command's parser by name (parse_args gives a job file's keys to it as defaults).
+    parser.command_parsers = {}
 
     def command(name, func, help, description):
         sub = commands.add_parser(name, help=help, description=description)
+        parser.command_parsers[name] = sub
         sub.set_defaults(run=func)
         sub.add_argument("--config", metavar="TOML", help="job file whose keys are these options; flags override it")
         sub.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -468,8 +455,8 @@ def parse_args(argv):
                 config = {key.replace("-", "_"): value for key, value in tomllib.load(handle).items()}
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise UsageError(f"--config {args.config!r}: {exc}") from exc
-        sub = parser._subparsers._group_actions[0].choices[args.command]
-        known = {action.dest for action in sub._actions}
+        sub = parser.command_parsers[args.command]
+        known = set(vars(args)) - {"command", "run", "config"}  # the command's own options
         unknown = sorted(set(config) - known)
         if unknown:
             raise UsageError(f"--config {args.config!r}: unknown keys {unknown} for `daskpca {args.command}`.")

@@ -1,4 +1,4 @@
-"""Writing results to zarr without ever leaving a half-written store behind; model save/load.
+"""Writing results to zarr without ever leaving a half-written store behind, and reading them back.
 
 **Atomic writes.** Local stores are written to a hidden temporary folder beside the target and
 moved into place with one ``rename`` when complete, so a reader sees either the previous complete
@@ -7,25 +7,13 @@ have no rename: the new store is written completely to a temporary prefix beside
 then the target's completion marker is deleted, the old target removed, the new one moved into
 place, and its completion marker written *last*. Every store written here carries a completion
 marker (the file ``.daskpca-complete``: JSON with the format name and version); readers here
-(:func:`load`, :func:`open_xarray`) refuse a store without one, so a writer killed at any point
+(:func:`read_dataset`, :func:`open_xarray`) refuse a store without one, so a writer killed at any point
 leaves either the previous complete store or nothing a reader accepts. An existing store is only
 replaced when the caller says ``overwrite=True``; the check happens before anything is computed.
 
-**Model format** (``format_version`` 1). One zarr v3 group written by xarray, no pickle:
-
-- ``model_components`` (mode, feature_kept), ``model_mean`` (feature_kept),
-  ``model_explained_variance`` / ``model_spectrum`` ...: the estimator's arrays exactly as fitted
-  (in the solver's, i.e. weighted, space), so a reloaded model's ``transform`` is bit-identical;
-- ``model_keep`` (feature_all, bool) and ``model_factor`` (feature_kept): the NaN mask and the
-  per-feature factor ``f`` (weights / std) of the labeled layer;
-- ``moments_mean`` (feature_kept), ``moments_scatter`` (feature_kept, feature_kept_2) and attr
-  ``moments_count``: the covariance solver's sufficient statistics (of the analysed matrix
-  ``Z = X[:, keep]·f``), when present, for exact incremental updates;
-- the labeled view of :meth:`daskpca.PCA.to_xarray` (components / mean over the original feature
-  dims and coords, variances over ``mode``) when the model was fitted on xarray data;
-- attrs: ``daskpca_format``, ``daskpca_format_version``, ``daskpca_version``, ``parameters``
-  (JSON; array-valued parameters such as ``init`` or array ``weights`` are not kept, their effect
-  is: ``model_factor``), fitted scalars, and the labeled layout (JSON).
+**Datasets.** :func:`write_dataset` / :func:`read_dataset` store small in-memory datasets with a
+marker naming their format; the saved model's layout is the model's own business
+(:meth:`daskpca.PCA.to_dataset`). This module imports nothing else from daskpca but its errors.
 """
 
 from __future__ import annotations
@@ -39,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .exceptions import IncompleteStoreError, NewerFormatError, OutputExistsError  # noqa: F401
+from .exceptions import IncompleteStoreError, NewerFormatError, OutputExistsError
 
 #: Name of the completion marker written last into every store.
 COMPLETE_MARKER = ".daskpca-complete"
@@ -142,7 +130,7 @@ def _local(path) -> Path:
 
 
 def _marker_bytes(marker: dict) -> bytes:
-    from . import __version__
+    from ._version import __version__
 
     body = {"format_version": FORMAT_VERSION, "daskpca_version": __version__, **marker}
     return json.dumps(body).encode()
@@ -264,130 +252,35 @@ def _quiet_marker():
         yield
 
 
-# ------------------------------------------------------------------------------ model save/load
-
-_CORE_ARRAYS = ("components_", "explained_variance_", "explained_variance_ratio_", "singular_values_", "mean_")
-_CORE_SCALARS = {
-    "n_components_": int,
-    "n_samples_": int,
-    "n_features_in_": int,
-    "noise_variance_": float,
-    "total_variance_": float,
-    "distortion_": float,
-    "solver_": str,
-    "solver_reason_": str,
-    "n_passes_": int,
-}
+# ------------------------------------------------------------------------------ datasets
 
 
-def save_model(pca, path, *, overwrite: bool = False) -> str:
-    """Write a fitted :class:`daskpca.PCA` to a zarr group at ``path`` (see module docstring)."""
-    import xarray as xr
-
-    from . import xarray as labeled
-
-    ds = labeled.to_xarray(pca)
-    dims = {"components_": ("mode", "feature_kept"), "mean_": ("feature_kept",)}
-    for name in _CORE_ARRAYS:
-        ds[f"model_{name.rstrip('_')}"] = xr.DataArray(np.asarray(getattr(pca, name)), dims=dims.get(name, ("mode",)))
-    if getattr(pca, "_spectrum", None) is not None:
-        ds["model_spectrum"] = xr.DataArray(np.asarray(pca._spectrum), dims=("spectrum",))
-    state = pca._labeled
-    if state is not None:
-        ds["model_keep"] = xr.DataArray(state.keep, dims=("feature_all",))
-        ds["model_factor"] = xr.DataArray(state.factor, dims=("feature_kept",))
-    moments = pca.solver_info_.get("moments")
-    if moments is not None:
-        ds["moments_mean"] = xr.DataArray(moments.mean, dims=("feature_kept",))
-        ds["moments_scatter"] = xr.DataArray(moments.symmetric_scatter(), dims=("feature_kept", "feature_kept_2"))
-        ds.attrs["moments_count"] = int(moments.count)
-    ds.attrs.update({k: conv(getattr(pca, k)) for k, conv in _CORE_SCALARS.items()})
-    ds.attrs["solver_info"] = json.dumps({k: v for k, v in pca.solver_info_.items() if _is_json(v)})
-    ds.attrs["daskpca_format"] = MODEL_FORMAT
-    ds.attrs["daskpca_format_version"] = FORMAT_VERSION
-    if state is not None and state.layout is not None:
-        ds.attrs["layout"] = json.dumps(_layout_to_json(state.layout))
+def write_dataset(ds, path, *, overwrite: bool = False, marker: dict) -> str:
+    """Write a small in-memory ``xarray.Dataset`` (e.g. a saved model) to zarr, atomically."""
+    ds = ds.copy(deep=False)
     for variable in ds.variables.values():
         variable.encoding = {}
-    with atomic_store(path, overwrite=overwrite, marker={"format": MODEL_FORMAT}) as temporary:
+    with atomic_store(path, overwrite=overwrite, marker=marker) as temporary:
         ds.to_zarr(temporary, mode="w", zarr_format=3, consolidated=False)
     return os.fspath(path)
 
 
-def load(path):
-    """Load a model written by :meth:`daskpca.PCA.save` (local path or fsspec URL).
+def read_dataset(path, *, expected_format: str):
+    """Read a complete store of ``expected_format`` (e.g. a saved model) into memory.
 
-    Refuses a store without its completion marker (:class:`IncompleteStoreError`) and one written
-    in a newer format (:class:`NewerFormatError`). The returned model's ``transform`` is identical
-    to the saved model's.
+    Raises
+    ------
+    FileNotFoundError, IncompleteStoreError, NewerFormatError
+        See :func:`read_marker`.
+    ValueError
+        When the store holds another kind of daskpca store.
     """
     import xarray as xr
 
-    from . import xarray as labeled
-    from ._moments import Moments
-    from ._validation import NonFinite
-    from .pca import PCA
-
     marker = read_marker(path)
-    if marker.get("format") != MODEL_FORMAT:
-        raise ValueError(f"{os.fspath(path)!r} is a daskpca {marker.get('format')!r} store, not a saved model.")
+    if marker.get("format") != expected_format:
+        raise ValueError(
+            f"{os.fspath(path)!r} is a daskpca {marker.get('format')!r} store, not a {expected_format!r} store."
+        )
     with _quiet_marker(), xr.open_zarr(os.fspath(path), consolidated=False) as stored:
-        ds = stored.load()
-    attrs = ds.attrs
-    if int(attrs.get("daskpca_format_version", 0)) > FORMAT_VERSION:
-        raise NewerFormatError(
-            f"{os.fspath(path)!r} holds model format {attrs['daskpca_format_version']}; this daskpca "
-            f"reads format {FORMAT_VERSION} and older. Upgrade daskpca."
-        )
-    params = json.loads(attrs["parameters"])
-    valid = PCA._param_names()
-    params = {k: v for k, v in params.items() if k in valid and not (isinstance(v, str) and v.startswith("<not JSON-able"))}
-    pca = PCA(**params)
-    for name in _CORE_ARRAYS:
-        setattr(pca, name, ds[f"model_{name.rstrip('_')}"].values)
-    for name, conv in _CORE_SCALARS.items():
-        setattr(pca, name, conv(attrs[name]))
-    pca._spectrum = ds["model_spectrum"].values if "model_spectrum" in ds else None
-    pca.solver_info_ = json.loads(attrs.get("solver_info", "{}"))
-    if "moments_mean" in ds:
-        pca.solver_info_["moments"] = Moments(
-            int(attrs["moments_count"]), ds["moments_mean"].values, ds["moments_scatter"].values, NonFinite()
-        )
-    pca._labeled = None
-    if "model_keep" in ds:
-        layout = _layout_from_json(json.loads(attrs["layout"]), ds) if "layout" in attrs else None
-        pca._labeled = labeled.LabeledState(layout, ds["model_keep"].values.astype(bool), ds["model_factor"].values)
-    return pca
-
-
-def _is_json(value) -> bool:
-    try:
-        json.dumps(value)
-        return True
-    except TypeError:
-        return False
-
-
-def _layout_to_json(layout) -> dict:
-    return {
-        "sample_dims": [str(d) for d in layout.sample_dims],
-        "is_dataarray": layout.is_dataarray,
-        "name": layout.name,
-        "variables": [{"name": v.name, "dims": list(v.dims), "shape": list(v.shape)} for v in layout.variables],
-        "attrs": layout.attrs,
-        "coords": sorted(str(k) for k in layout.coords),
-    }
-
-
-def _layout_from_json(info: dict, ds):
-    import xarray as xr
-
-    from .xarray import Layout, VariableLayout
-
-    variables, start = [], 0
-    for v in info["variables"]:
-        layout = VariableLayout(v["name"], tuple(v["dims"]), tuple(v["shape"]), start)
-        variables.append(layout)
-        start = layout.stop
-    coords = xr.Dataset(coords={k: ds.coords[k].variable for k in info["coords"]}).coords
-    return Layout(tuple(info["sample_dims"]), variables, info["is_dataarray"], info["name"], coords, info["attrs"])
+        return stored.load()

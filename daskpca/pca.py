@@ -1,22 +1,41 @@
-"""The PCA estimator: parameters, solver choice, fit → passes → fitted attributes."""
+"""The PCA estimator: parameters, the one fit road, projections, and the saved model.
+
+Every fit — plain, weighted, standardized or labeled — takes the same road, in
+:meth:`PCA._fit`::
+
+    source ─▶ matrix ─▶ feature stage ─▶ plan ─▶ solver passes ─▶ small local solve ─▶ model
+
+``as_dask_matrix`` (or the labeled layer, :mod:`daskpca.labeled`, for xarray input) gives the
+matrix and the feature weights; the planner (:mod:`daskpca._plan`) picks the solver;
+:func:`daskpca._features.solve` runs it with the feature stage fused into its first pass where it
+can; :meth:`PCA._set_fitted` turns the small result into fitted attributes, and this is the only
+place that warns about the result. Transforms take the same stage and layout back.
+"""
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import dask
 import numpy as np
 
-from . import _plan
+from . import _features, _plan, labeled
+from ._features import FeatureSpec, FeatureStage, matrix_weights
 from ._linalg import flip_signs, one_blas_thread_per_task
+from ._model_store import SavedModelMixin
+from ._moments import combine_moments
 from ._params import ParamsMixin
 from ._validation import as_dask_matrix, check_n_features
-from .exceptions import IllConditionedWarning, NotFittedError  # noqa: F401  (also importable from here)
-from .solvers import SOLVERS
+from .exceptions import IllConditionedWarning, NotFittedError
+from .solvers import SOLVERS, covariance
 from .solvers._base import ComponentRequest, SolverResult
 
+#: Score scalings of ``transform`` / ``inverse_transform`` (see :mod:`daskpca.labeled`).
+SCALINGS = ("none", "unit", "sqrt_lambda")
 
-class PCA(ParamsMixin):
+
+class PCA(SavedModelMixin, ParamsMixin):
     """Principal component analysis of arrays larger than memory, on Dask.
 
     Finds the k orthonormal directions of maximum variance of the centered data — equivalently
@@ -73,7 +92,7 @@ class PCA(ParamsMixin):
         ``latitude`` (labeled input); an array broadcast over the feature dims (an array of
         shape (n_features,) for a plain matrix); a dict ``{variable: weights}`` for a Dataset.
         Eigenvalues, ratios, scores and ``components_`` are those of the weighted data;
-        reconstructions and the labeled ``mean`` are un-weighted (see :mod:`daskpca.xarray`).
+        reconstructions and the labeled ``mean`` are un-weighted (see :mod:`daskpca.labeled`).
     standardize : bool, default=False
         Divide every feature by its standard deviation (ddof=1) as well: correlation-matrix PCA.
         Free with the covariance solver; one extra read with the others.
@@ -110,6 +129,14 @@ class PCA(ParamsMixin):
         a ``checkpoint``).
     solver_info_ : dict
         Solver diagnostics (iterations, convergence, sufficient statistics, ...).
+    feature_stage_ : FeatureStage
+        What the solver analysed: ``Z = X[:, feature_stage_.keep] · feature_stage_.factor``
+        (features NaN for every sample dropped; weights / standard deviations applied; see
+        :mod:`daskpca._features`). The identity (every feature, factor 1) for a plain fit.
+        ``components_``, ``mean_`` and the variances describe ``Z``.
+    layout_ : Layout or None
+        How labeled (xarray) input maps onto the matrix and back (:mod:`daskpca.labeled`);
+        ``None`` for a model fitted on a plain matrix.
 
     Notes
     -----
@@ -168,7 +195,6 @@ class PCA(ParamsMixin):
         self.checkpoint = checkpoint
         self.weights = weights
         self.standardize = standardize
-
     # ------------------------------------------------------------------ fitting
 
     def fit(self, X, y=None, *, sample_dims=None):
@@ -178,7 +204,7 @@ class PCA(ParamsMixin):
         ----------
         X : array of shape (n_samples, n_features), or xarray DataArray / Dataset
             NumPy or dask array, ``zarr.Array``, or the path/URL of a zarr array; or a labeled
-            xarray object (lazy or not), see :mod:`daskpca.xarray`.
+            xarray object (lazy or not), see :mod:`daskpca.labeled`.
         y : ignored
             For scikit-learn's ``Pipeline``.
         sample_dims : str or sequence of str, optional
@@ -190,35 +216,45 @@ class PCA(ParamsMixin):
         -------
         self
         """
-        self._fit_any(X, sample_dims)
+        self._fit(X, sample_dims)
         return self
 
     def fit_transform(self, X, y=None, *, sample_dims=None, scaling=None):
         """Fit, then return the scores of ``X`` (lazy for dask/zarr input; one more pass)."""
-        array, kind = self._fit_any(X, sample_dims)
-        if getattr(self, "_labeled", None) is not None:
-            return _labeled_layer().transform_any(self, X, scaling=scaling, _fitted=(array, kind))
-        return self._project(array, kind)
+        return self.fit(X, sample_dims=sample_dims).transform(X, scaling=scaling)
 
-    def _fit_any(self, X, sample_dims):
-        labeled = _labeled_layer()
-        with one_blas_thread_per_task():
-            if labeled.is_labeled(X) or sample_dims is not None or self.weights is not None or self.standardize:
-                return labeled.fit_any(self, X, sample_dims)
-            self._labeled = None  # a plain fit: no mask / weights / labels (update() keeps them)
-            return self._fit(X)
-
-    def _fit(self, X):
-        array, kind = as_dask_matrix(X)
-        request = self._request(array)
-        module, name, reason = self._choose_solver(array, request)
+    def _fit(self, X, sample_dims) -> None:
+        """The one fit road: matrix → feature stage → plan → solver → fitted attributes."""
+        matrix, layout, spec = self._fit_input(X, sample_dims)
+        request = self._request(matrix)
+        module, name, reason = self._choose_solver(matrix, request)
+        if spec is not None:
+            spec = replace(spec, missing_ok=getattr(module, "ACCEPTS_MISSING", False))
         options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
-        result = module.solve(array, request, random_state=self.random_state, **options)
-        self._set_fitted(result, name, reason, array.shape[1])
+        with one_blas_thread_per_task():
+            result = _features.solve(module, matrix, request, spec, random_state=self.random_state, **options)
+        self._set_fitted(result, name, reason, layout)
+        if spec is not None:
+            self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
         warning = _plan.ill_conditioning_warning(self.explained_variance_, name, self.n_samples_)
         if warning:
             warnings.warn(warning, IllConditionedWarning, stacklevel=3)
-        return array, kind
+
+    def _fit_input(self, X, sample_dims):
+        """``(matrix, layout, spec)``: the input as a lazy matrix, its labeled layout (or None)
+        and the feature stage asked for (None for a plain fit). Reads no data."""
+        if labeled.is_labeled(X):
+            source = labeled.from_xarray(X, sample_dims, self.weights)
+            return source.matrix, source.layout, FeatureSpec(source.weights, bool(self.standardize))
+        if sample_dims is not None:
+            raise TypeError(
+                f"sample_dims={sample_dims!r} applies to xarray input only; a plain matrix already has "
+                "samples as rows."
+            )
+        matrix, _ = as_dask_matrix(X)
+        if self.weights is None and not self.standardize:
+            return matrix, None, None
+        return matrix, None, FeatureSpec(matrix_weights(self.weights, matrix.shape[1]), bool(self.standardize))
 
     def _choose_solver(self, array, request: ComponentRequest):
         """``(module, name, reason)`` of the solver ``fit`` runs on ``array``."""
@@ -235,7 +271,8 @@ class PCA(ParamsMixin):
         in ``solver_info_["moments"]``; the new rows' statistics are merged with them
         (Chan–Golub–LeVeque) and the d×d eigenproblem is solved again, so the result equals a
         fit on the old and new samples together, to float64 round-off. ``n_components`` is
-        applied again (a variance fraction may now keep a different k).
+        applied again (a variance fraction may now keep a different k). The feature stage (mask,
+        weights) and the labeled layout stay those of the first fit.
 
         Parameters
         ----------
@@ -251,26 +288,17 @@ class PCA(ParamsMixin):
             When the model keeps no sufficient statistics (solvers other than covariance) or was
             standardized (its per-feature scale would change with the new data).
         """
-        from .solvers import covariance
-        from ._moments import combine_moments
-
         self.check_updatable()
-        moments = self.solver_info_["moments"]
-        labeled = getattr(self, "_labeled", None)
-        if labeled is not None:
-            array, _, _ = _labeled_layer().to_solver_matrix(self, X)
-        else:
-            array, _ = as_dask_matrix(X)
-            check_n_features(array, self.n_features_in_)
+        matrix, _ = self._model_input(X)
         with one_blas_thread_per_task():
-            (new,) = dask.compute(covariance.moments_graph(array))
-        merged = combine_moments([moments, new])
+            (new,) = dask.compute(covariance.moments_graph(self.feature_stage_.apply(matrix)))
+        merged = combine_moments([self.solver_info_["moments"], new])
         request = ComponentRequest(self.n_components, merged.count, self.n_features_in_)
         request.validate()
         result = covariance.result_from_moments(merged, request)
         n_before = self.n_samples_
         info = {k: v for k, v in self.solver_info_.items() if k != "moments"}
-        self._set_fitted(result, "covariance", self.solver_reason_, self.n_features_in_)
+        self._set_fitted(replace(result, features=self.feature_stage_), "covariance", self.solver_reason_, self.layout_)
         self.solver_info_ = {**info, **self.solver_info_, "updated_with": merged.count - n_before}
         return self
 
@@ -283,14 +311,20 @@ class PCA(ParamsMixin):
                 "statistics, so it cannot be updated exactly. Refit on all the data, with "
                 "solver='covariance' if it should be updatable later."
             )
-        if getattr(self, "standardize", False):
+        if self.standardize:
             raise ValueError(
                 "a standardized model cannot be updated exactly: each feature's scale would change "
                 "with the new data. Refit on all the data."
             )
 
-    def plan(self, X) -> _plan.Plan:
+    def plan(self, X, *, sample_dims=None) -> _plan.Plan:
         """What ``fit(X)`` would do, without reading any data.
+
+        Parameters
+        ----------
+        X : array or xarray object, as for :meth:`fit`
+        sample_dims : str or sequence of str, optional
+            Labeled input only, as for :meth:`fit`.
 
         Returns
         -------
@@ -300,8 +334,8 @@ class PCA(ParamsMixin):
             when a client is running), the runner-up, and every solver's estimate.
             ``print(plan)`` shows a table.
         """
-        array, _ = as_dask_matrix(X)
-        return self._make_plan(array, self._request(array))
+        matrix, _, _ = self._fit_input(X, sample_dims)
+        return self._make_plan(matrix, self._request(matrix))
 
     def _request(self, array) -> ComponentRequest:
         request = ComponentRequest(self.n_components, *array.shape)
@@ -322,10 +356,10 @@ class PCA(ParamsMixin):
             tol=self.tol, max_passes=self.max_passes,
         )
 
-    def _set_fitted(self, result: SolverResult, solver: str, reason: str, n_features: int) -> None:
+    def _set_fitted(self, result: SolverResult, solver: str, reason: str, layout) -> None:
         signs = flip_signs(result.components)
         k = len(result.explained_variance)
-        n_samples = result.n_samples
+        n_samples, n_features = result.n_samples, result.mean.shape[0]
         kept = float(np.sum(result.explained_variance))
         n_discarded = min(n_samples, n_features) - k
         self.components_ = result.components * signs[:, None]
@@ -349,20 +383,23 @@ class PCA(ParamsMixin):
         self.solver_reason_ = reason
         self.n_passes_ = result.n_passes
         self.solver_info_ = dict(result.info)
+        self.feature_stage_ = result.features if result.features is not None else FeatureStage.identity(n_features)
+        self.layout_ = layout
         self._spectrum = result.spectrum
 
     # ------------------------------------------------------------------ projecting
 
     def transform(self, X, *, scaling=None):
-        """Scores of ``X``: ``(X − mean_) @ components_.T`` (divided by √λ when whitening).
+        """Scores of ``X``: ``(z − mean_) @ components_.T`` with ``z`` the input through the
+        feature stage (divided by √λ when whitening).
 
         Parameters
         ----------
         X : array of shape (n_samples, n_features), or xarray object for a labeled model
             A labeled model returns a DataArray ``(*sample_dims, "mode")``, modes from 1.
         scaling : {"none", "unit", "sqrt_lambda"}, optional
-            Labeled/weighted models: scores as projections (variance λ), divided by √λ (unit
-            variance), or multiplied by √λ. Default ``"unit"`` if ``whiten`` else ``"none"``.
+            Scores as projections (variance λ), divided by √λ (unit variance), or multiplied by
+            √λ. Default ``"unit"`` if ``whiten`` else ``"none"``.
 
         Returns
         -------
@@ -371,11 +408,18 @@ class PCA(ParamsMixin):
             (one pass when computed). Input's floating dtype.
         """
         self._check_fitted()
-        if getattr(self, "_labeled", None) is not None or scaling is not None:
-            return _labeled_layer().transform_any(self, X, scaling=scaling)
-        array, kind = as_dask_matrix(X)
-        check_n_features(array, self.n_features_in_)
-        return self._project(array, kind)
+        matrix, kind = self._model_input(X)
+        scaling, factors = self._score_factors(scaling)
+        Z = self.feature_stage_.apply(matrix)
+        scores = Z.rechunk({1: -1}).map_blocks(
+            _project_block, self.mean_, self.components_.T * factors[None, :],
+            dtype=Z.dtype, chunks=(Z.chunks[0], (self.n_components_,)),
+        )
+        if kind == "numpy":
+            scores = scores.compute()
+        if self.layout_ is not None:
+            return labeled.scores_to_xarray(self.layout_, scores, X, self.n_components_, scaling)
+        return scores
 
     def inverse_transform(self, X, *, modes=None, scaling=None):
         """Reconstruction ``scores @ components_ + mean_`` in the original feature space.
@@ -383,42 +427,96 @@ class PCA(ParamsMixin):
         Parameters
         ----------
         X : array of shape (n_samples, n_components_)
-            Scores as returned by ``transform`` (whitened if ``whiten=True``).
+            Scores as returned by ``transform`` (whitened if ``whiten=True``); for a labeled
+            model the DataArray ``transform`` returned (its ``attrs["scaling"]`` is read back).
+        modes : sequence of int, optional
+            Components to use, numbered from 1 (e.g. ``[1, 2, 5]``); the scores hold either
+            every component or one column per selected mode.
+        scaling : {"none", "unit", "sqrt_lambda"}, optional
+            How the scores were scaled (see :meth:`transform`).
 
         Returns
         -------
         X_original : array of shape (n_samples, n_features)
-            NumPy for NumPy input, else lazy dask array. A labeled model returns the field with
-            its original dims and coords, un-weighted, NaN at masked features; ``modes`` (numbered
-            from 1, e.g. ``[1, 2, 5]``) selects the components used.
+            NumPy for NumPy input, else lazy dask array; un-weighted (divided by the feature
+            stage's factor), NaN at masked features. A labeled model returns the field with its
+            original dims and coords.
         """
         self._check_fitted()
-        if getattr(self, "_labeled", None) is not None or modes is not None:
-            return _labeled_layer().inverse_transform_any(self, X, modes=modes, scaling=scaling)
-        scores, kind = as_dask_matrix(X, name="scores")
-        if scores.shape[1] != self.n_components_:
-            raise ValueError(
-                f"scores have {scores.shape[1]} columns, but this PCA has "
-                f"{self.n_components_} components. Pass the output of transform()."
-            )
-        basis = self.components_ * self._scale()[:, None]
-        out = scores.rechunk({1: -1}).map_blocks(
-            _reconstruct_block, basis, self.mean_, dtype=scores.dtype, chunks=(scores.chunks[0], (self.n_features_in_,))
-        )
-        return out.compute() if kind == "numpy" else out
-
-    def _project(self, array, kind):
-        # Whitening divides each score by √λ; a zero-variance component stays 0, not ∞.
-        scale = self._scale()
+        if self.layout_ is not None:
+            given = labeled.scores_from_xarray(X, modes, self.n_components_)
+            matrix, index, lazy = given.matrix, given.modes, given.lazy
+            scaling = scaling or given.scaling
+        else:
+            if labeled.is_labeled(X):
+                raise TypeError("this PCA was fitted on a plain matrix; pass the scores matrix, not an xarray object.")
+            matrix, kind = as_dask_matrix(X, name="scores")
+            matrix, index = self._select_modes(matrix, modes)
+            lazy = kind != "numpy"
+        _, factors = self._score_factors(scaling)
         with np.errstate(divide="ignore"):
-            inverse_scale = np.where(scale > 0, 1.0 / scale, 0.0)
-        basis = self.components_.T * inverse_scale[None, :]
-        out = array.rechunk({1: -1}).map_blocks(
-            _project_block, self.mean_, basis, dtype=array.dtype, chunks=(array.chunks[0], (self.n_components_,))
+            unscale = np.where(factors[index] != 0, 1.0 / factors[index], 0.0)
+        stage = self.feature_stage_
+        rows = matrix.rechunk({1: -1}).map_blocks(
+            _reconstruct_block, self.components_[index] * unscale[:, None], self.mean_, stage,
+            dtype=np.result_type(matrix.dtype, np.float32), chunks=(matrix.chunks[0], (stage.n_input,)),
         )
-        return out.compute() if kind == "numpy" else out
+        if not lazy:
+            rows = rows.compute()
+        return labeled.field_from_rows(self.layout_, rows, given) if self.layout_ is not None else rows
 
-    # ------------------------------------------------------------------ labeled results, EOF conventions
+    def _model_input(self, X):
+        """``(matrix, kind)`` of data for a fitted model: labeled as at fit time, or a matrix
+        with the input's number of features."""
+        if self.layout_ is not None:
+            if not labeled.is_labeled(X):
+                raise TypeError(
+                    f"this PCA was fitted on labeled data (sample_dims {list(self.layout_.sample_dims)}); "
+                    f"pass an xarray object, not {type(X).__name__}."
+                )
+            return labeled.to_matrix(self.layout_, X)
+        if labeled.is_labeled(X):
+            raise TypeError("this PCA was fitted on a plain matrix; pass a matrix (e.g. X.data), not an xarray object.")
+        matrix, kind = as_dask_matrix(X)
+        check_n_features(matrix, self.feature_stage_.n_input)
+        return matrix, kind
+
+    def _select_modes(self, scores, modes):
+        """``(scores, index)``: the columns for ``modes`` (numbered from 1) and their 0-based index."""
+        k = self.n_components_
+        if modes is None:
+            if scores.shape[1] != k:
+                raise ValueError(
+                    f"scores have {scores.shape[1]} columns, but this PCA has {k} components. "
+                    "Pass the output of transform()."
+                )
+            return scores, np.arange(k)
+        index = np.atleast_1d(np.asarray(modes, dtype=int)) - 1
+        if scores.shape[1] == k:
+            scores = scores[:, index]
+        if scores.shape[1] != len(index) or index.min() < 0 or index.max() >= k:
+            raise ValueError(
+                f"scores have {scores.shape[1]} columns; expected {k} (all modes) or one "
+                f"per selected mode (modes are numbered 1..{k})."
+            )
+        return scores, index
+
+    def _score_factors(self, scaling: str | None) -> tuple[str, np.ndarray]:
+        """``(scaling, factors)``: the per-mode factor turning projections into the scores asked
+        for (a zero-variance component scores 0 under "unit", not ∞)."""
+        if scaling is None:
+            scaling = "unit" if self.whiten else "none"
+        if scaling not in SCALINGS:
+            raise ValueError(f"scaling={scaling!r} is not one of {SCALINGS}.")
+        root = np.sqrt(self.explained_variance_)
+        if scaling == "none":
+            return scaling, np.ones_like(root)
+        if scaling == "unit":
+            with np.errstate(divide="ignore"):
+                return scaling, np.where(root > 0, 1.0 / root, 0.0)
+        return scaling, root
+
+    # ------------------------------------------------------------------ EOF conventions
 
     def to_xarray(self):
         """Fitted results as an ``xarray.Dataset`` (modes numbered from 1).
@@ -427,37 +525,23 @@ class PCA(ParamsMixin):
         ``feature_scale`` (feature dims) for labeled fits; ``explained_variance``,
         ``explained_variance_ratio``, ``variance_fraction_percent``, ``singular_values``,
         ``north_error`` (λ·√(2/n)), ``north_error_percent`` (mode); attrs with parameters (JSON),
-        solver, passes and library version. See :mod:`daskpca.xarray`.
+        solver, passes and library version. See :mod:`daskpca.labeled`.
         """
         self._check_fitted()
-        return _labeled_layer().to_xarray(self)
+        return labeled.results_dataset(self)
 
     def component_maps(self, X, *, kind="correlation", modes=None):
         """Covariance or correlation of each PC with the field ``X`` (lazy; one pass over ``X``).
 
-        See :func:`daskpca.xarray.component_maps` for the formulas.
+        See :func:`daskpca.labeled.component_maps` for the formulas.
         """
         self._check_fitted()
-        return _labeled_layer().component_maps(self, X, kind=kind, modes=modes)
+        return labeled.component_maps(self, X, kind=kind, modes=modes)
 
     def north_errors(self) -> np.ndarray:
         """North et al. (1982) typical eigenvalue errors ``explained_variance_ · √(2 / n_samples_)``."""
         self._check_fitted()
-        return _labeled_layer().north_errors(self)
-
-    def save(self, store, overwrite=False):
-        """Write the fitted model to a zarr group (local path or fsspec URL); no pickle.
-
-        Atomic: a completion marker is written last and :func:`daskpca.load` checks it; an
-        existing store is replaced only with ``overwrite=True``. See :mod:`daskpca.io`.
-        """
-        self._check_fitted()
-        from .io import save_model
-
-        return save_model(self, store, overwrite=overwrite)
-
-    def _scale(self) -> np.ndarray:
-        return np.sqrt(self.explained_variance_) if self.whiten else np.ones(self.n_components_)
+        return self.explained_variance_ * np.sqrt(2.0 / self.n_samples_)
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "components_"):
@@ -467,18 +551,15 @@ class PCA(ParamsMixin):
             )
 
 
-def _labeled_layer():
-    """The labeled layer, imported on use (the core does not need xarray)."""
-    from . import xarray as labeled
-
-    return labeled
-
-
 def _project_block(block: np.ndarray, mean: np.ndarray, basis: np.ndarray) -> np.ndarray:
     """``(block − mean) @ basis`` in float64 (centering first: no cancellation), block's dtype."""
     return ((np.asarray(block, dtype=np.float64) - mean) @ basis).astype(block.dtype, copy=False)
 
 
-def _reconstruct_block(scores: np.ndarray, basis: np.ndarray, mean: np.ndarray) -> np.ndarray:
-    """``scores @ basis + mean`` in float64, returned in the scores' dtype."""
-    return (np.asarray(scores, dtype=np.float64) @ basis + mean).astype(scores.dtype, copy=False)
+def _reconstruct_block(scores: np.ndarray, basis: np.ndarray, mean: np.ndarray, stage: FeatureStage) -> np.ndarray:
+    """``scores @ basis + mean`` in float64, un-weighted and put back on every input feature
+    (NaN at masked ones), returned in the scores' floating dtype."""
+    z = np.asarray(scores, dtype=np.float64) @ basis + mean
+    if not stage.is_identity:
+        z = stage.restore(z / stage.factor)
+    return z.astype(np.result_type(scores.dtype, np.float32), copy=False)

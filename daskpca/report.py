@@ -38,7 +38,7 @@ def write_report(pca, out, *, overwrite: bool = False, n_maps: int = 4) -> list[
     names = []
     with atomic_directory(out, overwrite=overwrite) as folder:
         folder.mkdir(parents=True)
-        north = pca.explained_variance_ * np.sqrt(2.0 / pca.n_samples_)
+        north = pca.north_errors()
         for name, draw in (
             ("scree.png", lambda: plot.scree(pca, errors=north, log=True)),
             ("cumulative.png", lambda: plot.cumulative_variance(pca, threshold=REPORT_THRESHOLD)),
@@ -60,8 +60,7 @@ def _component_maps(pca, n_maps):
     from . import plot
 
     n = min(n_maps, pca.n_components_)
-    state = getattr(pca, "_labeled", None)
-    layout = getattr(state, "layout", None)
+    layout = pca.layout_
     if layout is not None and layout.is_dataarray:
         maps = pca.to_xarray()["components"].isel(mode=slice(0, n))
         feature_dims = [d for d in maps.dims if d != "mode"]
@@ -88,7 +87,7 @@ def summary_markdown(pca, pictures=()) -> str:
         "| mode | variance | North error | ratio | cumulative |",
         "|---:|---:|---:|---:|---:|",
     ]
-    north = pca.explained_variance_ * np.sqrt(2.0 / pca.n_samples_)
+    north = pca.north_errors()
     for i, (var, err, ratio, cum) in enumerate(zip(pca.explained_variance_, north, pca.explained_variance_ratio_, cumulative), 1):
         lines.append(f"| {i} | {var:.6g} | {err:.3g} | {ratio:.2%} | {cum:.2%} |")
     lines.append("")

@@ -17,14 +17,8 @@ import xarray as xr
 
 import daskpca
 from daskpca import PCA, load
-from daskpca.io import (
-    COMPLETE_MARKER,
-    IncompleteStoreError,
-    NewerFormatError,
-    OutputExistsError,
-    open_xarray,
-    write_xarray,
-)
+from daskpca.exceptions import IncompleteStoreError, NewerFormatError, OutputExistsError
+from daskpca.io import COMPLETE_MARKER, open_xarray, write_xarray
 
 
 def field(n=48, seed=0):

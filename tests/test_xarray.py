@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 
 from daskpca import PCA
-from daskpca.xarray import MODE
+from daskpca.labeled import MODE
 
 from _helpers import write_zarr
 

@@ -10,8 +10,20 @@ computes it once per pass; it never loads the whole input, and it reports how ma
 made in ``SolverResult.n_passes``. It checks for NaN/±inf inside its first pass
 (``_validation.find_nonfinite`` per block, ``raise_if_nonfinite`` on the merged count).
 
+**The feature stage (optional).** Masks of wholly-missing features, weights and standardisation
+(see :mod:`daskpca._features`) need per-feature statistics that only a read of the data gives. A
+solver that can take them from its own first pass defines ``fuses_features(spec) -> bool`` and
+accepts ``features=spec`` in ``solve``: it resolves the stage (``spec.resolve(finite_count,
+n_samples, variance)``), solves on ``Z = X[:, keep]·factor`` and returns the stage in
+``SolverResult.features``. A solver that does not is given ``Z`` after one generic extra read
+(``daskpca._features.solve``); it needs to do nothing.
+
+**Declarations** a solver module may make: ``OPTIONS`` (estimator parameters it takes as keyword
+arguments), ``ACCEPTS_MISSING = True`` (NaN is a missing value, not an error).
+
 The estimator (``daskpca.pca.PCA``) turns a ``SolverResult`` into fitted attributes: it fixes the
-signs, derives ratios, singular values, noise variance and distortion.
+signs, derives ratios, singular values, noise variance and distortion. ``daskpca._features.solve``
+is the only caller of ``solve``.
 """
 
 from __future__ import annotations
@@ -47,6 +59,9 @@ class SolverResult:
     info : dict
         Solver diagnostics (iterations, convergence, missing fraction, noise variance, the
         sufficient statistics for exact updates, ...). JSON-able values or NumPy arrays.
+    features : FeatureStage or None
+        The resolved feature stage (:class:`daskpca._features.FeatureStage`) when the solver was
+        given one; components, mean and variances then describe ``Z = X[:, keep]·factor``.
     """
 
     components: np.ndarray
@@ -57,6 +72,7 @@ class SolverResult:
     n_passes: int
     spectrum: np.ndarray | None = None
     info: dict = field(default_factory=dict)
+    features: object = None
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,15 @@ Accuracy: the eigenvalues carry absolute error ~ ε·λ_max, so components whose
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import dask
 import numpy as np
 
 from .._graph import map_row_blocks, tree_reduce
 from .._linalg import eigh_descending
 from .._moments import Moments, chunk_moments, combine_moments
-from .._validation import raise_if_nonfinite
+from .._validation import NonFinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 
 N_PASSES = 1
@@ -32,7 +34,12 @@ def moments_graph(X):
     return tree_reduce(map_row_blocks(X, chunk_moments, "covariance-chunk"), combine_moments, "covariance-merge")
 
 
-def solve(X, request: ComponentRequest, *, random_state=None) -> SolverResult:
+def fuses_features(spec) -> bool:
+    """Every feature stage is free: finite counts and variances come with the moments."""
+    return True
+
+
+def solve(X, request: ComponentRequest, *, random_state=None, features=None) -> SolverResult:
     """Fit PCA from the exact covariance matrix of ``X``.
 
     Parameters
@@ -42,15 +49,27 @@ def solve(X, request: ComponentRequest, *, random_state=None) -> SolverResult:
     request : ComponentRequest
     random_state : ignored
         Accepted so every solver has the same signature; this solver is deterministic.
+    features : FeatureSpec, optional
+        A feature stage to resolve in the same pass: the moments of the raw columns carry the
+        per-feature finite counts (wholly non-finite columns were zero-filled, so restricting the
+        scatter to the kept features is exact) and variances.
 
     Returns
     -------
     SolverResult
         ``info["moments"]`` holds the merged :class:`~daskpca._moments.Moments` (the sufficient
-        statistics an exact incremental update needs).
+        statistics an exact incremental update needs) of the analysed matrix.
     """
     (moments,) = dask.compute(moments_graph(X))
-    return result_from_moments(moments, request)
+    if features is None:
+        return result_from_moments(moments, request)
+    n_samples = moments.count
+    scatter = moments.symmetric_scatter()
+    stage = features.resolve(moments.finite_counts(), n_samples, np.diag(scatter) / max(n_samples - 1, 1))
+    kept = np.ix_(stage.keep, stage.keep)
+    analysed = Moments(n_samples, moments.mean[stage.keep] * stage.factor,
+                       scatter[kept] * np.outer(stage.factor, stage.factor), NonFinite())
+    return replace(result_from_moments(analysed, stage.narrow(request)), features=stage)
 
 
 def result_from_moments(moments: Moments, request: ComponentRequest) -> SolverResult:

@@ -22,7 +22,7 @@ which then holds the whole array while it regroups it — store wide data in col
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import dask
 import numpy as np
@@ -90,7 +90,12 @@ def _strip_components(strip: np.ndarray, col_offset: int, mean: np.ndarray, basi
     return centered.T @ basis
 
 
-def solve(X, request: ComponentRequest, *, random_state=None) -> SolverResult:
+def fuses_features(spec) -> bool:
+    """Masks and weights ride in pass 1; standardizing needs the variances before it (no)."""
+    return not spec.standardize
+
+
+def solve(X, request: ComponentRequest, *, random_state=None, features=None) -> SolverResult:
     """Fit PCA through the centered Gram matrix of ``X`` (two passes).
 
     Parameters
@@ -101,14 +106,25 @@ def solve(X, request: ComponentRequest, *, random_state=None) -> SolverResult:
     random_state : int, optional
         Only used to complete the basis when more components are asked for than the data's
         rank (directions of zero variance are then arbitrary).
+    features : FeatureSpec, optional
+        Weights and the mask of wholly-missing features (not ``standardize``): pass 1 reads the
+        weighted columns, whose all-NaN ones are zero-filled and add exactly 0 to the Gram
+        matrix, and counts finite entries per column; pass 2 reads the kept columns only.
 
     Returns
     -------
     SolverResult
     """
+    if features is not None:
+        X = features.weigh(X)
     (part,) = dask.compute(gram_graph(X))
-    raise_if_nonfinite(part.nonfinite)
-    return result_from_part(X, part, request, random_state=random_state)
+    if features is None:
+        raise_if_nonfinite(part.nonfinite)
+        return result_from_part(X, part, request, random_state=random_state)
+    n_samples = X.shape[0]
+    stage = features.resolve(part.column_finite_counts(n_samples), n_samples)
+    result = result_from_part(X, part, stage.narrow(request), random_state=random_state, columns=stage.keep)
+    return replace(result, features=stage)
 
 
 def gram_graph(X):

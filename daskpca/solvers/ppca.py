@@ -89,6 +89,8 @@ from ._iterative import (
 )
 
 OPTIONS = ("max_iter", "tol", "init", "checkpoint")
+#: NaN is a missing value here, not an error (the feature stage keeps partially missing features).
+ACCEPTS_MISSING = True
 DEFAULT_MAX_ITER = 200
 DEFAULT_TOL = 1e-8
 

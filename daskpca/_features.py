@@ -1,0 +1,214 @@
+"""The feature stage: which input columns the solver sees, and the factor each is scaled by.
+
+Every fit takes one road (see ``docs/architecture.md``)::
+
+    source ─▶ matrix ─▶ feature stage ─▶ plan ─▶ solver passes ─▶ small local solve ─▶ model
+
+The stage turns the input matrix X (n × D) into the matrix the solver analyses,
+``Z = X[:, keep] · factor``:
+
+- ``keep`` drops features that are NaN (or ±inf) for *every* sample — land points of an ocean
+  field. They are restored as NaN on output. A feature missing only sometimes is an error that
+  counts them, unless the solver accepts missing values (``ppca``).
+- ``factor = w / s``: ``w`` the user's per-feature weights (``PCA(weights=...)``; √cos(latitude)
+  for ``"coslat"``), ``s`` the standard deviation (ddof=1) with ``standardize=True``, else 1.
+
+Before the data is read the stage is a :class:`FeatureSpec` (weights, standardize, whether
+missing values are accepted). It becomes a :class:`FeatureStage` (keep, factor) from per-feature
+statistics — finite counts and variances — that only a read of the data gives. :func:`solve` is
+the one call the estimator makes: a solver that can take those statistics from its own first pass
+(its module defines ``fuses_features(spec) -> bool`` and its ``solve`` takes ``features=``) gets
+the spec and returns the resolved stage in ``SolverResult.features``; every other solver gets one
+generic extra read (per-feature count, mean and variance, :func:`column_stats_graph`) and then
+``Z``. No xarray here: the labeled layer only turns dims and coords into a matrix and weights.
+
+Passes: covariance 1 (counts and variances come from its moments), Gram 2 (counts from pass 1;
+with ``standardize`` it needs the variances before pass 1, so it takes the extra read), every
+other solver its own passes + 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import dask
+import numpy as np
+
+from ._graph import map_row_blocks, tree_reduce
+from .solvers._base import ComponentRequest, SolverResult
+from .solvers._iterative import ColumnMoments, column_moments, combine_column_moments
+
+
+@dataclass(frozen=True)
+class FeatureStage:
+    """The resolved stage: ``Z = X[:, keep] · factor``.
+
+    Attributes
+    ----------
+    keep : ndarray of shape (n_input_features,), bool
+        Input features the solver analysed (False: NaN for every sample, restored as NaN).
+    factor : ndarray of shape (n_kept,), float64
+        Positive per-feature factor f = weight / scale applied after the mask.
+    """
+
+    keep: np.ndarray
+    factor: np.ndarray
+
+    @classmethod
+    def identity(cls, n_features: int) -> "FeatureStage":
+        """The stage of a plain fit: every feature, factor 1."""
+        return cls(np.ones(n_features, dtype=bool), np.ones(n_features))
+
+    @property
+    def n_input(self) -> int:
+        """Features of the input matrix (before the mask)."""
+        return int(self.keep.size)
+
+    @property
+    def n_kept(self) -> int:
+        return int(self.keep.sum())
+
+    @property
+    def is_identity(self) -> bool:
+        return bool(self.keep.all() and np.all(self.factor == 1.0))
+
+    def apply(self, matrix):
+        """Lazy ``matrix[:, keep] · factor`` (the matrix itself for the identity stage)."""
+        if self.is_identity:
+            return matrix
+        kept = matrix if self.keep.all() else matrix[:, self.keep]
+        return kept * self.factor.astype(matrix.dtype)
+
+    def narrow(self, request: ComponentRequest) -> ComponentRequest:
+        """The component request on the kept features, validated again (k ≤ n_kept)."""
+        narrowed = replace(request, n_features=self.n_kept)
+        narrowed.validate()
+        return narrowed
+
+    def restore(self, rows: np.ndarray, fill: float = np.nan) -> np.ndarray:
+        """Rows over kept features (…, n_kept) put back on all input features, ``fill`` elsewhere."""
+        out = np.full((*rows.shape[:-1], self.n_input), fill)
+        out[..., self.keep] = rows
+        return out
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """The stage as asked for, before the data is read.
+
+    Attributes
+    ----------
+    weights : ndarray of shape (n_input_features,), float64
+        Positive per-feature weights (all 1 when none were given).
+    standardize : bool
+        Divide every kept feature by its standard deviation (ddof=1; features with zero variance
+        keep scale 1).
+    missing_ok : bool
+        Partially missing features are data for the solver (NaN = missing) rather than an error.
+    """
+
+    weights: np.ndarray
+    standardize: bool = False
+    missing_ok: bool = False
+
+    def weigh(self, matrix):
+        """Lazy ``matrix · weights`` over every input column (for solvers that mask afterwards)."""
+        return matrix * self.weights.astype(matrix.dtype)
+
+    def resolve(self, finite_count: np.ndarray, n_samples: int, variance: np.ndarray | None = None) -> FeatureStage:
+        """The stage from per-feature finite counts and (for ``standardize``) variances (D,).
+
+        Raises
+        ------
+        ValueError
+            When every feature is missing everywhere, or (unless ``missing_ok``) some feature is
+            missing for some samples but not all.
+        """
+        keep = kept_features(finite_count, n_samples, missing_ok=self.missing_ok)
+        factor = self.weights[keep]
+        if self.standardize:
+            if variance is None:
+                raise ValueError("standardize needs the per-feature variances")  # a bug, not a user error
+            std = np.sqrt(np.clip(np.asarray(variance)[keep], 0.0, None))
+            factor = factor / np.where(std > 0, std, 1.0)
+        return FeatureStage(keep, np.asarray(factor, dtype=np.float64))
+
+
+def kept_features(finite_count: np.ndarray, n_samples: int, *, missing_ok: bool) -> np.ndarray:
+    """Features finite for some sample; raise for none kept, or partially missing ones."""
+    finite_count = np.asarray(finite_count)
+    keep = finite_count > 0
+    if not keep.any():
+        raise ValueError(
+            f"all {finite_count.size} features are NaN (or ±inf) for every sample: nothing is left "
+            "to analyse. Check the variable, the region selected, or the fill value decoding "
+            "(xarray's mask_and_scale)."
+        )
+    partial = keep & (finite_count < n_samples)
+    if partial.any() and not missing_ok:
+        i = int(np.argmax(partial))
+        raise ValueError(
+            f"{int(partial.sum())} feature(s) are missing (NaN/±inf) for some samples but not all "
+            f"({int(np.sum(n_samples - finite_count[partial]))} missing entries; the first is "
+            f"feature {i}, finite in {int(finite_count[i])} of {n_samples} samples). Features "
+            "missing everywhere are dropped automatically; partially missing ones need filling, "
+            "or the missing-value solver: PCA(solver='ppca')."
+        )
+    return keep
+
+
+def matrix_weights(weights, n_features: int) -> np.ndarray:
+    """``PCA(weights=...)`` for a plain matrix: one positive weight per column, (n_features,)."""
+    if weights is None:
+        return np.ones(n_features)
+    if isinstance(weights, (str, dict)) or hasattr(weights, "dims"):
+        raise TypeError(
+            f"weights={weights!r:.60} needs labeled input (an xarray object with coords); for a "
+            f"plain matrix pass an array of shape ({n_features},)."
+        )
+    array = np.asarray(weights, dtype=np.float64)
+    try:
+        out = np.broadcast_to(array, (n_features,)).astype(np.float64)
+    except ValueError:
+        raise ValueError(
+            f"weights of shape {array.shape} do not broadcast over the {n_features} features."
+        ) from None
+    if not np.all(np.isfinite(out) & (out > 0)):
+        raise ValueError("weights must be finite and > 0 for every feature.")
+    return out
+
+
+# ---------------------------------------------------------------------------------------- solving
+
+
+def solve(module, X, request: ComponentRequest, spec: FeatureSpec | None, *, random_state=None, **options) -> SolverResult:
+    """Run solver ``module`` on ``X`` through the feature stage ``spec`` (None: a plain fit).
+
+    The one place a solver is called from. Returns the solver's result with ``features`` set
+    (None for a plain fit) and ``n_passes`` counting every read, the generic one included.
+    """
+    if spec is None:
+        return module.solve(X, request, random_state=random_state, **options)
+    fuses = getattr(module, "fuses_features", None)
+    if fuses is not None and fuses(spec):
+        return module.solve(X, request, random_state=random_state, features=spec, **options)
+    # The generic road: one read for per-feature finite counts (and variances), then the solver
+    # on Z. NaN is read as missing here so that wholly-NaN features can be told apart.
+    (stats,) = dask.compute(column_stats_graph(X))
+    stage = spec.resolve(stats.count, X.shape[0], stats.variance())
+    result = module.solve(stage.apply(X), stage.narrow(request), random_state=random_state, **options)
+    why = "per-feature finite count" + (", mean and variance" if spec.standardize else "")
+    info = {**result.info, "mask_pass": f"one extra read ({why}) before the solver, which takes no feature stage"}
+    return replace(result, n_passes=result.n_passes + 1, features=stage, info=info)
+
+
+def column_stats_graph(X):
+    """Delayed :class:`~daskpca.solvers._iterative.ColumnMoments` of ``X``, NaN/±inf as missing."""
+    parts = map_row_blocks(X, _column_stats_block, "feature-stats-chunk")
+    return tree_reduce(parts, combine_column_moments, "feature-stats-merge")
+
+
+def _column_stats_block(block: np.ndarray, row_offset: int) -> ColumnMoments:
+    x = np.asarray(block, dtype=np.float64)
+    # ±inf counts as missing too: such a feature is dropped if it is never finite.
+    return column_moments(np.where(np.isfinite(x), x, np.nan), row_offset, missing=True)

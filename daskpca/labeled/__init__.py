@@ -1,0 +1,96 @@
+"""The labeled layer: an adapter between xarray objects and the estimator's matrices.
+
+A thin layer in the style of flox: **dims → matrix → core → coords back**. It never fits
+anything and calls no estimator method; the estimator (:class:`daskpca.PCA`) calls it to turn
+labeled input into a matrix and weights, and matrix results back into labeled output.
+
+1. *Dims → matrix* (:mod:`.layout`). ``sample_dims`` (one name or several) become the rows; every
+   other dimension of every data variable is a feature dimension; the variables of a ``Dataset``
+   are concatenated along the features (one multivariate analysis).
+2. *Weights* (:mod:`.weights`): ``"coslat"`` = √cos(latitude), an array broadcast over the
+   feature dims, or a dict per variable, as one positive factor per matrix column.
+3. *Core* — not here. The estimator's feature stage (:mod:`daskpca._features`) drops features
+   that are NaN for **every** sample (land points of an ocean field), multiplies by the weights
+   (and divides by the standard deviation with ``standardize=True``), and any solver analyses
+   ``Z = X[:, keep]·f``, inside its own first pass where it can. The fitted attributes
+   (``components_``, ``mean_``, ``explained_variance_``, ...) describe ``Z``: ``components_`` are
+   the orthonormal EOFs **in the weighted space** (as the ``eofs`` package returns them).
+4. *Coords back* (:mod:`.results`). Scores get dims ``(*sample_dims, "mode")``; fields get their
+   original dims, coords and attrs, NaN at masked features.
+
+**What is weighted, and what is un-weighted on output.** Eigenvalues, variance fractions, scores
+and ``components`` (in :meth:`PCA.to_xarray`) are those of the weighted (standardized) field; the
+components are *not* divided by ``f`` (dividing would break orthonormality; ``feature_scale`` in
+``to_xarray()`` is ``f``, so ``components / feature_scale`` gives that view when wanted). ``mean``
+in ``to_xarray()`` and every reconstruction (:meth:`PCA.inverse_transform`) are un-weighted:
+``X̂ = (scores · components + mean_) / f``, in the data's units. Covariance and correlation maps
+(:func:`component_maps`) are in data units too.
+
+**Modes are numbered from 1** (the EOF convention): ``mode=1`` is the leading component, i.e.
+row 0 of ``components_``; ``inverse_transform(scores, modes=[1, 2, 5])`` selects by these numbers.
+
+**Score scaling** (``scaling=`` of ``transform`` / ``inverse_transform``; the ``eofs`` package's
+``pcscaling`` 0/1/2): ``"none"`` — projections ``p = (z − z̄)·e``, variance λ (the default unless
+``whiten=True``); ``"unit"`` — ``p/√λ``, unit variance (the default with ``whiten=True``);
+``"sqrt_lambda"`` — ``p·√λ``. Scores carry their scaling in ``attrs["scaling"]`` and
+``inverse_transform`` reads it back.
+
+**Passes** (a pass = one full read of the input), as for any fit with a feature stage:
+``solver="covariance"``: 1 — the per-feature finite counts and (with ``standardize``) the standard
+deviations come from the same one-pass moments. ``solver="gram"``: 2 — finite counts from pass 1;
+with ``standardize=True`` one extra read first. Every other solver: one extra read (per-feature
+count, mean and variance) before its own passes; ``n_passes_`` includes it and
+``solver_info_["mask_pass"]`` says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .layout import MODE, Layout, VariableLayout, as_dataset, is_labeled, normalize_sample_dims
+from .results import component_maps, field_from_rows, results_dataset, scores_from_xarray, scores_to_xarray
+from .weights import LATITUDE_NAMES, resolve_weights
+
+__all__ = [
+    "LATITUDE_NAMES",
+    "MODE",
+    "Layout",
+    "LabeledMatrix",
+    "VariableLayout",
+    "component_maps",
+    "field_from_rows",
+    "from_xarray",
+    "is_labeled",
+    "results_dataset",
+    "scores_from_xarray",
+    "scores_to_xarray",
+    "to_matrix",
+]
+
+
+@dataclass(frozen=True)
+class LabeledMatrix:
+    """Labeled input as the estimator needs it (nothing read yet)."""
+
+    matrix: object  # dask array (n_samples, n_features)
+    kind: str  # "numpy" (results computed) or "dask" (results lazy)
+    layout: Layout
+    weights: np.ndarray  # (n_features,) float64 > 0
+
+
+def from_xarray(X, sample_dims, weights=None) -> LabeledMatrix:
+    """Stack labeled ``X`` into a matrix; resolve ``weights`` on its coords. Reads no data."""
+    sample_dims = normalize_sample_dims(sample_dims)
+    ds, is_dataarray, name = as_dataset(X)
+    layout = Layout.from_dataset(ds, sample_dims, is_dataarray, name)
+    matrix, kind = layout.to_matrix(ds)
+    return LabeledMatrix(matrix, kind, layout, resolve_weights(weights, ds, layout))
+
+
+def to_matrix(layout: Layout, X):
+    """``(matrix, kind)`` of labeled ``X`` laid out as at fit time (checked: variables, dims,
+    sizes, coords)."""
+    ds, _, _ = as_dataset(X)
+    return layout.to_matrix(ds, check=True)

@@ -1,0 +1,285 @@
+"""Dims → matrix and back: how labeled data maps onto the (n_samples, n_features) matrix.
+
+``sample_dims`` (one name or several) become the rows; every other dimension of every data
+variable is a feature dimension. Each variable is transposed to ``(*sample_dims, *feature_dims)``
+and reshaped lazily to ``(n_samples, d_v)``; the variables of a ``Dataset`` are concatenated along
+the features (one multivariate analysis). Rows are ordered as NumPy's C order over
+``sample_dims``. :class:`Layout` remembers all of it, checks that later input has the same
+variables, dims, sizes and coords, turns result rows back into labeled arrays, and is saved with
+the model as JSON (:meth:`Layout.to_json`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Hashable
+
+import numpy as np
+
+from .._validation import as_dask_matrix
+
+#: Name of the dimension that indexes components (modes), numbered from 1.
+MODE = "mode"
+#: Key used for an unnamed DataArray inside the internal Dataset.
+_UNNAMED = "__daskpca_unnamed__"
+
+
+def is_labeled(X) -> bool:
+    """Whether ``X`` is an xarray ``DataArray`` or ``Dataset`` (without importing xarray)."""
+    return type(X).__module__.startswith("xarray.") and hasattr(X, "dims")
+
+
+@dataclass(frozen=True)
+class VariableLayout:
+    """Where one variable's features sit among the matrix columns."""
+
+    name: Hashable
+    dims: tuple  # feature dims, in the order they are flattened
+    shape: tuple
+    start: int
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def stop(self) -> int:
+        return self.start + self.size
+
+
+@dataclass
+class Layout:
+    """How labeled data maps onto the (n_samples, n_features) matrix, and back."""
+
+    sample_dims: tuple
+    variables: list
+    is_dataarray: bool
+    name: Hashable  # the DataArray's name (None when unnamed)
+    coords: object  # xarray.Coordinates over feature dims only
+    attrs: dict = field(default_factory=dict)  # per variable attrs (JSON-able subset)
+
+    @property
+    def n_features(self) -> int:
+        return self.variables[-1].stop if self.variables else 0
+
+    # ---- building
+
+    @classmethod
+    def from_dataset(cls, ds, sample_dims: tuple, is_dataarray: bool, name) -> "Layout":
+        _check_sample_dims(ds, sample_dims, is_dataarray)
+        if MODE in ds.dims:
+            raise ValueError(
+                f"X has a dimension named {MODE!r}, which daskpca uses for the components; "
+                f"rename it first, e.g. X.rename({{{MODE!r}: 'mode_in'}})."
+            )
+        variables, start = [], 0
+        for var_name, var in ds.data_vars.items():
+            dims = tuple(d for d in var.dims if d not in sample_dims)
+            shape = tuple(var.sizes[d] for d in dims)
+            layout = VariableLayout(var_name, dims, shape, start)
+            variables.append(layout)
+            start = layout.stop
+        feature_dims = {d for v in variables for d in v.dims}
+        coords = ds.coords.to_dataset().drop_vars(
+            [k for k, c in ds.coords.items() if set(c.dims) - feature_dims]
+        ).coords
+        attrs = {str(v.name): _jsonable_attrs(ds[v.name].attrs) for v in variables}
+        return cls(tuple(sample_dims), variables, is_dataarray, name, coords, attrs)
+
+    # ---- saved with the model
+
+    def to_json(self) -> dict:
+        """The layout as JSON (coords are saved as arrays beside it; only their names here)."""
+        return {
+            "sample_dims": [str(d) for d in self.sample_dims],
+            "is_dataarray": self.is_dataarray,
+            "name": self.name,
+            "variables": [{"name": v.name, "dims": list(v.dims), "shape": list(v.shape)} for v in self.variables],
+            "attrs": self.attrs,
+            "coords": sorted(str(k) for k in self.coords),
+        }
+
+    @classmethod
+    def from_json(cls, info: dict, coords_source) -> "Layout":
+        """Inverse of :meth:`to_json`; ``coords_source`` holds the coords named there."""
+        import xarray as xr
+
+        variables, start = [], 0
+        for v in info["variables"]:
+            layout = VariableLayout(v["name"], tuple(v["dims"]), tuple(v["shape"]), start)
+            variables.append(layout)
+            start = layout.stop
+        coords = xr.Dataset(coords={k: coords_source.coords[k].variable for k in info["coords"]}).coords
+        return cls(tuple(info["sample_dims"]), variables, info["is_dataarray"], info["name"], coords, info["attrs"])
+
+    # ---- dims → matrix
+
+    def to_matrix(self, ds, *, check: bool = False):
+        """``(dask_matrix, kind)`` of shape (n_samples, n_features); no data is read."""
+        import dask.array as da
+
+        _check_sample_dims(ds, self.sample_dims, self.is_dataarray)
+        if check:
+            self.check_matches(ds)
+        n_samples = int(np.prod([ds.sizes[d] for d in self.sample_dims], dtype=np.int64))
+        pieces, lazy = [], False
+        for v in self.variables:
+            data = ds[v.name].transpose(*self.sample_dims, *v.dims).data
+            lazy = lazy or isinstance(data, da.Array)
+            pieces.append(data.reshape(n_samples, v.size))
+        if lazy:
+            matrix = da.concatenate([da.asarray(p) for p in pieces], axis=1) if len(pieces) > 1 else da.asarray(pieces[0])
+        else:
+            matrix = np.concatenate(pieces, axis=1) if len(pieces) > 1 else pieces[0]
+        return as_dask_matrix(matrix)
+
+    def check_matches(self, ds) -> None:
+        """Raise when ``ds`` does not have the fitted variables, feature dims, sizes and coords."""
+        fitted = [v.name for v in self.variables]
+        missing = [n for n in fitted if n not in ds.data_vars]
+        if missing:
+            raise ValueError(
+                f"X lacks the variable(s) {missing} the model was fitted on (it has "
+                f"{list(ds.data_vars)}). Pass the same variables as at fit time."
+            )
+        extra = [n for n in ds.data_vars if n not in fitted]
+        if extra:
+            raise ValueError(
+                f"X has variable(s) {extra} the model was not fitted on; select the fitted ones: "
+                f"X[{fitted}]."
+            )
+        for v in self.variables:
+            var = ds[v.name]
+            dims = tuple(d for d in var.dims if d not in self.sample_dims)
+            if set(dims) != set(v.dims):
+                raise ValueError(
+                    f"variable {_label(v.name)} has feature dims {dims} here but {v.dims} at fit "
+                    "time; the feature dimensions must be the same (their order may differ)."
+                )
+            for dim, size in zip(v.dims, v.shape):
+                if var.sizes[dim] != size:
+                    raise ValueError(
+                        f"dimension {dim!r} of {_label(v.name)} has size {var.sizes[dim]} here but "
+                        f"{size} at fit time; transform needs the same feature grid."
+                    )
+                if dim in self.coords and dim in ds.coords:
+                    _check_same_coord(dim, self.coords[dim].values, ds.coords[dim].values)
+
+    # ---- matrix → dims
+
+    def sample_coords(self, source):
+        """Coords of ``source`` that live on sample dims only."""
+        return {
+            k: c.variable for k, c in source.coords.items() if c.dims and set(c.dims) <= set(self.sample_dims)
+        }
+
+    def unstack_features(self, rows, *, leading_dims: tuple, leading_shape: tuple, leading_coords: dict, attrs_name: str | None = None):
+        """Turn an array (m, n_features) — NumPy or dask — into a DataArray / Dataset."""
+        import xarray as xr
+
+        out = {}
+        for v in self.variables:
+            block = rows[:, v.start : v.stop].reshape(*leading_shape, *v.shape)
+            coords = {k: c for k, c in self.coords.items() if set(c.dims) <= set(v.dims)}
+            coords.update({k: c for k, c in leading_coords.items()})
+            out[v.name] = xr.DataArray(
+                block, dims=(*leading_dims, *v.dims), coords=coords, attrs=dict(self.attrs.get(str(v.name), {}))
+            )
+        if self.is_dataarray:
+            (array,) = out.values()
+            return array.rename(self.name)
+        return xr.Dataset(out)
+
+
+def _label(name) -> str:
+    return "the DataArray" if name == _UNNAMED else f"variable {name!r}"
+
+
+def _check_same_coord(dim, fitted, given) -> None:
+    fitted, given = np.asarray(fitted), np.asarray(given)
+    if fitted.shape != given.shape:
+        raise ValueError(
+            f"coordinate {dim!r} has {given.size} values here but {fitted.size} at fit time."
+        )
+    if fitted.dtype.kind in "fc" and given.dtype.kind in "fc":
+        same = np.isclose(fitted, given, rtol=1e-6, atol=0) | (np.isnan(fitted) & np.isnan(given))
+    else:
+        same = fitted == given
+    if not np.all(same):
+        i = int(np.argmin(same))
+        here, there = given[i].item() if hasattr(given[i], "item") else given[i], fitted[i].item() if hasattr(fitted[i], "item") else fitted[i]
+        raise ValueError(
+            f"coordinate {dim!r} does not match the one the model was fitted on: at position {i} "
+            f"it is {here!r} here but {there!r} at fit time. Select or interpolate the "
+            f"data onto the fitted grid (e.g. X.sel({dim}=pca.to_xarray()[{dim!r}])) first."
+        )
+
+
+def _check_sample_dims(ds, sample_dims, is_dataarray) -> None:
+    missing = [d for d in sample_dims if d not in ds.dims]
+    if missing:
+        raise ValueError(
+            f"sample_dims {list(missing)} not found in X; X has dims {list(ds.dims)}. "
+            "sample_dims names the dimension(s) that index samples (e.g. 'time')."
+        )
+    if not ds.data_vars:
+        raise ValueError("X is a Dataset without data variables: nothing to analyse.")
+    lacking = {n: v.dims for n, v in ds.data_vars.items() if not set(sample_dims) <= set(v.dims)}
+    if lacking:
+        described = ", ".join(f"{n!r} has dims {tuple(d)}" for n, d in lacking.items())
+        raise ValueError(
+            f"every variable of a Dataset must have all sample dims {list(sample_dims)}, but "
+            f"{described}. Select the variables to analyse together, e.g. "
+            f"X[{[n for n in ds.data_vars if n not in lacking]}]."
+        )
+
+
+def _normalize_sample_dims(sample_dims) -> tuple:
+    if sample_dims is None:
+        raise TypeError(
+            "labeled input needs sample_dims: the dimension(s) that index samples, e.g. "
+            "pca.fit(X, sample_dims='time') or sample_dims=('time', 'member')."
+        )
+    if isinstance(sample_dims, str) or not isinstance(sample_dims, (list, tuple)):
+        sample_dims = (sample_dims,)
+    if len(set(sample_dims)) != len(sample_dims) or not sample_dims:
+        raise ValueError(f"sample_dims={sample_dims!r} must name one or more distinct dims.")
+    return tuple(sample_dims)
+
+
+def _as_dataset(X):
+    """``(dataset, is_dataarray, name)``."""
+    import xarray as xr
+
+    if isinstance(X, xr.DataArray):
+        name = X.name
+        return X.to_dataset(name=_UNNAMED if name is None else name), True, name
+    if isinstance(X, xr.Dataset):
+        return X, False, None
+    raise TypeError(f"expected an xarray DataArray or Dataset, got {type(X).__name__}.")
+
+
+def _jsonable_attrs(attrs: dict) -> dict:
+    out = {}
+    for k, v in attrs.items():
+        if isinstance(v, np.generic):
+            v = v.item()
+        elif isinstance(v, np.ndarray):
+            v = v.tolist()
+        try:
+            json.dumps(v)
+        except TypeError:
+            continue
+        out[str(k)] = v
+    return out
+
+
+def normalize_sample_dims(sample_dims) -> tuple:
+    """``sample_dims`` as a tuple of distinct names (a single name becomes a 1-tuple)."""
+    return _normalize_sample_dims(sample_dims)
+
+
+def as_dataset(X):
+    """``(dataset, is_dataarray, name)`` of a DataArray or Dataset."""
+    return _as_dataset(X)

@@ -1,0 +1,105 @@
+"""Per-feature weights of labeled data: ``"coslat"``, arrays, DataArrays, dicts per variable.
+
+The estimator's feature stage (:mod:`daskpca._features`) multiplies each kept feature by its
+weight (divided by its standard deviation with ``standardize=True``); this module only turns what
+the user passed into one positive float64 per matrix column.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .layout import Layout, VariableLayout, _label
+
+#: Coordinate names searched (case-insensitive) for ``weights="coslat"``.
+LATITUDE_NAMES = ("lat", "latitude", "lats", "y", "nav_lat", "rlat", "xlat", "lat_0")
+
+
+def resolve_weights(weights, ds, layout: Layout) -> np.ndarray:
+    """One float64 weight per matrix column (n_features,), checked positive and finite.
+
+    ``weights`` may be ``None`` (all 1), ``"coslat"`` (√cos(latitude), clipped at 0, from the
+    first coordinate named like a latitude: ``lat``, ``latitude``, ``y``, ... or with
+    ``standard_name="latitude"``), a scalar, an array or DataArray broadcastable over the feature
+    dims (a NumPy array aligns with the *trailing* feature dims, as NumPy broadcasting does;
+    a DataArray aligns by dim name), or a dict ``{variable: any of these}`` for a Dataset
+    (variables left out get 1).
+    """
+    out = np.ones(layout.n_features)
+    if weights is None:
+        return out
+    for v in layout.variables:
+        spec = weights.get(v.name, None) if isinstance(weights, dict) else weights
+        if spec is None:
+            continue
+        out[v.start : v.stop] = _variable_weights(spec, ds, v, layout).ravel()
+    bad = ~np.isfinite(out) | (out <= 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"weights must be finite and > 0 for every feature; {int(bad.sum())} are not (the "
+            f"first, feature {i}, is {out[i]!r}). To leave features out, set the data to NaN "
+            "there (masked features are dropped) or select a region."
+        )
+    return out
+
+
+def _variable_weights(spec, ds, v: VariableLayout, layout: Layout) -> np.ndarray:
+    import xarray as xr
+
+    if isinstance(spec, str):
+        if spec != "coslat":
+            raise ValueError(f"weights={spec!r} is not understood; use 'coslat', an array or a dict.")
+        lat = _find_latitude(ds, v)
+        w = np.sqrt(np.clip(np.cos(np.deg2rad(lat.astype(np.float64))), 0.0, 1.0))
+        spec = w
+    if isinstance(spec, xr.DataArray):
+        extra = [d for d in spec.dims if d not in v.dims]
+        if extra:
+            raise ValueError(
+                f"weights have dims {list(spec.dims)}, but {_label(v.name)} has feature dims "
+                f"{list(v.dims)}: {extra} are not feature dims, so they do not broadcast."
+            )
+        for d in spec.dims:
+            if spec.sizes[d] != dict(zip(v.dims, v.shape))[d]:
+                raise ValueError(
+                    f"weights have size {spec.sizes[d]} along {d!r} but {_label(v.name)} has "
+                    f"{dict(zip(v.dims, v.shape))[d]}; they do not broadcast."
+                )
+        template = xr.DataArray(np.ones(v.shape), dims=v.dims)
+        return (template * spec.transpose(*[d for d in v.dims if d in spec.dims])).transpose(*v.dims).values
+    array = np.asarray(spec, dtype=np.float64)
+    try:
+        return np.broadcast_to(array, v.shape).astype(np.float64)
+    except ValueError:
+        raise ValueError(
+            f"weights of shape {array.shape} do not broadcast over the feature dims "
+            f"{list(v.dims)} of shape {v.shape} of {_label(v.name)} (NumPy aligns trailing axes). "
+            "Pass a DataArray with named dims, or an array of shape "
+            f"{v.shape}."
+        ) from None
+
+
+def _find_latitude(ds, v: VariableLayout) -> np.ndarray:
+    import xarray as xr
+
+    candidates = []
+    for name, coord in ds.coords.items():
+        named = str(name).lower() in LATITUDE_NAMES
+        standard = coord.attrs.get("standard_name") == "latitude" or coord.attrs.get("units") in (
+            "degrees_north",
+            "degree_north",
+            "degrees_N",
+        )
+        if (named or standard) and set(coord.dims) <= set(v.dims) and coord.dims:
+            candidates.append((not standard, name, coord))
+    if not candidates:
+        raise ValueError(
+            f"weights='coslat' needs a latitude coordinate over the feature dims of "
+            f"{_label(v.name)} (looked for names {list(LATITUDE_NAMES)} or "
+            f"standard_name='latitude'); coords present: {list(ds.coords)}. Pass weights as an "
+            "array instead."
+        )
+    _, _, coord = sorted(candidates, key=lambda c: c[:2])[0]
+    template = xr.DataArray(np.ones(v.shape), dims=v.dims)
+    return (template * coord.variable).transpose(*v.dims).values

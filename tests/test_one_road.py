@@ -1,0 +1,191 @@
+"""One fit road: plain, weighted, standardized and labeled fits reach the solvers the same way.
+
+And the package's shape that keeps it so: no import cycles (lazy imports included), a labeled
+layer that touches only public estimator state, no module over ~600 lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import daskpca
+from daskpca import PCA, _features
+from daskpca.exceptions import IllConditionedWarning
+from daskpca.solvers import SOLVERS
+from daskpca.solvers._base import SolverResult
+
+from _helpers import reference_pca, sin_theta
+
+PACKAGE = Path(daskpca.__file__).parent
+
+
+def _field(n_time=60, n_lat=6, n_lon=8, seed=0, rank_deficient=False):
+    """A (time, lat, lon) field with a land mask (NaN for every time step at 5 points)."""
+    rng = np.random.default_rng(seed)
+    d = n_lat * n_lon
+    basis = np.linalg.qr(rng.standard_normal((d, 4)))[0]
+    scales = [5.0, 3.0, 2.0, 1e-7 if rank_deficient else 1.0]
+    data = (rng.standard_normal((n_time, 4)) * scales) @ basis.T
+    if not rank_deficient:
+        data += 0.1 * rng.standard_normal((n_time, d))
+    data = data.reshape(n_time, n_lat, n_lon) + 10.0
+    data[:, 0, :5] = np.nan
+    return xr.DataArray(
+        data, dims=("time", "lat", "lon"),
+        coords={"time": np.arange(n_time), "lat": np.linspace(-50, 50, n_lat), "lon": np.arange(n_lon) * 10.0},
+        name="sst",
+    )
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Record every call of the one function that runs a solver."""
+    calls = []
+    real = _features.solve
+
+    def recording(module, X, request, spec, **kwargs):
+        calls.append((module.__name__.rsplit(".", 1)[-1], spec))
+        return real(module, X, request, spec, **kwargs)
+
+    monkeypatch.setattr(_features, "solve", recording)
+    return calls
+
+
+@pytest.mark.parametrize("solver", ["covariance", "gram", "randomized"])
+def test_plain_weighted_standardized_and_labeled_fits_take_the_same_call(spy, solver):
+    field = _field()
+    matrix = field.fillna(0.0).values.reshape(field.sizes["time"], -1)
+    weights = np.linspace(0.5, 1.5, matrix.shape[1])
+    options = dict(n_components=3, solver=solver, random_state=0)
+    PCA(**options).fit(matrix)
+    PCA(weights=weights, **options).fit(matrix)
+    PCA(standardize=True, **options).fit(matrix)
+    PCA(weights="coslat", **options).fit(field, sample_dims="time")
+    assert [name for name, _ in spy] == [solver] * 4
+    specs = [spec for _, spec in spy]
+    assert specs[0] is None  # a plain fit has no feature stage
+    assert np.allclose(specs[1].weights, weights) and not specs[1].standardize
+    assert specs[2].standardize
+    assert specs[3].weights.shape == (field.sizes["lat"] * field.sizes["lon"],)
+
+
+@pytest.mark.parametrize("how", ["weighted", "labeled"])
+def test_ill_conditioning_warning_fires_for_weighted_and_labeled_fits(how):
+    field = _field(rank_deficient=True)
+    with pytest.warns(IllConditionedWarning, match="tsqr"):
+        if how == "labeled":
+            PCA(4, solver="covariance").fit(field, sample_dims="time")
+        else:
+            matrix = field.isel(lat=slice(1, None)).values.reshape(field.sizes["time"], -1)
+            PCA(4, solver="covariance", weights=np.full(matrix.shape[1], 2.0)).fit(matrix)
+
+
+def _dummy_solve(X, request, *, random_state=None):
+    """A solver that knows nothing of feature stages: LAPACK SVD of the whole (small) matrix."""
+    data = np.asarray(X.compute(), dtype=np.float64)
+    components, variance, mean = reference_pca(data)
+    k = request.fixed()
+    return SolverResult(components[:k], variance[:k], mean, data.shape[0], float(variance.sum()), n_passes=1)
+
+
+def test_a_new_solver_works_on_labeled_input_without_touching_the_labeled_layer(monkeypatch):
+    dummy = types.ModuleType("daskpca.solvers.dummy")
+    dummy.solve = _dummy_solve
+    monkeypatch.setitem(SOLVERS, "dummy", dummy)
+    field = _field()
+    pca = PCA(3, solver="dummy", weights="coslat").fit(field, sample_dims="time")
+    exact = PCA(3, solver="covariance", weights="coslat").fit(field, sample_dims="time")
+    # The generic road: one read for the mask and weights, then the solver's own pass.
+    assert pca.n_passes_ == 2 and "mask_pass" in pca.solver_info_
+    assert pca.solver_info_["n_masked_features"] == 5
+    assert sin_theta(pca.components_, exact.components_) < 1e-10
+    np.testing.assert_allclose(pca.explained_variance_, exact.explained_variance_, rtol=1e-10)
+    maps = pca.to_xarray()["components"]
+    assert maps.dims == ("mode", "lat", "lon") and bool(maps.isel(lat=0, lon=slice(0, 5)).isnull().all())
+    scores, exact_scores = pca.transform(field), exact.transform(field)
+    np.testing.assert_allclose(np.abs(scores.values), np.abs(exact_scores.values), rtol=1e-8, atol=1e-10)
+
+
+# ---------------------------------------------------------------------------------------- shape
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """daskpca modules imported anywhere in ``path`` (function-level imports included).
+
+    ``from . import x`` counts as importing the submodule ``x`` when there is one. Importing a
+    module of a subpackage also runs that subpackage's ``__init__`` (the root package's is not
+    counted: Python lets submodules import siblings while it is initialising).
+    """
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            base = f"{base}.{node.module}" if node.level and node.module else (base if node.level else node.module)
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+                parent = target.rpartition(".")[0]
+                if parent and parent != "daskpca" and parent != name and not name.startswith(parent + "."):
+                    found.add(parent)
+    return found
+
+
+def test_the_package_has_no_import_cycles():
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {_module_name(p) for p in paths}
+    graph = {_module_name(p): _imports(p, modules) - {"daskpca"} for p in paths}
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                cycle = stack[stack.index(nxt):] + [nxt]
+                pytest.fail("import cycle: " + " → ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    # The walk sees the edges that matter (guards against a walker that finds nothing).
+    assert "daskpca.labeled" in graph["daskpca.pca"] and "daskpca._features" in graph["daskpca.pca"]
+
+
+def test_the_labeled_layer_uses_only_public_estimator_state():
+    private = re.compile(r"\b(pca|estimator|model|self\.estimator)\._[a-z]")
+    for path in sorted((PACKAGE / "labeled").glob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            assert not private.search(line), f"{path.name}:{number} reaches into the estimator: {line.strip()}"
+
+
+def test_no_module_is_over_600_lines():
+    long = {p.relative_to(PACKAGE).as_posix(): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 600}
+    assert not long, f"split these modules by responsibility: {long}"

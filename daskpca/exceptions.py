@@ -11,6 +11,11 @@ class NotFittedError(ValueError, AttributeError):
     """Raised when a method that needs a fitted model is called before ``fit``."""
 
 
+class InvalidParameterError(ValueError, TypeError):
+    """An estimator parameter has the wrong type or value (raised by ``fit`` / ``plan`` before
+    anything is read). Both a ``ValueError`` and a ``TypeError``, as scikit-learn's is."""
+
+
 class IllConditionedWarning(UserWarning):
     """Kept components are too small for a solver that squares the data; use ``solver='tsqr'``."""
 
@@ -41,6 +46,7 @@ __all__ = [
     "ConvergenceWarning",
     "IllConditionedWarning",
     "IncompleteStoreError",
+    "InvalidParameterError",
     "NewerFormatError",
     "NotFittedError",
     "OutputExistsError",

@@ -25,7 +25,7 @@ from ._features import FeatureSpec, FeatureStage, matrix_weights
 from ._linalg import flip_signs, one_blas_thread_per_task
 from ._model_store import SavedModelMixin
 from ._moments import combine_moments
-from ._params import ParamsMixin
+from ._params import ParamsMixin, check_params
 from ._validation import as_dask_matrix, check_n_features
 from .exceptions import IllConditionedWarning, NotFittedError
 from .solvers import SOLVERS, covariance
@@ -225,6 +225,7 @@ class PCA(SavedModelMixin, ParamsMixin):
 
     def _fit(self, X, sample_dims) -> None:
         """The one fit road: matrix → feature stage → plan → solver → fitted attributes."""
+        check_params(self, solvers=SOLVERS)
         matrix, layout, spec = self._fit_input(X, sample_dims)
         request = self._request(matrix)
         module, name, reason = self._choose_solver(matrix, request)
@@ -334,17 +335,13 @@ class PCA(SavedModelMixin, ParamsMixin):
             when a client is running), the runner-up, and every solver's estimate.
             ``print(plan)`` shows a table.
         """
+        check_params(self, solvers=SOLVERS)
         matrix, _, _ = self._fit_input(X, sample_dims)
         return self._make_plan(matrix, self._request(matrix))
 
     def _request(self, array) -> ComponentRequest:
         request = ComponentRequest(self.n_components, *array.shape)
         request.validate()
-        if self.solver != "auto" and self.solver not in SOLVERS:
-            raise ValueError(
-                f"solver={self.solver!r} is not a known solver; choose one of "
-                f"{['auto', *sorted(SOLVERS)]}."
-            )
         return request
 
     def _make_plan(self, array, request: ComponentRequest) -> _plan.Plan:

@@ -5,13 +5,14 @@ declare ``OPTIONS``: the names of estimator parameters it takes as keyword argum
 ``("n_oversamples", "n_power_iter")``); the estimator passes exactly those.
 """
 
-from . import als, covariance, gram, ppca, randomized, tsqr
+from . import als, covariance, gram, krylov, ppca, randomized, tsqr
 
 SOLVERS = {
     "covariance": covariance,
     "gram": gram,
     "tsqr": tsqr,
     "randomized": randomized,
+    "krylov": krylov,
     "als": als,
     "ppca": ppca,
 }

@@ -276,6 +276,15 @@ def pass_graph(X, omega: np.ndarray, with_m2: bool = True):
     return tree_reduce(leaves, _merge_sketches, "randomized-merge", omega)
 
 
+def run_pass(X, omega: np.ndarray, first: bool):
+    """Compute one pass (:func:`pass_graph`); the first pass of a fit also gives the total sum of
+    squares and raises on NaN/±inf (the other passes read the same data)."""
+    (root,) = dask.compute(pass_graph(X, omega, with_m2=first))
+    if first:
+        raise_if_nonfinite(root.nonfinite)
+    return root
+
+
 def _leading_right_vectors(b: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-k singular values and right singular vectors (k×d) of the small m×d matrix ``b``.
 
@@ -341,10 +350,9 @@ def solve(
 
     n_passes, total_m2 = 0, None
     for iteration in range(done, q + 1):
-        (root,) = dask.compute(pass_graph(X, omega, with_m2=total_m2 is None))
+        root = run_pass(X, omega, first=total_m2 is None)
         n_passes += 1
-        if n_passes == 1:
-            raise_if_nonfinite(root.nonfinite)
+        if total_m2 is None:
             total_m2 = root.m2
         if iteration == q:
             break

@@ -22,7 +22,7 @@ import numpy as np
 
 from .._graph import map_row_blocks, tree_reduce
 from .._linalg import eigh_descending
-from .._moments import Moments, chunk_moments, combine_moments
+from .._moments import MERGE_SPLIT_EVERY, Moments, chunk_moments, combine_moments
 from .._validation import NonFinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 
@@ -30,8 +30,13 @@ N_PASSES = 1
 
 
 def moments_graph(X):
-    """Delayed :class:`~daskpca._moments.Moments` of all rows of ``X`` (one pass when computed)."""
-    return tree_reduce(map_row_blocks(X, chunk_moments, "covariance-chunk"), combine_moments, "covariance-merge")
+    """Delayed :class:`~daskpca._moments.Moments` of all rows of ``X`` (one pass when computed).
+
+    Pairwise merges (``MERGE_SPLIT_EVERY``): a merge task holds 3·d² float64, a leaf its block,
+    one float64 copy and d² — so d ≈ 10⁴ fits a 6 GiB task (8-way merges needed 9·d²).
+    """
+    leaves = map_row_blocks(X, chunk_moments, "covariance-chunk")
+    return tree_reduce(leaves, combine_moments, "covariance-merge", split_every=MERGE_SPLIT_EVERY)
 
 
 def fuses_features(spec) -> bool:

@@ -5,6 +5,14 @@ peak memory of its largest task, from metadata only (shape, chunks, dtype, n_com
 memory a task may use (read from the running ``distributed`` client when there is one). Then
 ordered rules with named thresholds pick one. ``PCA(...).plan(X)`` returns the report;
 ``solver="auto"`` runs the choice and logs it on the ``daskpca`` logger.
+
+With an accuracy asked for (``tol``), the choice is by predicted time among the solvers that
+guarantee it: the exact ones (covariance / Gram / TSQR, always) and block Krylov (its predicted
+passes, :func:`daskpca.solvers.krylov.predicted_passes`, within the read budget). Time is
+``passes·bytes/READ_BYTES_PER_SECOND + flops/FLOPS_PER_SECOND`` (:func:`predicted_seconds`).
+Without ``tol`` the exact solvers are used wherever their matrix fits, except for a few
+components of a matrix large in both directions; an approximate answer then carries its error
+bound (``solver_info_["error_bound"]``).
 """
 
 from __future__ import annotations
@@ -12,11 +20,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ._graph import SPLIT_EVERY
+from ._moments import MERGE_SPLIT_EVERY
+from .solvers.krylov import pass_budget, predicted_passes
 from .solvers.randomized import SLAB_BYTES
 
 logger = logging.getLogger("daskpca")
@@ -31,6 +41,12 @@ SMALL_K_FRACTION = 0.1
 #: stop being cheap compared with the data; randomized then wins when k is small.
 EXACT_MAX_SMALL_SIDE = 20_000
 FLOAT64 = 8
+#: The time model's rates, for the whole machine (both scale with the workers, so only their
+#: ratio ranks solvers). Measured on the 2-core development machine (benchmarks/README.md): a
+#: floor read of zstd float32 zarr runs at ~0.4 GB/s of raw data, the fitted flop rate of the
+#: solvers' kernels at 56–88 GF/s.
+READ_BYTES_PER_SECOND = 0.4e9
+FLOPS_PER_SECOND = 60e9
 
 
 @dataclass(frozen=True)
@@ -48,6 +64,10 @@ class SolverEstimate:
     feasible: bool
     exact: bool
     note: str = ""
+    seconds: float | None = None
+
+    def with_seconds(self, n: int, d: int, itemsize: int) -> "SolverEstimate":
+        return replace(self, seconds=predicted_seconds(self, n, d, itemsize))
 
 
 @dataclass(frozen=True)
@@ -64,6 +84,7 @@ class Plan:
     memory_source: str
     estimates: list[SolverEstimate] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    tol: float | None = None
 
     def estimate(self, name: str) -> SolverEstimate:
         return next(e for e in self.estimates if e.name == name)
@@ -77,12 +98,14 @@ class Plan:
             f"peak memory per task ≈ {_bytes(chosen.task_bytes)} "
             f"(budget {_bytes(self.task_memory_budget)}, {self.memory_source})",
             f"  runner-up: {self.runner_up!r}" if self.runner_up else "  runner-up: none",
+            f"  accuracy asked: sin θ ≤ {self.tol:g}" if self.tol is not None else "  accuracy asked: none (tol=None)",
             "",
-            f"  {'solver':<11} {'exact':<6} {'passes':>7} {'flops':>10} {'task memory':>12}  fits",
+            f"  {'solver':<11} {'exact':<6} {'passes':>7} {'flops':>10} {'time':>8} {'task memory':>12}  fits",
         ]
         for e in self.estimates:
+            seconds = "—" if e.seconds is None else f"{e.seconds:.3g} s"
             lines.append(
-                f"  {e.name:<11} {'yes' if e.exact else 'no':<6} {str(e.passes):>7} {e.flops:>10.3g} "
+                f"  {e.name:<11} {'yes' if e.exact else 'no':<6} {str(e.passes):>7} {e.flops:>10.3g} {seconds:>8} "
                 f"{_bytes(e.task_bytes):>12}  {'yes' if e.feasible else 'NO'}{'  ' + e.note if e.note else ''}"
             )
         lines += [f"  warning: {w}" for w in self.warnings]
@@ -128,7 +151,8 @@ def task_memory_budget() -> tuple[int, str]:
     return int(TASK_MEMORY_FRACTION * total / max(os.cpu_count() or 1, 1)), "from this machine's memory per core"
 
 
-def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=None, max_iter=None, budget=None, available=()):
+def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=None, max_iter=None, budget=None, available=(),
+                     tol=None, max_passes=None):
     """Cost estimates of every solver in ``available`` (see :class:`SolverEstimate`)."""
     row_block = max(chunks[0])  # rows of the largest row block (all columns after regrouping)
     col_strip = max(chunks[1])  # columns of the largest column strip (all rows)
@@ -137,6 +161,7 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
     ell = min(k + n_oversamples, n, d)
     q = n_power_iter if isinstance(n_power_iter, int) else (7 if k < SMALL_K_FRACTION * min(n, d) else 4)
     merge = SPLIT_EVERY + 1
+    krylov_passes = predicted_passes(tol, max_passes)
 
     def merge_nodes(columns: int) -> int:
         """A merge task of the tree: ``split_every`` d×columns float64 nodes in, their stack, one out."""
@@ -154,12 +179,19 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
     tsqr_leaf = block_in + block64 + r_rows * d * (FLOAT64 + 1)
     tsqr_merge = 4 * min(n, d) * d * FLOAT64
     costs = {
-        "covariance": (1, n * d * d, block_in + 2 * block64 + merge * d * d * FLOAT64, True, ""),
+        # Covariance: a leaf holds its block, one float64 copy and its d×d scatter; a merge its
+        # MERGE_SPLIT_EVERY inputs and one output (the sum is accumulated in place). The eigh
+        # tridiagonalises the d×d matrix whatever k: 4/3·d³.
+        "covariance": (1, n * d * d + 4 / 3 * d**3, max(block_in + block64 + d * d * FLOAT64, (MERGE_SPLIT_EVERY + 1) * d * d * FLOAT64), True, ""),
         "gram": (2, n * n * d + 2 * n * d * k, n * col_strip * (itemsize + 2 * FLOAT64) + merge * n * n * FLOAT64, True, ""),
         "tsqr": (1, 2 * n * d * min(n, d) + tsqr_tree_flops, max(tsqr_leaf, tsqr_merge), True, ""),
         # A randomized leaf converts its block one slab (≥ SLAB_BYTES or 2·(ℓ + 1) rows) at a
         # time and merges the slabs' d×(ℓ + 1) factors SPLIT_EVERY at a time, like a merge task.
         "randomized": (q + 1, (q + 1) * 4 * n * d * ell, block_in + min(block64, max(SLAB_BYTES, 2 * (ell + 1) * d * FLOAT64)) + merge_nodes(ell + 1), False, f"q = {q}, ℓ = {ell}"),
+        # Block Krylov: the randomized pass, predicted passes for tol (see krylov.predicted_passes).
+        "krylov": (krylov_passes, krylov_passes * 4 * n * d * ell, block_in + min(block64, max(SLAB_BYTES, 2 * (ell + 1) * d * FLOAT64)) + merge_nodes(ell + 1), False,
+                   f"ℓ = {ell}; " + (f"passes predicted for tol = {tol:g} (budget {pass_budget(tol, max_passes)})" if tol is not None
+                                     else f"budget {krylov_passes} passes, error bound reported")),
         "als": ("1/iter", 4 * n * d * k, max(block_in + block64 + (2 * row_block + d) * k * FLOAT64, merge_nodes(k + 2)), False, "iterative; passes = iterations (the mean is fused into the first)"),
         # With missing values each E-step node also holds one k×k matrix per feature (d·k²).
         "ppca": ("1/iter", 4 * n * d * k + n * d * k * k, max(block_in + block64 + (2 * row_block + d) * k * FLOAT64, merge_nodes(k * k + k)), False, "missing values; passes = 1 + iterations"),
@@ -173,6 +205,18 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
     return estimates
 
 
+def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int) -> float | None:
+    """The time model: reads at READ_BYTES_PER_SECOND plus flops at FLOPS_PER_SECOND (None for
+    solvers whose passes depend on convergence)."""
+    if not isinstance(estimate.passes, int):
+        return None
+    return estimate.passes * n * d * itemsize / READ_BYTES_PER_SECOND + estimate.flops / FLOPS_PER_SECOND
+
+
+#: Solvers whose answer is exact (to round-off): they meet any ``tol``.
+EXACT_SOLVERS = ("covariance", "gram", "tsqr")
+
+
 def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=False, available, n_oversamples=10,
               n_power_iter="auto", tol=None, max_passes=None) -> Plan:
     """Choose a solver with ordered rules; see the module docstring.
@@ -181,11 +225,16 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     none asked, exact where exact fits) and ``max_passes`` the read budget of approximate solvers.
     """
     budget, source = task_memory_budget()
-    estimates = estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget, available=available)
+    estimates = [
+        e.with_seconds(n, d, itemsize)
+        for e in estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget,
+                                  available=available, tol=tol, max_passes=max_passes)
+    ]
     by_name = {e.name: e for e in estimates}
     fits = lambda name: name in by_name and by_name[name].feasible  # noqa: E731
     small_side = min(n, d)
     exact_small = "covariance" if d <= n else "gram"
+    approximate = "krylov" if "krylov" in by_name else "randomized"
     warnings = []
 
     # 1. Missing values can only be handled by probabilistic PCA.
@@ -194,33 +243,61 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     # 2. A variance fraction or 'mle' needs every eigenvalue: exact solvers only.
     elif needs_spectrum and fits(exact_small):
         solver, reason = exact_small, "n_components needs the full spectrum; " + _shape_reason(n, d)
-    # 3. Few components of a matrix large in both directions: randomized subspace iteration reads
-    #    the data q + 1 times but never forms a d×d or n×n matrix.
-    elif small_side > EXACT_MAX_SMALL_SIDE and k <= SMALL_K_FRACTION * small_side and fits("randomized"):
-        solver, reason = "randomized", (
+    # 3. An accuracy asked for: the fastest solver (time model) that guarantees it — an exact one,
+    #    or block Krylov when its predicted passes fit the read budget.
+    elif tol is not None and (candidates := _guaranteeing(by_name, tol, max_passes)):
+        best = min(candidates, key=lambda e: e.seconds)
+        solver = best.name
+        others = ", ".join(f"{e.name} ≈ {e.seconds:.3g} s" for e in candidates if e is not best)
+        reason = (f"tol = {tol:g}: the fastest solver that guarantees it, ≈ {best.seconds:.3g} s "
+                  f"in {best.passes} pass{'es' if best.passes != 1 else ''}" + (f" (vs {others})" if others else ""))
+    # 4. Few components of a matrix large in both directions: block Krylov reads the data a few
+    #    times but never forms a d×d or n×n matrix; it reports its error bound.
+    elif small_side > EXACT_MAX_SMALL_SIDE and k <= SMALL_K_FRACTION * small_side and fits(approximate):
+        solver, reason = approximate, (
             f"both sides exceed {EXACT_MAX_SMALL_SIDE} and k = {k} ≤ {SMALL_K_FRACTION:g}·min(n, d): "
             "an exact d×d / n×n matrix would dominate the cost"
         )
-    # 4. The exact one-pass (covariance) or two-pass (Gram) solver, when its matrix fits a task.
+    # 5. The exact one-pass (covariance) or two-pass (Gram) solver, when its matrix fits a task.
     elif fits(exact_small):
         solver, reason = exact_small, _shape_reason(n, d)
-    # 5. Otherwise whatever fits, cheapest first: randomized, then ALS.
-    elif fits("randomized"):
-        solver, reason = "randomized", f"the exact solvers' {small_side}² matrices exceed the per-task memory budget"
+    # 6. Otherwise whatever fits, cheapest first: block Krylov (or randomized), then ALS.
+    elif fits(approximate):
+        solver, reason = approximate, f"the exact solvers' {small_side}² matrices exceed the per-task memory budget"
     elif fits("als"):
         solver, reason = "als", "only ALS's d×k state fits the per-task memory budget"
     else:
         solver, reason = exact_small, "nothing fits the per-task memory budget; the exact solver is tried anyway"
         warnings.append(f"estimated task memory {_bytes(by_name[exact_small].task_bytes)} exceeds the budget {_bytes(budget)}: "
                         "use smaller chunks or workers with more memory")
+    if tol is not None and solver == approximate and not (solver == "krylov" and _krylov_reaches(tol, max_passes)):
+        warnings.append(f"tol = {tol:g} may not be reached within the read budget of {pass_budget(tol, max_passes)} passes "
+                        "(predicted for λ_k/λ_{ℓ+1} ≈ 2); the fit reports the bound it reaches")
+    if tol is None and solver == approximate:
+        warnings.append("no tol given and an approximate solver chosen: the fit reports its error bound "
+                        "(solver_info_['error_bound']); pass tol= to ask for an accuracy")
     runner_up = next(
         (e.name for e in sorted(estimates, key=lambda e: (not e.feasible, _pass_count(e), e.flops))
          if e.name != solver and e.feasible and (e.exact or not needs_spectrum) and e.name != "ppca"),
         None,
     )
-    plan = Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings)
+    plan = Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, tol)
     logger.info("daskpca: solver=%r (%s)", solver, reason)
     return plan
+
+
+def _krylov_reaches(tol: float, max_passes) -> bool:
+    """Whether block Krylov's predicted passes for ``tol`` (uncapped) fit its read budget."""
+    return tol > 0 and predicted_passes(tol, 10**9) <= pass_budget(tol, max_passes)
+
+
+def _guaranteeing(by_name: dict, tol: float, max_passes) -> list[SolverEstimate]:
+    """Feasible solvers that meet ``tol``: exact ones, and Krylov within its read budget."""
+    exact = [e for name, e in by_name.items() if name in EXACT_SOLVERS and e.feasible]
+    krylov = by_name.get("krylov")
+    if krylov is not None and krylov.feasible and _krylov_reaches(tol, max_passes):
+        exact.append(krylov)
+    return [e for e in exact if e.seconds is not None]
 
 
 def _pass_count(estimate: SolverEstimate) -> float:

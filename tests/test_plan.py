@@ -19,7 +19,7 @@ def lazy(shape, chunks, dtype="f4"):
     [
         ((1_000_000, 500), (20_000, 500), 20, "covariance"),  # tall: one pass, 500×500
         ((2_000, 200_000), (2_000, 10_000), 20, "gram"),  # wide: N < D trick
-        ((1_000_000, 100_000), (2_000, 100_000), 20, "randomized"),  # both large, k small
+        ((1_000_000, 100_000), (2_000, 100_000), 20, "krylov"),  # both large, k small: block Krylov, its bound reported
         ((100_000, 4_000), (5_000, 4_000), 0.95, "covariance"),  # a fraction needs every eigenvalue
     ],
 )
@@ -49,7 +49,7 @@ def test_memory_budget_comes_from_the_cluster():
     assert plan.memory_source == "from the distributed workers' memory limits"
     assert plan.task_memory_budget == int(0.5 * 512 * 2**20 / 2)
     assert not plan.estimate("covariance").feasible  # 20k² float64 = 3.2 GB per matrix
-    assert plan.solver == "randomized"
+    assert plan.solver == "krylov"
 
 
 def test_requested_solver_that_cannot_fit_names_the_limit_and_an_alternative():
@@ -143,3 +143,65 @@ def test_randomized_task_memory_is_the_largest_measured_task(shape, rows, monkey
     largest = _largest_task_bytes(randomized.pass_graph(X, omega), randomized._Sketch, randomized.pass_graph(X[:100, :40], omega[:40]))
     (estimate,) = estimate_solvers(*X.shape, k, X.chunks, 4, n_oversamples=p, available=("randomized",))
     assert largest / 1.5 <= estimate.task_bytes <= 1.5 * largest, (estimate.task_bytes / 2**20, largest / 2**20)
+
+
+# ---- accuracy asked for (tol): the fastest solver that guarantees it --------------------------
+
+
+def test_predicted_krylov_passes_follow_tol_and_the_budget():
+    from daskpca.solvers.krylov import DEFAULT_PASSES, predicted_passes
+
+    assert [predicted_passes(t) for t in (1e-2, 1e-4, 1e-6)] == [4, 7, 10]
+    assert predicted_passes(None) == DEFAULT_PASSES and predicted_passes(1e-6, 6) == 6
+    plan = PCA(10, tol=1e-4, solver="krylov").plan(lazy((40_000, 10_000), (2_000, 10_000)))
+    assert plan.estimate("krylov").passes == 7 and "tol = 0.0001" in plan.estimate("krylov").note
+    assert "accuracy asked: sin θ ≤ 0.0001" in str(plan)
+
+
+@pytest.mark.parametrize(
+    "shape, chunks, tol, expected",
+    [
+        ((40_000, 10_000), (2_000, 10_000), 1e-4, "krylov"),  # both large: 7 reads beat n·d² + d³
+        ((1_000_000, 500), (20_000, 500), 1e-4, "covariance"),  # tall, small d: one exact pass wins
+        ((100_000, 4_000), (5_000, 4_000), 1e-2, "krylov"),  # a loose tol: 4 reads beat 1.6e12 flops
+        ((100_000, 4_000), (5_000, 4_000), 1e-8, "covariance"),  # a tight one: exact is cheaper
+        ((2_000, 200_000), (2_000, 10_000), 1e-4, "gram"),  # wide, small n: the Gram trick
+    ],
+)
+def test_tol_picks_the_fastest_solver_that_guarantees_it(shape, chunks, tol, expected):
+    plan = PCA(10, tol=tol).plan(lazy(shape, chunks))
+    assert plan.solver == expected, str(plan)
+    assert f"tol = {tol:g}" in plan.reason
+    chosen = plan.estimate(expected)
+    for other in plan.estimates:  # nothing that guarantees tol is predicted faster
+        if other.name in ("covariance", "gram", "tsqr") and other.feasible:
+            assert chosen.seconds <= other.seconds
+
+
+def test_without_tol_auto_stays_exact_where_exact_fits():
+    plan = PCA(10).plan(lazy((40_000, 10_000), (2_000, 10_000)))
+    assert plan.solver == "covariance"  # 1e4² fits a task since merges are pairwise
+    assert plan.estimate("krylov").passes == 8 and "error bound reported" in plan.estimate("krylov").note
+
+
+def test_tol_beyond_the_budget_falls_back_to_exact_or_warns():
+    # max_passes = 3 cannot reach 1e-6 (predicted 10): the exact solver is chosen where it fits...
+    assert PCA(10, tol=1e-6, max_passes=3).plan(lazy((40_000, 2_000), (2_000, 2_000))).solver == "covariance"
+    # ... and where nothing exact fits, Krylov runs with a warning in the plan.
+    plan = PCA(10, tol=1e-6, max_passes=3).plan(lazy((1_000_000, 100_000), (2_000, 100_000)))
+    assert plan.solver == "krylov" and any("may not be reached" in w for w in plan.warnings)
+
+
+@pytest.mark.parametrize("d", [300])
+def test_covariance_task_memory_is_the_largest_measured_task(d):
+    # Pairwise in-place merges: a merge holds its two inputs and one output (3·d²); a leaf its
+    # block, a float64 copy and d². Measured against the planner's estimate of the largest task.
+    from daskpca._moments import Moments
+    from daskpca._plan import estimate_solvers
+    from daskpca.solvers import covariance
+
+    X = da.from_array(np.random.default_rng(0).standard_normal((16 * 100, d)).astype(np.float32), chunks=(100, d))
+    largest = _largest_task_bytes(covariance.moments_graph(X), Moments, covariance.moments_graph(X[:40, :8]))
+    (estimate,) = estimate_solvers(*X.shape, 5, X.chunks, 4, available=("covariance",))
+    assert largest / 1.5 <= estimate.task_bytes <= 1.5 * largest, (estimate.task_bytes / (8 * d * d), largest / (8 * d * d))
+    assert estimate.task_bytes <= 3.2 * 8 * d * d

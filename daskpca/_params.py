@@ -63,10 +63,12 @@ class ParamsMixin:
         # Only called by scikit-learn (so importing it here costs nothing otherwise).
         from sklearn.utils import Tags, TargetTags, TransformerTags
 
+        # Not sparse (refused with scikit-learn's wording), no NaN (refused; see transform's
+        # nan=), float32 kept as float32 by transform.
         return Tags(
             estimator_type=None,
             target_tags=TargetTags(required=False),
-            transformer_tags=TransformerTags(),
+            transformer_tags=TransformerTags(preserves_dtype=["float64", "float32"]),
         )
 
 

@@ -57,14 +57,101 @@ def raise_if_nonfinite(nonfinite: NonFinite) -> None:
         )
 
 
+#: ``nan=`` of ``transform`` / ``score_samples``: refuse NaN/±inf (default), or let them through.
+NAN_POLICIES = ("raise", "propagate")
+
+
+def check_nan_policy(nan) -> str:
+    """Raise for a ``nan=`` value that is not one of :data:`NAN_POLICIES`."""
+    if not (isinstance(nan, str) and nan in NAN_POLICIES):
+        raise ValueError(
+            f"nan={nan!r}: use 'raise' (refuse NaN/±inf, the default) or 'propagate' (NaN "
+            "results for the samples that hold them)."
+        )
+    return nan
+
+
+class Positions:
+    """Names a (row, column) of the analysed matrix in error messages: plain numbers, the input
+    column when a feature mask dropped some (``columns[j]`` = input column of kept column j).
+    The labeled layer subclasses it to name coordinates instead."""
+
+    def __init__(self, columns=None):
+        self.columns = None if columns is None else np.asarray(columns)
+
+    def input_column(self, col: int) -> int:
+        return int(col if self.columns is None else self.columns[col])
+
+    def describe(self, row: int, col: int) -> str:
+        return f"row {row}, column {self.input_column(col)}"
+
+
+def check_finite_rows(result: np.ndarray, block: np.ndarray, row_offset: int, method: str,
+                      positions: Positions | None = None) -> None:
+    """Inside a projection task: raise when ``block`` (rows ``row_offset``…) holds NaN/±inf.
+
+    Cheap on the good path: only the small ``result`` (rows × k) is tested; a NaN/±inf of the
+    input reaches every result column it touches, so the block is searched only when the result
+    is not finite. Raised from the task, so a lazy result raises at ``compute``, naming the
+    position.
+    """
+    if np.isfinite(result).all():
+        return
+    found = find_nonfinite(np.asarray(block), row_offset)
+    if not found.count:
+        return  # finite input whose result overflowed: not a NaN/±inf of the data
+    row, col = found.first
+    where = (positions or Positions()).describe(row, col)
+    raise ValueError(
+        f"X contains {found.count} non-finite value(s) (NaN or ±inf) in rows {row_offset}–"
+        f"{row_offset + len(block) - 1}; the first is at {where}. {method} refuses NaN/±inf by "
+        f"default: drop or fill those samples, or call {method}(X, nan='propagate') to get NaN "
+        "for them instead."
+    )
+
+
+def locate_nonfinite(matrix) -> NonFinite:
+    """The first NaN/±inf of ``matrix`` in a column that is not non-finite everywhere (those are
+    dropped as masked features). One read: for error messages of a fit that already failed."""
+    import dask
+
+    from ._graph import map_row_blocks, tree_reduce
+
+    parts = map_row_blocks(matrix, _column_nonfinite, "locate-nonfinite-chunk")
+    finite, first, count = dask.compute(tree_reduce(parts, _merge_column_nonfinite, "locate-nonfinite-merge"))[0]
+    partial = (finite > 0) & (first >= 0)
+    if not partial.any():
+        return NonFinite()
+    cols = np.flatnonzero(partial)
+    rows = first[cols]
+    i = int(np.lexsort((cols, rows))[0])
+    return NonFinite(int(count[partial].sum()), (int(rows[i]), int(cols[i])))
+
+
+def _column_nonfinite(block, row_offset):
+    bad = ~np.isfinite(np.asarray(block, dtype=np.float64))
+    any_bad = bad.any(axis=0)
+    first = np.where(any_bad, np.argmax(bad, axis=0) + row_offset, -1)
+    return (~bad).sum(axis=0), first, bad.sum(axis=0)
+
+
+def _merge_column_nonfinite(parts):
+    finite = sum(p[0] for p in parts)
+    count = sum(p[2] for p in parts)
+    firsts = np.stack([p[1] for p in parts])
+    first = np.where(firsts >= 0, firsts, np.iinfo(np.int64).max).min(axis=0)
+    return finite, np.where(first == np.iinfo(np.int64).max, -1, first), count
+
+
 def as_dask_matrix(X, *, name: str = "X"):
     """Return ``(dask_array, kind)`` for a supported input, without reading any data.
 
     Parameters
     ----------
-    X : ndarray, dask.array.Array, zarr.Array, or str / os.PathLike
-        A 2-D real array of shape (n_samples, n_features); a string or path is opened as a zarr
-        array (local path or fsspec URL).
+    X : array-like, dask.array.Array, zarr.Array, or str / os.PathLike
+        A 2-D real array of shape (n_samples, n_features): a NumPy array or anything
+        ``numpy.asarray`` takes (nested lists, pandas DataFrames, ...); a string or path is
+        opened as a zarr array (local path or fsspec URL). Sparse matrices are refused.
     name : str
         What to call the value in error messages.
 
@@ -72,10 +159,15 @@ def as_dask_matrix(X, *, name: str = "X"):
     -------
     array : dask.array.Array of shape (n_samples, n_features)
         Floating dtype: float32 and float64 are kept as they are (read as stored, converted to
-        float64 block by block inside the solvers); integer and boolean data become float64.
+        float64 block by block inside the solvers); integer, boolean and numeric object data
+        become float64.
     kind : {"numpy", "dask"}
         ``"numpy"`` when the caller handed in data already in memory, so results can be
         returned as NumPy arrays too.
+
+    The error messages carry scikit-learn's standard wording (``Reshape your data``,
+    ``0 feature(s) (shape=(n, 0)) while a minimum of 1 is required``, ``Complex data not
+    supported``, ``Sparse data was passed``) followed by the fix.
     """
     import dask.array as da
 
@@ -86,53 +178,91 @@ def as_dask_matrix(X, *, name: str = "X"):
         X = da.from_zarr(X)
     if isinstance(X, da.Array):
         array = X
-    elif hasattr(X, "__array__") and not hasattr(X, "dims"):
-        array = np.asarray(X)
-        kind = "numpy"
     else:
-        raise TypeError(
-            f"{name} must be a NumPy array, a dask array, a zarr.Array or the path/URL of a zarr "
-            f"array; got {type(X).__name__}. For xarray objects pass the DataArray with "
-            "sample_dims=..., or convert with .data."
-        )
+        array = _as_numpy(X, name)
+        kind = "numpy"
 
-    _check_dtype(array.dtype, name)
+    _check_dtype(array.dtype, name, allow_object=kind == "numpy")
     if array.ndim != 2:
         raise ValueError(
             f"{name} must be 2-D (n_samples, n_features); got {array.ndim}-D with shape "
-            f"{array.shape}. Reshape it, e.g. X.reshape(X.shape[0], -1) to flatten the feature "
-            "axes, or X.reshape(-1, 1) for a single feature."
+            f"{array.shape}. Reshape your data: X.reshape(-1, 1) for a single feature, "
+            "X.reshape(1, -1) for a single sample, X.reshape(X.shape[0], -1) to flatten the "
+            "feature axes."
         )
     n_samples, n_features = array.shape
+    if n_samples == 0 or n_features == 0:
+        count, what = (n_samples, "sample") if n_samples == 0 else (n_features, "feature")
+        raise ValueError(
+            f"{name} has {count} {what}(s) (shape={array.shape}) while a minimum of 1 is "
+            f"required: an array of shape {array.shape}, but PCA needs at least one sample (row) "
+            "and one feature (column)."
+        )
     if kind == "numpy":
-        if n_samples and n_features:
-            rows = max(1, NUMPY_CHUNK_BYTES // max(1, n_features * array.dtype.itemsize))
-            array = da.from_array(array, chunks=(min(rows, n_samples), n_features))
-        else:
-            array = da.from_array(array)
+        if array.dtype.kind == "O":
+            array = _numeric_object_array(array, name)
+        rows = max(1, NUMPY_CHUNK_BYTES // max(1, n_features * array.dtype.itemsize))
+        array = da.from_array(array, chunks=(min(rows, n_samples), n_features))
     if any(math.isnan(c) for dim in array.chunks for c in dim):
         raise ValueError(
             f"{name} has unknown chunk sizes {array.chunks}; PCA needs to know where every row "
             "block starts. Call X.compute_chunk_sizes() first (one extra read), or build the "
             "array with known chunks."
         )
-    if n_samples == 0 or n_features == 0:
-        raise ValueError(
-            f"{name} has shape {array.shape}: it needs at least one sample (row) and one "
-            "feature (column)."
-        )
     if array.dtype.kind in "biu":
         array = array.astype(np.float64)
     return array, kind
 
 
-def _check_dtype(dtype, name: str) -> None:
-    if dtype.kind == "c":
+def _as_numpy(X, name: str) -> np.ndarray:
+    """An in-memory array-like as a NumPy array (sparse matrices and non-array objects refused)."""
+    if hasattr(X, "dims") or hasattr(X, "data_vars"):
         raise TypeError(
-            f"{name} has complex dtype {dtype}; PCA here works on real data. Pass the real and "
-            "imaginary parts as separate features (np.hstack([X.real, X.imag])) or take abs(X)."
+            f"{name} is an xarray {type(X).__name__}; pass it with sample_dims=... to fit "
+            "(e.g. pca.fit(X, sample_dims='time')), or convert it with X.data."
         )
-    if dtype.kind not in "biuf":
+    if _is_sparse(X):
+        raise TypeError(
+            f"Sparse data was passed for {name} ({type(X).__name__}), but dense data is "
+            "required: PCA centers the data, which makes it dense. Convert it with X.toarray() "
+            "if it fits in memory."
+        )
+    try:
+        array = np.asarray(X)
+    except (TypeError, ValueError) as error:  # ragged nested lists
+        raise ValueError(f"{name} could not be read as a 2-D array: {error}") from error
+    if array.dtype.kind == "O" and array.ndim == 0:
+        raise TypeError(
+            f"{name} must be an array-like (NumPy array, nested lists, DataFrame), a dask array, "
+            f"a zarr.Array or the path/URL of a zarr array; got {type(X).__name__}."
+        )
+    return array
+
+
+def _is_sparse(X) -> bool:
+    module = type(X).__module__
+    return module.startswith(("scipy.sparse", "sparse")) or hasattr(X, "tocsr")
+
+
+def _numeric_object_array(array: np.ndarray, name: str) -> np.ndarray:
+    """An object array of numbers as float64 (as scikit-learn converts them)."""
+    try:
+        return array.astype(np.float64)
+    except (TypeError, ValueError) as error:
+        raise type(error)(
+            f"{name} has dtype object and holds a value that is not a number ({error}). "
+            "Convert the data with X.astype('float64')."
+        ) from error
+
+
+def _check_dtype(dtype, name: str, allow_object: bool = False) -> None:
+    if dtype.kind == "c":
+        raise ValueError(
+            f"Complex data not supported: {name} has complex dtype {dtype} and PCA here works "
+            "on real data. Pass the real and imaginary parts as separate features "
+            "(np.hstack([X.real, X.imag])) or take abs(X)."
+        )
+    if dtype.kind not in ("biufO" if allow_object else "biuf"):
         raise TypeError(
             f"{name} has dtype {dtype}; PCA needs numbers (float32/float64, or integers that "
             "are converted to float64). Convert the data with X.astype('float64')."
@@ -167,10 +297,12 @@ def _open_zarr(path: str, name: str):
     return da.from_zarr(node)
 
 
-def check_n_features(array, n_features_in: int, name: str = "X") -> None:
-    """Raise when ``array`` does not have the number of features the model was fitted on."""
+def check_n_features(array, n_features_in: int, name: str = "X", estimator: str = "PCA") -> None:
+    """Raise when ``array`` does not have the number of features the model was fitted on
+    (scikit-learn's wording: ``X has 1 features, but PCA is expecting 3 features as input``)."""
     if array.shape[1] != n_features_in:
         raise ValueError(
-            f"{name} has {array.shape[1]} features (columns), but this PCA was fitted on "
-            f"{n_features_in}. Pass data with the same columns as at fit time."
+            f"{name} has {array.shape[1]} features, but {estimator} is expecting {n_features_in} "
+            f"features as input: it was fitted on {n_features_in}. Pass data with the same "
+            "columns as at fit time."
         )

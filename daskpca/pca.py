@@ -26,7 +26,8 @@ from ._linalg import flip_signs, one_blas_thread_per_task
 from ._model_store import SavedModelMixin
 from ._moments import combine_moments
 from ._params import ParamsMixin, check_params
-from ._validation import as_dask_matrix, check_n_features
+from ._probabilistic import ProbabilisticMixin, _row_offset
+from ._validation import as_dask_matrix, check_finite_rows, check_n_features, check_nan_policy
 from .exceptions import IllConditionedWarning, NotFittedError
 from .solvers import SOLVERS, covariance
 from .solvers._base import ComponentRequest, SolverResult
@@ -35,7 +36,7 @@ from .solvers._base import ComponentRequest, SolverResult
 SCALINGS = ("none", "unit", "sqrt_lambda")
 
 
-class PCA(SavedModelMixin, ParamsMixin):
+class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
     """Principal component analysis of arrays larger than memory, on Dask.
 
     Finds the k orthonormal directions of maximum variance of the centered data — equivalently
@@ -127,6 +128,10 @@ class PCA(SavedModelMixin, ParamsMixin):
     n_passes_ : int
         Full reads of the input that ``fit`` made (in this process: fewer when it resumed from
         a ``checkpoint``).
+    n_iter_ : int
+        Iterations of the solver, by solver: ``als`` / ``ppca`` — ALS or EM iterations;
+        ``randomized`` — power iterations q; ``krylov`` — blocks in the Krylov basis (one per
+        pass); ``covariance`` / ``gram`` / ``tsqr`` — 1 (one direct solve, no iteration).
     solver_info_ : dict
         Solver diagnostics (iterations, convergence, sufficient statistics, ...).
     feature_stage_ : FeatureStage
@@ -232,8 +237,13 @@ class PCA(SavedModelMixin, ParamsMixin):
         if spec is not None:
             spec = replace(spec, missing_ok=getattr(module, "ACCEPTS_MISSING", False))
         options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
-        with one_blas_thread_per_task():
-            result = _features.solve(module, matrix, request, spec, random_state=self.random_state, **options)
+        try:
+            with one_blas_thread_per_task():
+                result = _features.solve(module, matrix, request, spec, random_state=self.random_state, **options)
+        except ValueError as error:
+            if layout is None or "non-finite" not in str(error) and "NaN" not in str(error):
+                raise
+            raise labeled.located(error, matrix, layout, X) from error
         self._set_fitted(result, name, reason, layout)
         if spec is not None:
             self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
@@ -386,7 +396,7 @@ class PCA(SavedModelMixin, ParamsMixin):
 
     # ------------------------------------------------------------------ projecting
 
-    def transform(self, X, *, scaling=None):
+    def transform(self, X, *, scaling=None, nan="raise"):
         """Scores of ``X``: ``(z − mean_) @ components_.T`` with ``z`` the input through the
         feature stage (divided by √λ when whitening).
 
@@ -397,6 +407,12 @@ class PCA(SavedModelMixin, ParamsMixin):
         scaling : {"none", "unit", "sqrt_lambda"}, optional
             Scores as projections (variance λ), divided by √λ (unit variance), or multiplied by
             √λ. Default ``"unit"`` if ``whiten`` else ``"none"``.
+        nan : {"raise", "propagate"}, default="raise"
+            ``"raise"``: NaN/±inf in ``X`` raise a ``ValueError`` naming the first one (row and
+            column, or coordinates for a labeled model). The check runs inside the projection
+            tasks — no extra pass: a lazy result raises when it is computed. ``"propagate"``:
+            the samples holding them get NaN scores. (Features masked at fit time, NaN
+            everywhere, are dropped before and never count.)
 
         Returns
         -------
@@ -405,11 +421,12 @@ class PCA(SavedModelMixin, ParamsMixin):
             (one pass when computed). Input's floating dtype.
         """
         self._check_fitted()
+        check_nan_policy(nan)
         matrix, kind = self._model_input(X)
         scaling, factors = self._score_factors(scaling)
         Z = self.feature_stage_.apply(matrix)
         scores = Z.rechunk({1: -1}).map_blocks(
-            _project_block, self.mean_, self.components_.T * factors[None, :],
+            _project_block, self.mean_, self.components_.T * factors[None, :], nan, self._positions(X),
             dtype=Z.dtype, chunks=(Z.chunks[0], (self.n_components_,)),
         )
         if kind == "numpy":
@@ -540,6 +557,17 @@ class PCA(SavedModelMixin, ParamsMixin):
         self._check_fitted()
         return self.explained_variance_ * np.sqrt(2.0 / self.n_samples_)
 
+    @property
+    def n_iter_(self) -> int:
+        """Iterations the solver made (see the class docstring for each solver's meaning)."""
+        self._check_fitted()
+        info, solver = self.solver_info_, self.solver_
+        if solver == "randomized":
+            return int(info.get("n_power_iter", 0))
+        if solver == "krylov":
+            return int(info.get("total_passes", self.n_passes_))
+        return int(info.get("n_iter", 1))
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "components_"):
             raise NotFittedError(
@@ -548,15 +576,21 @@ class PCA(SavedModelMixin, ParamsMixin):
             )
 
 
-def _project_block(block: np.ndarray, mean: np.ndarray, basis: np.ndarray) -> np.ndarray:
-    """``(block − mean) @ basis`` in float64 (centering first: no cancellation), block's dtype."""
-    return ((np.asarray(block, dtype=np.float64) - mean) @ basis).astype(block.dtype, copy=False)
+def _project_block(block: np.ndarray, mean: np.ndarray, basis: np.ndarray, nan: str, positions, block_info=None) -> np.ndarray:
+    """``(block − mean) @ basis`` in float64 (centering first: no cancellation), block's dtype;
+    with ``nan="raise"`` a NaN/±inf of the block raises here, naming its position."""
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/±inf rows: refused or propagated below
+        scores = (np.asarray(block, dtype=np.float64) - mean) @ basis
+    if nan == "raise":
+        check_finite_rows(scores, block, _row_offset(block_info), "transform", positions)
+    return scores.astype(block.dtype, copy=False)
+
 
 
 def _reconstruct_block(scores: np.ndarray, basis: np.ndarray, mean: np.ndarray, stage: FeatureStage) -> np.ndarray:
     """``scores @ basis + mean`` in float64, un-weighted and put back on every input feature
     (NaN at masked ones), returned in the scores' floating dtype."""
-    z = np.asarray(scores, dtype=np.float64) @ basis + mean
+    z = np.asarray(scores, dtype=np.result_type(scores.dtype, np.float64)) @ basis + mean  # complex stays complex
     if not stage.is_identity:
         z = stage.restore(z / stage.factor)
     return z.astype(np.result_type(scores.dtype, np.float32), copy=False)

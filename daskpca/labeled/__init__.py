@@ -49,8 +49,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .layout import MODE, Layout, VariableLayout, as_dataset, is_labeled, normalize_sample_dims
-from .results import component_maps, field_from_rows, results_dataset, scores_from_xarray, scores_to_xarray
+from .._validation import locate_nonfinite
+from .layout import MODE, LabeledPositions, Layout, VariableLayout, as_dataset, is_labeled, normalize_sample_dims
+from .results import (
+    component_maps,
+    field_from_rows,
+    per_sample_to_xarray,
+    results_dataset,
+    scores_from_xarray,
+    scores_to_xarray,
+)
 from .weights import LATITUDE_NAMES, resolve_weights
 
 __all__ = [
@@ -58,11 +66,14 @@ __all__ = [
     "MODE",
     "Layout",
     "LabeledMatrix",
+    "LabeledPositions",
     "VariableLayout",
     "component_maps",
     "field_from_rows",
     "from_xarray",
     "is_labeled",
+    "located",
+    "per_sample_to_xarray",
     "results_dataset",
     "scores_from_xarray",
     "scores_to_xarray",
@@ -94,3 +105,14 @@ def to_matrix(layout: Layout, X):
     sizes, coords)."""
     ds, _, _ = as_dataset(X)
     return layout.to_matrix(ds, check=True)
+
+
+def located(error: ValueError, matrix, layout: Layout, X) -> ValueError:
+    """``error`` of a labeled fit that refused NaN/±inf, with the first such entry named by
+    coordinates (``time=2001-03-01, lat=10.5, lon=200.0``). Costs one read of ``matrix``, made
+    only once the fit has already failed; ``error`` itself when nothing is found."""
+    found = locate_nonfinite(matrix)
+    if not found.count:
+        return error
+    where = LabeledPositions.of(layout, X).describe(*found.first)
+    return ValueError(f"{error} The first such entry is at {where}.")

@@ -17,7 +17,7 @@ from typing import Hashable
 
 import numpy as np
 
-from .._validation import as_dask_matrix
+from .._validation import Positions, as_dask_matrix
 
 #: Name of the dimension that indexes components (modes), numbered from 1.
 MODE = "mode"
@@ -190,6 +190,49 @@ class Layout:
             (array,) = out.values()
             return array.rename(self.name)
         return xr.Dataset(out)
+
+
+class LabeledPositions(Positions):
+    """Names a (row, column) of the analysed matrix by coordinates, e.g. ``time=2001-03-01,
+    lat=10.5, lon=200.0`` (and the variable of a Dataset), for error messages — also inside
+    projection tasks, where it is shipped once per graph."""
+
+    def __init__(self, layout: Layout, sample_shape: tuple, sample_values: dict, columns=None):
+        super().__init__(columns)
+        self.layout = layout
+        self.sample_shape = sample_shape
+        self.sample_values = sample_values  # sample dim -> its coordinate values (if any)
+
+    @classmethod
+    def of(cls, layout: Layout, X, columns=None) -> "LabeledPositions":
+        """Positions in ``X`` (labeled like at fit time); ``columns`` maps kept to input columns."""
+        ds, _, _ = as_dataset(X)
+        dims = layout.sample_dims
+        values = {d: ds[d].values for d in dims if d in ds.coords and ds[d].dims == (d,)}
+        return cls(layout, tuple(ds.sizes[d] for d in dims), values, columns)
+
+    def describe(self, row: int, col: int) -> str:
+        col = self.input_column(col)
+        v = next(v for v in self.layout.variables if v.start <= col < v.stop)
+        named = [_named(d, i, self.sample_values.get(d)) for d, i in zip(self.layout.sample_dims, np.unravel_index(row, self.sample_shape))]
+        for d, i in zip(v.dims, np.unravel_index(col - v.start, v.shape)):
+            coord = self.layout.coords[d].values if d in self.layout.coords and self.layout.coords[d].dims == (d,) else None
+            named.append(_named(d, i, coord))
+        where = ", ".join(named)
+        return where if self.layout.is_dataarray else f"{where} of variable {v.name!r}"
+
+
+def _named(dim, index, values) -> str:
+    """``dim=value`` (a date as 2001-03-01, a number as Python prints it), or ``dim[index]``."""
+    if values is None:
+        return f"{dim}[{int(index)}]"
+    value = values[int(index)]
+    if isinstance(value, np.datetime64):
+        day = value.astype("datetime64[D]")
+        text = str(day) if day == value else np.datetime_as_string(value, unit="s")
+    else:
+        text = repr(value.item() if isinstance(value, np.generic) else value)
+    return f"{dim}={text.strip(chr(39))}"
 
 
 def _label(name) -> str:

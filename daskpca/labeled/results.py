@@ -41,6 +41,16 @@ def scores_to_xarray(layout: Layout, scores, source, n_components: int, scaling:
     )
 
 
+def per_sample_to_xarray(layout: Layout, values, source, name: str, long_name: str):
+    """One value per sample (n_samples,) — NumPy or dask — as a DataArray over the sample dims."""
+    import xarray as xr
+
+    ds, _, _ = as_dataset(source)
+    sample_shape = tuple(ds.sizes[d] for d in layout.sample_dims)
+    return xr.DataArray(values.reshape(sample_shape), dims=layout.sample_dims, coords=layout.sample_coords(ds),
+                        name=name, attrs={"long_name": long_name})
+
+
 @dataclass(frozen=True)
 class LabeledScores:
     """Scores given as a DataArray, flattened for the estimator's reconstruction."""

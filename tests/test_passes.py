@@ -47,3 +47,17 @@ def test_fit_accepts_a_zarr_path(tmp_path):
     write_zarr(tmp_path / "x.zarr", X, (100, 20))
     pca = PCA(3).fit(str(tmp_path / "x.zarr"))
     np.testing.assert_allclose(pca.mean_, X.mean(axis=0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("tol, max_passes", [(None, 3), (1e-5, None)])  # a fixed budget; a tol-driven stop
+def test_krylov_reads_each_chunk_once_per_pass(tmp_path, tol, max_passes):
+    from test_solver_krylov import hard_spectrum
+
+    X = hard_spectrum(800, 60, 4, 2.0, dtype=np.float32)
+    array, store = write_zarr(tmp_path / "x.zarr", X, (200, 25))
+    with dask.config.set(scheduler="threads"):
+        pca = PCA(4, solver="krylov", tol=tol, max_passes=max_passes, random_state=0).fit(array)
+    reads = store.chunk_reads()
+    assert len(reads) == 12 and set(reads.values()) == {pca.n_passes_}
+    assert pca.n_passes_ == (max_passes or len(pca.solver_info_["bound_history"]))
+    assert pca.solver_info_["converged"] == (tol is not None)

@@ -87,7 +87,7 @@ class FeatureStage:
 
     def restore(self, rows: np.ndarray, fill: float = np.nan) -> np.ndarray:
         """Rows over kept features (…, n_kept) put back on all input features, ``fill`` elsewhere."""
-        out = np.full((*rows.shape[:-1], self.n_input), fill)
+        out = np.full((*rows.shape[:-1], self.n_input), fill, dtype=np.result_type(rows.dtype, np.float64))
         out[..., self.keep] = rows
         return out
 

@@ -99,25 +99,27 @@ def eigh_descending(matrix: np.ndarray, n_top: int | None = None) -> tuple[np.nd
 
 
 def flip_signs(components: np.ndarray) -> np.ndarray:
-    """Signs, one per component, that make each component's largest-|·| entry positive.
+    """Factors, one per component, that make each component's largest-|·| entry real positive.
 
     This is scikit-learn's component-based ``svd_flip`` convention: results become
-    deterministic whatever solver or chunking produced them.
+    deterministic whatever solver or chunking produced them. Multiply: ``components * f[:, None]``.
 
     Parameters
     ----------
-    components : ndarray of shape (k, d)
+    components : ndarray of shape (k, d), real or complex
 
     Returns
     -------
-    signs : ndarray of shape (k,) with entries ±1
+    factors : ndarray of shape (k,)
+        ±1 for real components; for complex ones the unit phase e^{−iφ} that turns the largest
+        entry (phase φ) real positive (complex eigenvectors are determined up to such a phase).
     """
     if components.size == 0:
         return np.ones(components.shape[0])
     largest = np.argmax(np.abs(components), axis=1)
-    signs = np.sign(components[np.arange(components.shape[0]), largest])
+    signs = np.sign(components[np.arange(components.shape[0]), largest])  # z/|z| for complex z
     signs[signs == 0] = 1.0
-    return signs
+    return np.conj(signs)
 
 
 def orthonormal_basis(matrix: np.ndarray) -> np.ndarray:

@@ -1,0 +1,212 @@
+r"""Hilbert (complex) EOFs through the Hermitian n×n Gram matrix, in two passes over column strips.
+
+Hilbert EOF analysis (Rasmusson et al. 1981; Barnett 1983; Horel 1984) is PCA of the *analytic
+signal* of every feature's time series, ``z = x̃ + i·H(x̃)`` with ``H`` the Hilbert transform along
+the samples (time): a propagating wave, which plain EOFs split into a pair of standing patterns,
+becomes one complex mode whose phase shows the propagation.
+
+The transform needs each feature's whole series, so the data is read in column strips (every
+sample of a range of features) — the layout of the Gram solver (:mod:`.gram`), whose n ≪ d regime
+is also climate data's (a few thousand time steps, many grid points). Per strip, in the task that
+reads it:
+
+1. the strip is weighted (the feature stage's weights, :mod:`daskpca._features`), non-finite
+   entries counted per feature (wholly missing features are zero-filled: they add exactly 0) and
+   each feature centered on its exact mean (the strip holds every sample);
+2. optionally padded at both ends with an exponential decay towards the linear trend (xeofs's
+   ``padding="exp"``, ``decay_factor``), against the edge effects of the FFT's periodicity;
+3. transformed with an FFT (``scipy.signal.hilbert``), cut back, and the imaginary part centered;
+4. pass 1 adds ``Z_jZ_jᴴ`` to the n×n Hermitian Gram matrix; pass 2 forms the strip's rows of the
+   components ``Z_jᴴ·U_k·Λ_k^{-1/2}`` from the leading eigenvectors U_k of G.
+
+Eigenvalues of G over (n − 1) are the explained variances (of the complex data: the real and the
+imaginary parts' variances add, as in xeofs's ``HilbertEOF``); the components are the
+eigenvectors of the Hermitian covariance ``ZᴴZ/(n − 1)``.
+
+Passes: 2 (strips recompute the FFT in pass 2 rather than keeping n·d complex numbers).
+Flops: 8·n²·d (complex ``herk``) + O(n·d·log n) FFTs + 8·n·d·k. Memory per task: one strip, its
+padded complex transform (3n × d_j complex128 with padding) and n² complex128. Row-chunked storage
+is regrouped into column strips by dask's rechunk, which holds the row blocks a strip needs while
+it assembles it — store long time series in column strips (chunks spanning the time axis).
+
+References
+----------
+J. D. Horel, "Complex principal component analysis: theory and examples", J. Climate Appl.
+Meteor. 23 (1984) 1660–1673, doi:10.1175/1520-0450(1984)023<1660:CPCATA>2.0.CO;2. T. P. Barnett,
+"Interaction of the monsoon and Pacific trade wind system at interannual time scales. Part I",
+Mon. Wea. Rev. 111 (1983) 756–773.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import dask
+import numpy as np
+from scipy.signal import hilbert as _fft_hilbert
+
+from .._graph import SizedByArrays, map_column_blocks, tree_reduce
+from .._linalg import client_blas_threads
+from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
+from ._base import ComponentRequest, SolverResult
+
+OPTIONS = ("padding", "decay_factor")
+N_PASSES = 2
+PADDINGS = ("exp", "none")
+
+
+def fuses_features(spec) -> bool:
+    """Masks and weights ride in pass 1; standardizing needs the variances before it (no)."""
+    return not spec.standardize
+
+
+def analytic_signal(strip: np.ndarray, *, padding: str = "exp", decay_factor: float = 0.2, center: bool = True) -> np.ndarray:
+    """Analytic signal ``x̃ + i·H(x̃)`` of every column of ``strip`` (n × d_j), complex128.
+
+    ``center=True``: x̃ is each column centered on its own mean (the fit, where the strip holds the
+    fitted samples); ``False``: the strip is used as given (``transform``, already centered on the
+    fitted mean). The imaginary part is centered either way (the FFT's padding shifts it).
+    ``padding="exp"`` extends each series by n samples at both ends, decaying exponentially (rate
+    ``1/(n·decay_factor)``) from its end values towards its linear trend, before the FFT;
+    ``"none"`` transforms the series as it is (the FFT then treats it as periodic).
+    """
+    x = np.asarray(strip, dtype=np.float64)
+    if center and x.shape[0]:
+        x = x - x.mean(axis=0)
+    n = x.shape[0]
+    if padding == "exp" and n > 1:
+        z = _fft_hilbert(_pad_exp(x, decay_factor), axis=0)[n : 2 * n]
+    else:
+        z = _fft_hilbert(x, axis=0)
+    return z.real + 1j * (z.imag - z.imag.mean(axis=0))
+
+
+def _pad_exp(x: np.ndarray, decay_factor: float) -> np.ndarray:
+    """Series (n × m) extended to 3n samples: exponential decay from the end values to the trend."""
+    n = x.shape[0]
+    t = np.arange(n, dtype=np.float64)
+    slope = ((t - t.mean()) @ (x - x.mean(axis=0))) / np.sum((t - t.mean()) ** 2)
+    intercept = x.mean(axis=0) - slope * t.mean()
+    extended = np.arange(-n, 2 * n, dtype=np.float64)[:, None]
+    trend = intercept + slope * extended
+    anomaly = x - trend[n : 2 * n]
+    decay = np.exp(-t / n / decay_factor)[:, None]
+    before = anomaly[0] * decay[::-1]
+    after = anomaly[-1] * decay
+    return np.concatenate([before, anomaly, after]) + trend
+
+
+@dataclass(frozen=True)
+class _HermitianPart(SizedByArrays):
+    """Pass-1 summary of some column strips."""
+
+    gram: np.ndarray  # (n, n) complex128
+    means: list  # [(col_offset, (d_j,) float64)]: weighted column means
+    squares: float  # Σ|z|² (the trace of G)
+    counts: list  # [(col_offset, (d_j,) int64)]: finite entries per column
+    nonfinite: NonFinite
+
+    def in_column_order(self, items) -> np.ndarray:
+        return np.concatenate([v for _, v in sorted(items, key=lambda ov: ov[0])])
+
+
+def _prepare(strip: np.ndarray, col_offset: int, weights: np.ndarray):
+    """Weighted strip with non-finite entries zero-filled; its finite counts and NaN report."""
+    x = np.asarray(strip, dtype=np.float64) * weights[col_offset : col_offset + strip.shape[1]]
+    nonfinite = find_nonfinite(x, 0, col_offset)
+    finite = np.isfinite(x)
+    counts = finite.sum(axis=0).astype(np.int64)
+    if nonfinite.count:
+        x = np.where(finite, x, 0.0)
+    return x, counts, nonfinite
+
+
+def _strip_gram(strip, col_offset, weights, padding, decay_factor) -> _HermitianPart:
+    x, counts, nonfinite = _prepare(strip, col_offset, weights)
+    z = analytic_signal(x, padding=padding, decay_factor=decay_factor)
+    mean = x.mean(axis=0) if x.shape[0] else np.zeros(x.shape[1])
+    return _HermitianPart(z @ z.conj().T, [(col_offset, mean)], float(np.sum(np.abs(z) ** 2)),
+                          [(col_offset, counts)], nonfinite)
+
+
+def _sum_parts(parts: list[_HermitianPart]) -> _HermitianPart:
+    gram = parts[0].gram.copy()
+    nonfinite = parts[0].nonfinite
+    for part in parts[1:]:
+        gram += part.gram
+        nonfinite = nonfinite.merge(part.nonfinite)
+    return _HermitianPart(gram, [m for p in parts for m in p.means], sum(p.squares for p in parts),
+                          [c for p in parts for c in p.counts], nonfinite)
+
+
+def _strip_components(strip, col_offset, weights, padding, decay_factor, basis) -> np.ndarray:
+    """(d_j, k) rows of Zᴴ·basis for one column strip (pass 2)."""
+    x, _, _ = _prepare(strip, col_offset, weights)
+    z = analytic_signal(x, padding=padding, decay_factor=decay_factor)
+    return z.conj().T @ basis
+
+
+def solve(X, request: ComponentRequest, *, random_state=None, features=None, padding="exp", decay_factor=0.2) -> SolverResult:
+    """Hilbert EOFs of ``X`` (n × d, real; rows are time steps in order) in two passes.
+
+    Parameters
+    ----------
+    X : dask.array.Array of shape (n_samples, n_features)
+    request : ComponentRequest
+    random_state : ignored
+    features : FeatureSpec, optional
+        Weights and the mask of wholly-missing features, resolved in pass 1.
+    padding : {"exp", "none"}
+    decay_factor : float in (0, 1]
+
+    Returns
+    -------
+    SolverResult
+        ``components`` complex (k, d_kept): eigenvectors of the Hermitian covariance;
+        ``mean`` the (weighted) real mean; variances of the complex signal.
+    """
+    if padding not in PADDINGS:
+        raise ValueError(f"padding={padding!r}: expected one of {PADDINGS}.")
+    if not (isinstance(decay_factor, (int, float)) and 0 < decay_factor <= 1):
+        raise ValueError(f"decay_factor={decay_factor!r}: expected a float in (0, 1] (0.05–0.2 usual).")
+    n_samples, n_features = X.shape
+    weights = np.ones(n_features) if features is None else features.weights
+    options = (weights, padding, decay_factor)
+    (part,) = dask.compute(tree_reduce(map_column_blocks(X, _strip_gram, "hilbert-gram", *options), _sum_parts, "hilbert-merge"))
+    counts = part.in_column_order(part.counts)
+    if features is None:
+        raise_if_nonfinite(part.nonfinite)
+        keep, stage = np.ones(n_features, dtype=bool), None
+    else:
+        stage = features.resolve(counts, n_samples)
+        keep = stage.keep
+        request = stage.narrow(request)
+    ddof = max(n_samples - 1, 1)
+    gram = (part.gram + part.gram.conj().T) / 2
+    with client_blas_threads():
+        values, vectors = np.linalg.eigh(gram)
+    order = np.argsort(values)[::-1]
+    values, vectors = np.clip(values[order], 0.0, None), vectors[:, order]
+    spectrum = values[: min(n_samples, int(keep.sum()))] / ddof
+    k = request.resolve(spectrum) if request.needs_spectrum else request.fixed()
+    tolerance = values[0] * max(n_samples, n_features) * np.finfo(np.float64).eps if len(values) else 0.0
+    n_defined = int(np.sum(values[:k] > tolerance))
+    if n_defined < k:
+        raise ValueError(
+            f"only {n_defined} Hilbert EOFs have non-zero variance, but {k} were asked for: the "
+            "data's rank is lower. Ask for fewer components."
+        )
+    basis = vectors[:, :k] / np.sqrt(values[:k])
+    pieces = map_column_blocks(X, _strip_components, "hilbert-components", *options, basis)
+    components = np.concatenate(dask.compute(*pieces), axis=0)[keep].T
+    result = SolverResult(
+        components=components,
+        explained_variance=spectrum[:k].copy(),
+        mean=part.in_column_order(part.means)[keep],
+        n_samples=n_samples,
+        total_variance=float(part.squares / ddof),
+        n_passes=N_PASSES,
+        spectrum=spectrum,
+        info={"padding": padding, "decay_factor": float(decay_factor)},
+    )
+    return replace(result, features=stage)

@@ -17,7 +17,8 @@ eigenvalues are ``e_i = |a_i|²·max(λ_i − σ², 0) + σ²`` along the compon
     log p(z) = −½ [ Σ_i p_i² / e_i + |r − Uᵀp|² / σ² + d·log 2π + Σ_i log e_i + (d − k)·log σ² ]
 
 with ``r = z − mean_`` and ``p = U r`` (U = ``components_``): O(d·k) per sample, computed block
-by block in the same projection task as ``transform`` (lazy for lazy input, one pass).
+by block in projection tasks like ``transform``'s (:func:`project_block`, here too: both check
+NaN/±inf inside the task; lazy for lazy input, one pass).
 
 For a weighted / standardized / masked fit the model is of the analysed data
 ``z = x[keep]·f`` (see :mod:`daskpca._features`): ``get_covariance`` is over the kept features in
@@ -142,6 +143,17 @@ class ProbabilisticMixin:
         else:
             positions = Positions(columns)
         return dask.delayed(positions, pure=True)
+
+
+def project_block(block: np.ndarray, mean: np.ndarray, basis: np.ndarray, nan: str, positions, block_info=None) -> np.ndarray:
+    """``transform``'s task: ``(block − mean) @ basis`` in float64 (centering first: no
+    cancellation), in the block's dtype; with ``nan="raise"`` a NaN/±inf of the block raises
+    here, naming its position."""
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/±inf rows: refused or propagated below
+        scores = (np.asarray(block, dtype=np.float64) - mean) @ basis
+    if nan == "raise":
+        check_finite_rows(scores, block, _row_offset(block_info), "transform", positions)
+    return scores.astype(block.dtype, copy=False)
 
 
 def _log_likelihood_block(block, mean, components, inverse_e, sigma2, constant, nan, positions, block_info=None):

@@ -26,8 +26,8 @@ from ._linalg import flip_signs, one_blas_thread_per_task
 from ._model_store import SavedModelMixin
 from ._moments import combine_moments
 from ._params import ParamsMixin, check_params
-from ._probabilistic import ProbabilisticMixin, _row_offset
-from ._validation import as_dask_matrix, check_finite_rows, check_n_features, check_nan_policy
+from ._probabilistic import ProbabilisticMixin, project_block
+from ._validation import as_dask_matrix, check_n_features, check_nan_policy
 from .exceptions import IllConditionedWarning, NotFittedError
 from .solvers import SOLVERS, covariance
 from .solvers._base import ComponentRequest, SolverResult
@@ -426,7 +426,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         scaling, factors = self._score_factors(scaling)
         Z = self.feature_stage_.apply(matrix)
         scores = Z.rechunk({1: -1}).map_blocks(
-            _project_block, self.mean_, self.components_.T * factors[None, :], nan, self._positions(X),
+            project_block, self.mean_, self.components_.T * factors[None, :], nan, self._positions(X),
             dtype=Z.dtype, chunks=(Z.chunks[0], (self.n_components_,)),
         )
         if kind == "numpy":
@@ -574,17 +574,6 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
                 f"This {type(self).__name__} instance is not fitted yet. Call fit(X) before "
                 "transform or inverse_transform."
             )
-
-
-def _project_block(block: np.ndarray, mean: np.ndarray, basis: np.ndarray, nan: str, positions, block_info=None) -> np.ndarray:
-    """``(block − mean) @ basis`` in float64 (centering first: no cancellation), block's dtype;
-    with ``nan="raise"`` a NaN/±inf of the block raises here, naming its position."""
-    with np.errstate(invalid="ignore", over="ignore"):  # NaN/±inf rows: refused or propagated below
-        scores = (np.asarray(block, dtype=np.float64) - mean) @ basis
-    if nan == "raise":
-        check_finite_rows(scores, block, _row_offset(block_info), "transform", positions)
-    return scores.astype(block.dtype, copy=False)
-
 
 
 def _reconstruct_block(scores: np.ndarray, basis: np.ndarray, mean: np.ndarray, stage: FeatureStage) -> np.ndarray:

@@ -11,11 +11,11 @@ import os
 
 import numpy as np
 
-from . import io, labeled
+from . import _integrity, io, labeled
 from ._features import FeatureStage
 from ._moments import Moments
 from ._validation import NonFinite
-from .exceptions import NewerFormatError
+from .exceptions import DamagedModelError, IncompleteStoreError, NewerFormatError
 
 
 class SavedModelMixin:
@@ -24,21 +24,34 @@ class SavedModelMixin:
     def save(self, store, overwrite=False):
         """Write the fitted model to a zarr group (local path or fsspec URL); no pickle.
 
-        Atomic: a completion marker is written last and :meth:`load` checks it; an existing
-        store is replaced only with ``overwrite=True``. See :meth:`to_dataset` for the format.
+        Atomic: a completion marker is written last, recording every object's checksum, and
+        :meth:`load` checks it; an existing store is replaced only with ``overwrite=True``, and
+        the replaced model is kept in the store's history (``daskpca.io.history``, the last
+        ``daskpca.io.MODEL_HISTORY``). See :meth:`to_dataset` for the format.
         """
         self._check_fitted()
-        return io.write_dataset(self.to_dataset(), store, overwrite=overwrite, marker={"format": io.MODEL_FORMAT})
+        return io.write_dataset(self.to_dataset(), store, overwrite=overwrite,
+                                marker={"format": io.MODEL_FORMAT, "note": f"{self.n_samples_} samples"},
+                                keep_history=io.MODEL_HISTORY)
 
     @classmethod
     def load(cls, store):
         """Load a model written by :meth:`save` (local path or fsspec URL).
 
-        Refuses a store without its completion marker (:class:`~daskpca.exceptions.IncompleteStoreError`)
-        and one written in a newer format (:class:`~daskpca.exceptions.NewerFormatError`). The
-        returned model's ``transform`` is identical to the saved model's.
+        Refuses a store without its completion marker (:class:`~daskpca.exceptions.IncompleteStoreError`),
+        one written in a newer format (:class:`~daskpca.exceptions.NewerFormatError`), and a
+        damaged one (:class:`~daskpca.exceptions.DamagedModelError`): objects missing or changed
+        since they were written (checksums), attributes missing, or a model that breaks the
+        fitted invariants (one k everywhere, finite values, orthonormal components, sorted
+        non-negative variances). The returned model's ``transform`` is identical to the saved
+        model's.
         """
-        return cls.from_dataset(io.read_dataset(store, expected_format=io.MODEL_FORMAT), source=os.fspath(store))
+        source = os.fspath(store)
+        try:
+            ds = io.read_dataset(store, expected_format=io.MODEL_FORMAT, error=DamagedModelError)
+        except IncompleteStoreError as exc:
+            raise IncompleteStoreError(_not_a_model(source) or str(exc)) from None
+        return cls.from_dataset(ds, source=source)
 
     def to_dataset(self):
         """The fitted model as one ``xarray.Dataset`` (format ``daskpca-model`` version 1).
@@ -90,6 +103,20 @@ class SavedModelMixin:
                 f"{source!r} holds model format {attrs['daskpca_format_version']}; this daskpca "
                 f"reads format {io.FORMAT_VERSION} and older. Upgrade daskpca."
             )
+        missing = [name for name in ("parameters", *_MODEL_SCALARS) if name not in attrs]
+        missing += [f"model_{name.rstrip('_')}" for name in _MODEL_ARRAYS if f"model_{name.rstrip('_')}" not in ds]
+        if missing:
+            raise DamagedModelError(f"{source!r} is not a complete daskpca model: {missing} missing. Write it again "
+                                    "with `daskpca fit`, or restore a complete copy.")
+        try:
+            pca = cls._from_dataset(ds, attrs)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise DamagedModelError(f"{source!r} is not a valid daskpca model ({type(exc).__name__}: {exc}).") from None
+        _integrity.check_model(pca, repr(source))
+        return pca
+
+    @classmethod
+    def _from_dataset(cls, ds, attrs):
         params = json.loads(attrs["parameters"])
         valid = cls._param_names()
         pca = cls(**{k: v for k, v in params.items()
@@ -125,6 +152,22 @@ _MODEL_SCALARS = {
     "solver_reason_": str,
     "n_passes_": int,
 }
+
+
+def _not_a_model(source: str) -> str | None:
+    """The error for a zarr store daskpca did not write as a model (an input passed as MODEL)."""
+    try:
+        import zarr
+
+        node = zarr.open(io.resolve(source), mode="r")
+    except Exception:
+        return None
+    if "daskpca_format" in node.attrs:
+        return None  # a model whose writer died: the marker's own message says so
+    kind = "a zarr array" if isinstance(node, zarr.Array) else "a zarr group"
+    return (f"{source!r} is {kind} that daskpca did not write as a model (it has no completion "
+            "marker nor model attributes) — a data store? MODEL must be the store written by "
+            "`daskpca fit --out` (PCA.save).")
 
 
 def _is_json(value) -> bool:

@@ -1,35 +1,43 @@
 """The ``daskpca`` command line: batch jobs wiring config → cluster → io → estimator → io.
 
-No math lives here. Exit codes: 0 success; 2 bad usage or bad input (one line on stderr naming
-the problem and the fix, no traceback); 1 a runtime failure (the traceback goes to the log).
+No math lives here. Exit codes: 0 success; 2 the user's input or usage is wrong (one line on stderr
+naming the problem and the fix, no traceback); 1 a runtime or internal failure (one line with a
+hint; ``--verbose`` prints the traceback). Options and job files: :mod:`daskpca._cli_args`.
 
-Options may come from a TOML job file (``--config job.toml``: keys are the long option names,
-``n-components`` or ``n_components``); flags on the command line override it.
+Every command that writes claims its outputs (:func:`daskpca.io.claims`) and checks that they can
+be written before it opens the source or starts a cluster; a fit's model and scores are published
+together, or neither (:func:`daskpca.io.transaction`). Small inputs run on the threaded scheduler in
+this process; larger ones (or ``--workers``/``--scheduler``) on a Dask cluster, and the job says
+which ran.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import sys
 import time
-import tomllib
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
+from . import _cli_args
+from ._cli_args import UsageError
+
 log = logging.getLogger("daskpca")
 
 #: Seconds to wait for a scheduler given with --scheduler before giving up (exit code 1).
 CONNECT_TIMEOUT = 15
-
-
-class UsageError(Exception):
-    """A user mistake: reported as one line on stderr with exit code 2."""
+#: Inputs up to this size run on the threaded scheduler unless a cluster is asked for: starting
+#: a local cluster takes seconds, longer than the whole job.
+SMALL_INPUT_BYTES = 256 * 2**20
+#: Rows of the variance table printed without --all.
+TABLE_ROWS = 20
+#: Defaults of the embedded local cluster.
+LOCAL_CLUSTER = {"workers": 2, "threads": 1, "memory_limit": "auto"}
 
 
 # ----------------------------------------------------------------------------- where it runs
@@ -54,11 +62,38 @@ def dask_client(args):
             _say(args, f"Dask scheduler: {address}  dashboard: {client.dashboard_link}")
             yield client
         return
+    options = {name: getattr(args, name, None) or default for name, default in LOCAL_CLUSTER.items()}
     with LocalCluster(
-        n_workers=args.workers, threads_per_worker=args.threads, memory_limit=args.memory_limit,
-        dashboard_address=":0", host="127.0.0.1", silence_logs=logging.WARNING,
+        n_workers=options["workers"], threads_per_worker=options["threads"], memory_limit=options["memory_limit"],
+        dashboard_address=":0", host="127.0.0.1",
+        silence_logs=logging.INFO if getattr(args, "verbose", False) else logging.ERROR,
     ) as cluster, Client(cluster) as client:
-        _say(args, f"Dask dashboard: {client.dashboard_link}")
+        _say(args, f"running on a local Dask cluster ({options['workers']} worker(s) × {options['threads']} "
+                   f"thread(s)). Dask dashboard: {client.dashboard_link}")
+        yield client
+
+
+def _cluster_asked(args) -> bool:
+    return bool(getattr(args, "scheduler", None) or os.environ.get("DASK_SCHEDULER_ADDRESS")
+                or any(getattr(args, name, None) is not None for name in LOCAL_CLUSTER))
+
+
+@contextmanager
+def runner(args, nbytes: int):
+    """Where the job's dask work runs: the threaded scheduler for a small input unless a cluster
+    is asked for, else :func:`dask_client` with progress reports. Yields the client or None."""
+    import dask
+    from dask.utils import format_bytes
+
+    if not _cluster_asked(args) and nbytes <= SMALL_INPUT_BYTES:
+        _say(args, f"running on the threaded scheduler in this process (input {format_bytes(nbytes)} ≤ "
+                   f"{format_bytes(SMALL_INPUT_BYTES)}; --workers N or --scheduler ADDRESS for a cluster)")
+        args.ran_on = "threads"
+        with dask.config.set(scheduler="threads"):
+            yield None
+        return
+    args.ran_on = "cluster"
+    with dask_client(args) as client, _progress(client, args):
         yield client
 
 
@@ -75,6 +110,41 @@ def _progress(client, args):
 
     with ProgressReporter(client, quiet=args.quiet or args.json):
         yield
+
+
+def _check_memory(args, plan) -> None:
+    """A --memory-limit too small for the planned task is refused before the cluster starts."""
+    from dask.utils import format_bytes
+
+    from ._plan import TASK_MEMORY_FRACTION
+
+    limit = getattr(args, "memory_limit", None)
+    if not isinstance(limit, int) or _cluster_asked(args) and getattr(args, "scheduler", None):
+        return
+    threads = getattr(args, "threads", None) or LOCAL_CLUSTER["threads"]
+    task = plan.estimate(plan.solver).task_bytes
+    needed = int(task * threads / TASK_MEMORY_FRACTION) + _cli_args.MIN_WORKER_MEMORY
+    if limit < needed:
+        raise UsageError(
+            f"--memory-limit {format_bytes(limit)} is too small for this job: solver {plan.solver!r} needs "
+            f"≈ {format_bytes(task)} per task × {threads} thread(s), at most {TASK_MEMORY_FRACTION:.0%} of a "
+            f"worker's memory, plus {format_bytes(_cli_args.MIN_WORKER_MEMORY)} for the worker itself. Give "
+            f"--memory-limit {format_bytes(needed)} or more, or use smaller chunks.")
+
+
+def _command_line(args) -> str:
+    return " ".join(["daskpca", *(sys.argv[1:] if sys.argv and "daskpca" in sys.argv[0] else [args.command])])[:300]
+
+
+def _claim_outputs(args, *outputs):
+    """Claim the job's outputs (before any data is read), then check they can be written."""
+    from . import io
+
+    outputs = [o for o in outputs if o]
+    keys = [os.path.abspath(o) if "://" not in o else o.rstrip("/") for o in outputs]
+    if len(set(keys)) < len(keys):
+        raise UsageError(f"the outputs {outputs} name the same store twice; give each output its own path.")
+    return io.claims(outputs, break_stale=getattr(args, "break_claim", False), command=_command_line(args))
 
 
 # ----------------------------------------------------------------------------- sources
@@ -154,67 +224,72 @@ def _sample_dims(args, data):
 
 
 def cmd_fit(args) -> dict:
-    from . import PCA
-    from .io import check_writable, write_array, write_xarray
+    from . import PCA, io
 
-    for output in filter(None, [args.out, args.scores]):
-        check_writable(output, overwrite=args.overwrite)  # before the cluster starts or data is read
-    data = open_source(args.source, args.var)
-    sample_dims = _sample_dims(args, data)
-    n_components = _parse_n_components(args.n_components)
-    pca = PCA(n_components=n_components, solver=args.solver, whiten=args.whiten,
-              random_state=args.random_state, weights=args.weights,
-              **{name: value for name, value in (("max_iter", args.max_iter), ("tol", args.tol)) if value is not None},
-              checkpoint=_checkpoint_path(args.out))
-    timings = {}
-    with dask_client(args) as client, _progress(client, args):
-        start = time.perf_counter()
-        if sample_dims is None:
-            pca.fit(data)
-        else:
-            pca.fit(data, sample_dims=sample_dims)
-        timings["fit_s"] = time.perf_counter() - start
-        start = time.perf_counter()
-        pca.save(args.out, overwrite=args.overwrite)
-        if args.scores:
-            scores = pca.transform(data)
-            (write_xarray if _is_labeled(scores) else write_array)(scores, args.scores, overwrite=args.overwrite)
-        timings["write_s"] = time.perf_counter() - start
-    _say(args, _variance_table(pca))
-    return _summary(pca, model=args.out, scores=args.scores, timings=timings)
+    n_components = _cli_args.n_components(args.n_components)
+    with _claim_outputs(args, args.out, args.scores):
+        for output in filter(None, [args.out, args.scores]):
+            io.check_writable(output, overwrite=args.overwrite)  # before the cluster starts or data is read
+        data = open_source(args.source, args.var)
+        sample_dims = _sample_dims(args, data)
+        pca = PCA(n_components=n_components, solver=args.solver, whiten=args.whiten,
+                  random_state=args.random_state, weights=args.weights,
+                  **{name: value for name, value in (("max_iter", args.max_iter), ("tol", args.tol)) if value is not None},
+                  checkpoint=_checkpoint_path(args.out))
+        plan = pca.plan(data, sample_dims=sample_dims)  # parameters and shape checked; nothing read
+        _check_memory(args, plan)
+        timings = {}
+        with runner(args, data.nbytes):
+            start = time.perf_counter()
+            pca.fit(data, **({} if sample_dims is None else {"sample_dims": sample_dims}))
+            timings["fit_s"] = time.perf_counter() - start
+            start = time.perf_counter()
+            with io.transaction():  # the model and the scores are published together, or neither
+                pca.save(args.out, overwrite=args.overwrite)
+                if args.scores:
+                    scores = pca.transform(data)
+                    (io.write_xarray if _is_labeled(scores) else io.write_array)(scores, args.scores, overwrite=args.overwrite)
+            timings["write_s"] = time.perf_counter() - start
+    _say(args, _variance_table(pca, args.all))
+    _say(args, f"wrote the model to {args.out}"
+               + (f" and the scores ({pca.n_samples_}, {pca.n_components_}) to {args.scores}" if args.scores else ""))
+    return _summary(pca, args, model=args.out, scores=args.scores, timings=timings)
 
 
 def cmd_transform(args) -> dict:
-    from . import load
-    from .io import write_array, write_xarray
+    from . import io, load
 
-    pca = load(args.model)
-    data = open_source(args.source, args.var)
-    with dask_client(args) as client, _progress(client, args):
-        start = time.perf_counter()
-        scores = pca.transform(data)
-        (write_xarray if _is_labeled(scores) else write_array)(scores, args.out, overwrite=args.overwrite)
-        elapsed = time.perf_counter() - start
+    with _claim_outputs(args, args.out):
+        io.check_writable(args.out, overwrite=args.overwrite)
+        pca = load(args.model)
+        data = open_source(args.source, args.var)
+        with runner(args, data.nbytes):
+            start = time.perf_counter()
+            scores = pca.transform(data)
+            (io.write_xarray if _is_labeled(scores) else io.write_array)(scores, args.out, overwrite=args.overwrite)
+            elapsed = time.perf_counter() - start
     _say(args, f"wrote scores {tuple(scores.shape)} to {args.out}")
-    return {"scores": args.out, "shape": list(scores.shape), "timings": {"transform_s": elapsed}}
+    return {"scores": args.out, "shape": list(scores.shape), "ran_on": args.ran_on, "timings": {"transform_s": elapsed}}
 
 
 def cmd_update(args) -> dict:
     from . import load
 
-    pca = load(args.model)
-    pca.check_updatable()  # before a cluster starts or any data is read
-    data = open_source(args.source, args.var)
-    with dask_client(args) as client, _progress(client, args):
-        start = time.perf_counter()
-        n_before = pca.n_samples_
-        pca.update(data)
-        elapsed = time.perf_counter() - start
-        pca.save(args.model, overwrite=True)
+    with _claim_outputs(args, args.model):
+        pca = load(args.model)
+        pca.check_updatable()  # before a cluster starts or any data is read
+        data = open_source(args.source, args.var)
+        with runner(args, data.nbytes):
+            start = time.perf_counter()
+            n_before = pca.n_samples_
+            pca.update(data)
+            elapsed = time.perf_counter() - start
+        pca.save(args.model, overwrite=True)  # the replaced model goes to the history
     _say(args, f"folded {pca.n_samples_ - n_before} new samples into {args.model} "
-               f"({pca.n_samples_} in all; {pca.n_passes_} pass over the new data)")
-    _say(args, _variance_table(pca))
-    return _summary(pca, model=args.model, timings={"update_s": elapsed})
+               f"({pca.n_samples_} in all; {_passes(pca.n_passes_)} over the new data; the previous "
+               "model is in `daskpca history`)")
+    _say(args, _variance_table(pca, args.all))
+    return _summary(pca, args, model=args.model, timings={"update_s": elapsed})
 
 
 def cmd_inspect(args) -> dict:
@@ -229,13 +304,13 @@ def cmd_inspect(args) -> dict:
         pca = load(args.path)
         _say(args, f"daskpca model {args.path}: {pca.n_components_} components of {pca.n_features_in_} "
                    f"features, fitted on {pca.n_samples_} samples with solver {pca.solver_!r} "
-                   f"({pca.n_passes_} passes)")
-        _say(args, _variance_table(pca))
-        return _summary(pca, model=args.path)
+                   f"({_passes(pca.n_passes_)})")
+        _say(args, _variance_table(pca, args.all))
+        return _summary(pca, args, model=args.path)
     data = open_source(args.path, args.var)
     sample_dims = _sample_dims(args, data)
     # The public planner on the lazily opened source: its real chunks, nothing read.
-    plan = PCA(_parse_n_components(args.n_components), solver="auto").plan(data, sample_dims=sample_dims)
+    plan = PCA(_cli_args.n_components(args.n_components), solver="auto").plan(data, sample_dims=sample_dims)
     matrix_shape = (plan.n_samples, plan.n_features)
     _say(args, f"source {args.path}: {type(data).__name__} shape {tuple(data.shape)} dtype {data.dtype}"
                + (f" dims {list(data.dims)}" if _is_labeled(data) else "")
@@ -247,18 +322,40 @@ def cmd_inspect(args) -> dict:
 
 
 def cmd_report(args) -> dict:
-    from . import load
+    from . import io, load
 
-    pca = load(args.model)
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError as exc:
-        raise UsageError(f"daskpca report needs matplotlib: pip install 'daskpca[plot]' ({exc}).") from exc
-    from .report import write_report
+    with _claim_outputs(args, args.out):
+        io.check_writable(args.out, overwrite=args.overwrite)
+        pca = load(args.model)
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError as exc:
+            raise UsageError(f"daskpca report needs matplotlib: pip install 'daskpca[plot]' ({exc}).") from exc
+        from .report import write_report
 
-    written = write_report(pca, args.out, overwrite=args.overwrite, n_maps=args.n_maps)
+        written = write_report(pca, args.out, overwrite=args.overwrite, n_maps=args.n_maps)
     _say(args, f"wrote the report to {args.out}: {', '.join(Path(p).name for p in written)}")
     return {"report": args.out, "files": [str(p) for p in written]}
+
+
+def cmd_history(args) -> dict:
+    from . import io
+
+    io.read_marker(args.model)  # a missing or partial store is an error, not an empty history
+    entries = io.history(args.model)
+    lines = [f"{'':2}{'version':<30} {'written':<21} note"]
+    lines += [f"{'*' if e['current'] else ' ':2}{e['version']:<30} {e['written']:<21} {e.get('note', '')}" for e in entries]
+    _say(args, "\n".join(lines) + "\n(* current; `daskpca rollback MODEL --to VERSION` makes another one current)")
+    return {"model": args.model, "versions": entries}
+
+
+def cmd_rollback(args) -> dict:
+    from . import _claims, io
+
+    with _claim_outputs(args, args.model):
+        io.rollback(args.model, args.to, claim=_claims.held(args.model))
+    _say(args, f"{args.model} is now version {args.to}; the version it replaced is kept (`daskpca history`)")
+    return {"model": args.model, "current": args.to}
 
 
 def _demo_data(path: Path, n_samples: int, n_features: int, rank: int, chunk_rows: int, seed: int):
@@ -297,31 +394,40 @@ def cmd_demo(args) -> dict:
         elapsed = time.perf_counter() - start
         print(f"fitted {pca.solver_!r} PCA on {X.shape} in {elapsed:.1f} s "
               f"({pca.n_passes_} pass{'es' if pca.n_passes_ > 1 else ''} over the data; {pca.solver_reason_})")
-        print(_variance_table(pca))
+        print(_variance_table(pca, args.all))
         out = root / f"results-{datetime.now():%Y%m%d-%H%M%S-%f}"
         write_array(pca.components_, out / "components.zarr", name="principal axes (mode × feature)")
         write_array(pca.transform(X), out / "scores.zarr", name="scores (sample × mode)")
         print(f"wrote {out / 'components.zarr'} {pca.components_.shape} and {out / 'scores.zarr'} "
               f"({X.shape[0]}, {pca.n_components_})")
-    return _summary(pca, model=None, timings={"fit_s": elapsed})
+    return _summary(pca, args, model=None, timings={"fit_s": elapsed})
 
 
 # ----------------------------------------------------------------------------- output
 
 
-def _variance_table(pca) -> str:
+def _passes(n: int) -> str:
+    return f"{n} pass{'es' if n != 1 else ''}"
+
+
+def _variance_table(pca, show_all: bool = False) -> str:
     lines = [" mode   variance    ratio  cumulative"]
     cumulative = np.cumsum(pca.explained_variance_ratio_)
-    for i, (var, ratio, cum) in enumerate(zip(pca.explained_variance_, pca.explained_variance_ratio_, cumulative), 1):
+    rows = list(zip(pca.explained_variance_, pca.explained_variance_ratio_, cumulative))
+    shown = rows if show_all else rows[:TABLE_ROWS]
+    for i, (var, ratio, cum) in enumerate(shown, 1):
         lines.append(f"{i:5d} {var:10.4g} {ratio:8.2%} {cum:10.2%}")
+    if len(shown) < len(rows):
+        lines.append(f"  … {len(rows) - len(shown)} more modes (to {cumulative[-1]:.2%}); --all prints every one")
     lines.append(f"distortion J (sum of discarded eigenvalues) = {pca.distortion_:.4g}")
     return "\n".join(lines)
 
 
-def _summary(pca, *, model, scores=None, timings=None) -> dict:
+def _summary(pca, args=None, *, model, scores=None, timings=None) -> dict:
     return {
         "model": model,
         "scores": scores,
+        "ran_on": getattr(args, "ran_on", None),
         "solver": pca.solver_,
         "n_components": int(pca.n_components_),
         "n_samples": int(pca.n_samples_),
@@ -334,171 +440,87 @@ def _summary(pca, *, model, scores=None, timings=None) -> dict:
     }
 
 
-def _parse_n_components(value):
-    if value is None or value in ("None", "none", "all"):
-        return None
-    if value == "mle":
-        return "mle"
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"--n-components {value!r}: expected an int (e.g. 20), a variance fraction in (0, 1) (e.g. 0.95) or 'mle'.") from None
-    return int(number) if float(number).is_integer() and number >= 1 else number
-
-
 def _checkpoint_path(out):
     """Where iterative solvers keep their state: beside a local model (object stores: none)."""
     return f"{out}.checkpoint.npz" if out and "://" not in out else None
 
 
-# ----------------------------------------------------------------------------- parser
+# ----------------------------------------------------------------------------- running a command
+
+COMMANDS = {"fit": cmd_fit, "transform": cmd_transform, "update": cmd_update, "inspect": cmd_inspect,
+            "report": cmd_report, "history": cmd_history, "rollback": cmd_rollback, "demo": cmd_demo}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="daskpca", description="Out-of-core, distributed PCA on Dask.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    #: Each command's parser by name (parse_args gives a job file's keys to it as defaults).
-    parser.command_parsers = {}
-
-    def command(name, func, help, description):
-        sub = commands.add_parser(name, help=help, description=description)
-        parser.command_parsers[name] = sub
-        sub.set_defaults(run=func)
-        sub.add_argument("--config", metavar="TOML", help="job file whose keys are these options; flags override it")
-        sub.add_argument("--quiet", action="store_true", help="print nothing but errors")
-        sub.add_argument("--json", action="store_true", help="print a machine-readable JSON summary on stdout")
-        return sub
-
-    def cluster_options(sub):
-        group = sub.add_argument_group("where it runs")
-        group.add_argument("--scheduler", metavar="ADDRESS", help="address of a running Dask scheduler "
-                           "(default: $DASK_SCHEDULER_ADDRESS, else an embedded local cluster)")
-        group.add_argument("--workers", type=int, default=2, help="local cluster: worker processes (default: %(default)s)")
-        group.add_argument("--threads", type=int, default=1, help="local cluster: threads per worker (default: %(default)s)")
-        group.add_argument("--memory-limit", default="auto", help="local cluster: memory per worker, e.g. 4GiB (default: %(default)s)")
-
-    def source_options(sub):
-        sub.add_argument("--var", metavar="NAME", help="variable of a dataset source")
-
-    fit = command("fit", cmd_fit, "fit PCA on a zarr/NetCDF source and save the model",
-                  "Fit PCA on SOURCE (a zarr array, a zarr/NetCDF dataset with --var) and save the model to MODEL.")
-    fit.add_argument("source", metavar="SOURCE", help="zarr store path/URL, or a NetCDF file")
-    fit.add_argument("--n-components", required=False, metavar="K", help="int, variance fraction in (0, 1), 'mle' or 'all'")
-    fit.add_argument("--out", required=False, metavar="MODEL", help="where to save the model (a zarr store)")
-    source_options(fit)
-    fit.add_argument("--sample-dims", nargs="+", metavar="DIM", help="labeled sources: dims that index samples (default: the first)")
-    fit.add_argument("--solver", default="auto", help="auto, covariance, gram, tsqr, randomized, als or ppca (default: %(default)s)")
-    fit.add_argument("--weights", choices=["coslat"], help="coslat: weight by √cos(latitude)")
-    fit.add_argument("--whiten", action="store_true", help="save a whitening model (unit-variance scores)")
-    fit.add_argument("--random-state", type=int, help="seed for randomized and iterative solvers")
-    fit.add_argument("--max-iter", type=int, help="iterative solvers (als, ppca): most passes (default: 200)")
-    fit.add_argument("--tol", type=float, help="accuracy asked for: bound on sin θ of the kept subspace (approximate solvers; als/ppca: convergence tolerance, default 1e-8)")
-    fit.add_argument("--scores", metavar="SCORES", help="also write the scores to this zarr store")
-    fit.add_argument("--overwrite", action="store_true", help="replace existing outputs")
-    cluster_options(fit)
-
-    transform = command("transform", cmd_transform, "write the scores of a source under a saved model",
-                        "Project SOURCE onto a saved model's components; stream the scores to a chunked zarr store.")
-    transform.add_argument("model", metavar="MODEL")
-    transform.add_argument("source", metavar="SOURCE")
-    transform.add_argument("--out", required=False, metavar="SCORES")
-    source_options(transform)
-    transform.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    cluster_options(transform)
-
-    update = command("update", cmd_update, "fold new samples into a saved model exactly",
-                     "Read only the new SOURCE and fold it into MODEL's sufficient statistics (covariance "
-                     "models); the result equals a refit on old + new data.")
-    update.add_argument("model", metavar="MODEL")
-    update.add_argument("source", metavar="SOURCE")
-    source_options(update)
-    cluster_options(update)
-
-    inspect = command("inspect", cmd_inspect, "what a model or a source holds, and the plan for fitting it",
-                      "Describe a saved model, or a source and the solver plan for fitting it.")
-    inspect.add_argument("path", metavar="PATH")
-    source_options(inspect)
-    inspect.add_argument("--sample-dims", nargs="+", metavar="DIM")
-    inspect.add_argument("--n-components", default="20", metavar="K", help="for the plan (default: %(default)s)")
-
-    report = command("report", cmd_report, "plots and a summary of a saved model",
-                     "Write scree and cumulative-variance plots, the leading component maps (PNG) and a Markdown summary.")
-    report.add_argument("model", metavar="MODEL")
-    report.add_argument("--out", required=False, metavar="DIR")
-    report.add_argument("--n-maps", type=int, default=4, help="component maps to draw (default: %(default)s)")
-    report.add_argument("--overwrite", action="store_true")
-
-    demo = command("demo", cmd_demo, "write a sample zarr array, fit PCA on an embedded Dask cluster, write results",
-                   "Writes a sample float32 zarr array (reused on later runs), starts a local Dask cluster "
-                   "(dashboard link printed), fits PCA, prints the explained-variance table and writes "
-                   "components and scores to a new results folder.")
-    demo.add_argument("--dir", default="daskpca-demo", help="folder for the sample data and results (default: %(default)s)")
-    demo.add_argument("--n-samples", type=int, default=200_000, help="rows of the sample array (default: %(default)s)")
-    demo.add_argument("--n-features", type=int, default=200, help="columns of the sample array (default: %(default)s)")
-    demo.add_argument("--chunk-rows", type=int, default=20_000, help="rows per chunk (default: %(default)s)")
-    demo.add_argument("--n-components", type=int, default=10, help="components to keep (default: %(default)s)")
-    cluster_options(demo)
-    demo.set_defaults(memory_limit="2GiB")
-    return parser
-
-
-#: Options each command requires, from the command line or the job file.
-REQUIRED = {"fit": ("n_components", "out"), "transform": ("out",), "report": ("out",)}
+def build_parser():
+    return _cli_args.build_parser(COMMANDS)
 
 
 def parse_args(argv):
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.config:
-        try:
-            with open(args.config, "rb") as handle:
-                config = {key.replace("-", "_"): value for key, value in tomllib.load(handle).items()}
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise UsageError(f"--config {args.config!r}: {exc}") from exc
-        sub = parser.command_parsers[args.command]
-        known = set(vars(args)) - {"command", "run", "config"}  # the command's own options
-        unknown = sorted(set(config) - known)
-        if unknown:
-            raise UsageError(f"--config {args.config!r}: unknown keys {unknown} for `daskpca {args.command}`.")
-        sub.set_defaults(**config)
-        args = parser.parse_args(argv)  # flags given on the command line override the job file
-    for name in REQUIRED.get(args.command, ()):
-        if getattr(args, name, None) is None:
-            raise UsageError(f"`daskpca {args.command}` needs --{name.replace('_', '-')} (on the command line or in --config).")
-    return args
+    return _cli_args.parse_args(argv, COMMANDS)
 
 
-def _user_errors():
-    from .exceptions import IncompleteStoreError, NewerFormatError, OutputExistsError
+def _user_error_types() -> tuple:
+    from .exceptions import (DamagedStoreError, IncompleteStoreError, InvalidParameterError, NewerFormatError,
+                             NotFittedError, OutputClaimedError, OutputExistsError)
 
-    return (UsageError, OutputExistsError, IncompleteStoreError, NewerFormatError, ValueError, TypeError, FileNotFoundError, KeyError)
+    return (UsageError, OutputExistsError, OutputClaimedError, IncompleteStoreError, NewerFormatError,
+            DamagedStoreError, InvalidParameterError, NotFittedError, FileNotFoundError, PermissionError,
+            NotADirectoryError, IsADirectoryError)
+
+
+def _raised_by_daskpca(exc: BaseException) -> bool:
+    """Whether the innermost frame of ``exc``'s traceback is daskpca's own code: a deliberate
+    message about the input (a ValueError from numpy or zarr deep inside is not)."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(package + os.sep)
+
+
+def exit_code(exc: BaseException) -> int:
+    """2 for the user's input or usage, 1 for a runtime or internal failure."""
+    if isinstance(exc, _user_error_types()):
+        return 2
+    if isinstance(exc, (ValueError, TypeError)) and not isinstance(exc, ConnectionError) and _raised_by_daskpca(exc):
+        return 2
+    return 1
 
 
 def main(argv=None) -> int:
     """Run one command; return the exit code (see the module docstring)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    # The cluster's own INFO chatter (workers starting, comms closing) is not the job's output.
-    # Importing distributed first: its import configures the "distributed" logger at INFO.
+    # The cluster's own chatter (workers starting, comms closing, a failed task's traceback on
+    # the worker) is not the job's output; --verbose shows it. Importing distributed first: its
+    # import configures the "distributed" logger.
     import distributed  # noqa: F401
 
-    logging.getLogger("distributed").setLevel(logging.WARNING)
+    logging.getLogger("distributed").setLevel(logging.ERROR)
     try:
         args = parse_args(argv)
     except UsageError as exc:
         print(f"daskpca: error: {exc}", file=sys.stderr)
         return 2
+    if args.verbose:
+        logging.getLogger("distributed").setLevel(logging.WARNING)
     try:
         summary = args.run(args)
-    except ConnectionError as exc:
-        print(f"daskpca: error: {exc}", file=sys.stderr)
-        return 1
-    except _user_errors() as exc:
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"daskpca: error: {message}".splitlines()[0], file=sys.stderr)
-        return 2
-    except Exception:
-        log.exception("daskpca %s failed", args.command)
-        return 1
+    except KeyboardInterrupt:
+        print("daskpca: interrupted; nothing was published", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 — every failure ends as one line and an exit code
+        code = 1 if isinstance(exc, ConnectionError) else exit_code(exc)
+        message = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc).strip() or type(exc).__name__
+        first = message.splitlines()[0]
+        if code == 1 and not isinstance(exc, ConnectionError):
+            first = (f"`daskpca {args.command}` failed: {type(exc).__name__}: {first} (a runtime or internal "
+                     "failure, not a usage error; rerun with --verbose for the traceback)")
+        if args.verbose:
+            log.error("daskpca %s failed", args.command, exc_info=exc)
+        print(f"daskpca: error: {first}", file=sys.stderr)
+        return code
     if args.json:
         print(json.dumps(summary, indent=2))
     return 0

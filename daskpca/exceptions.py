@@ -33,6 +33,26 @@ class OutputExistsError(FileExistsError):
     """Raised instead of overwriting an existing output."""
 
 
+class OutputClaimedError(FileExistsError):
+    """Raised when another job holds the claim on an output (or published it first): two writers
+    of one target never both succeed. The message names the other job (pid, host, start time)
+    and, for a stale claim left by a killed job, the flag that clears it."""
+
+
+class DamagedStoreError(ValueError):
+    """Raised when a complete-looking store fails its recorded checksums or shapes (a chunk file
+    deleted, values edited, a partial copy that kept its completion marker)."""
+
+
+class DamagedModelError(DamagedStoreError):
+    """Raised by ``load`` for a saved model whose arrays, attributes or fitted invariants
+    (orthonormal components, sorted non-negative variances, one k everywhere) are damaged."""
+
+
+class DataRangeError(ValueError):
+    """Raised when finite data overflows float64 arithmetic (|x| so large that squares are inf)."""
+
+
 class IncompleteStoreError(OSError):
     """Raised when a store has no completion marker (its writer died or is still writing)."""
 
@@ -44,10 +64,14 @@ class NewerFormatError(ValueError):
 __all__ = [
     "AccuracyWarning",
     "ConvergenceWarning",
+    "DamagedModelError",
+    "DamagedStoreError",
+    "DataRangeError",
     "IllConditionedWarning",
     "IncompleteStoreError",
     "InvalidParameterError",
     "NewerFormatError",
     "NotFittedError",
+    "OutputClaimedError",
     "OutputExistsError",
 ]

@@ -1,88 +1,156 @@
 """Writing results to zarr without ever leaving a half-written store behind, and reading them back.
 
-**Atomic writes.** Local stores are written to a hidden temporary folder beside the target and
-moved into place with one ``rename`` when complete, so a reader sees either the previous complete
-store or the new complete one. Object stores (fsspec URLs: ``s3://``, ``gs://``, ``memory://``)
-have no rename: the new store is written completely to a temporary prefix beside the target,
-then the target's completion marker is deleted, the old target removed, the new one moved into
-place, and its completion marker written *last*. Every store written here carries a completion
-marker (the file ``.daskpca-complete``: JSON with the format name and version); readers here
-(:func:`read_dataset`, :func:`open_xarray`) refuse a store without one, so a writer killed at any point
-leaves either the previous complete store or nothing a reader accepts. An existing store is only
-replaced when the caller says ``overwrite=True``; the check happens before anything is computed.
+**One writer per output.** Every writer claims its target first (:mod:`daskpca._claims`: an
+exclusive create of ``.NAME.daskpca-claim`` beside it), so of several jobs writing one target
+exactly one succeeds and the others fail at once with
+:class:`~daskpca.exceptions.OutputClaimedError` naming the holder. The command line claims all of
+a job's outputs before it reads any data (:func:`claims`).
+
+**Atomic publish.** A store is written completely elsewhere and then made visible in one step
+(:mod:`daskpca._publish`): local folders by an atomic exchange of two folders; object stores
+(``s3://``, any fsspec URL) as a new version under ``TARGET/versions/`` and a conditional switch of
+the pointer object ``TARGET/.daskpca-pointer``. A writer killed at any step leaves the previous
+complete store readable. Replaced model stores are kept as history (:func:`history`,
+:func:`rollback`). An existing store is only replaced when the caller says ``overwrite=True``;
+the check happens before anything is computed and again at the switch.
+
+**Verified reads.** Every store carries a completion marker (``.daskpca-complete``, written last:
+format, version, and a record of every object's name and checksum, :mod:`daskpca._integrity`).
+Readers here (:func:`read_dataset`, :func:`open_xarray`) refuse a store without one, and one whose
+objects differ from the record (:class:`~daskpca.exceptions.DamagedStoreError`). Readers of a
+versioned object store must go through :func:`resolve` (these functions do).
 
 **Datasets.** :func:`write_dataset` / :func:`read_dataset` store small in-memory datasets with a
 marker naming their format; the saved model's layout is the model's own business
-(:meth:`daskpca.PCA.to_dataset`). This module imports nothing else from daskpca but its errors.
+(:meth:`daskpca.PCA.to_dataset`).
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
-import shutil
-import uuid
-from contextlib import contextmanager
-from pathlib import Path
+from contextlib import ExitStack, contextmanager
 
-import numpy as np
-
+from . import _claims, _integrity, _publish
+from ._claims import is_url as _is_url
+from ._claims import local_path as _local
+from ._publish import COMPLETE_MARKER, history, resolve, rollback  # noqa: F401  (public here)
 from .exceptions import IncompleteStoreError, NewerFormatError, OutputExistsError
 
-#: Name of the completion marker written last into every store.
-COMPLETE_MARKER = ".daskpca-complete"
-#: Format of model stores this version writes and the newest it reads.
+#: Format of stores this version writes and the newest it reads.
 FORMAT_VERSION = 1
 MODEL_FORMAT = "daskpca-model"
 DATA_FORMAT = "daskpca-data"
+#: Previous versions a model store keeps when it is replaced (``update``, ``fit --overwrite``).
+MODEL_HISTORY = 5
+
+claims = _claims.holding
+break_claim = _claims.break_claim
 
 
 def check_writable(path, *, overwrite: bool = False) -> None:
-    """Raise :class:`OutputExistsError` when ``path`` (local or fsspec URL) exists and may not
-    be replaced — callers check before any heavy work, the writers check again."""
+    """Raise before any heavy work when ``path`` (local or fsspec URL) cannot be written:
+    :class:`OutputExistsError` when it exists and may not be replaced, :class:`PermissionError`
+    when its folder cannot be written. The writers check again."""
     if _is_url(path):
-        import fsspec
+        from . import _objects
 
-        fs, root = fsspec.core.url_to_fs(path)
-        exists = fs.exists(root.rstrip("/"))
+        fs, root = _objects.filesystem(path)
+        fs.invalidate_cache(root)
+        exists = fs.exists(root)
     else:
         exists = _local(path).exists()
+        _check_local_folder(_local(path))
     if exists and not overwrite:
-        raise OutputExistsError(
-            f"{os.fspath(path)!r} already exists; pass --overwrite (overwrite=True in Python) to "
-            "replace it, or choose another path: daskpca never overwrites an output unless told to."
+        raise OutputExistsError(_publish._exists_message(os.fspath(path)))
+
+
+def _check_local_folder(target) -> None:
+    folder = target.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(
+            f"cannot write {os.fspath(target)!r}: {os.fspath(folder)!r} is "
+            f"{'not a folder' if not folder.is_dir() else 'not writable by this user'}. Choose "
+            "another path, or fix the folder's permissions."
         )
 
 
 @contextmanager
 def atomic_directory(path, *, overwrite: bool = False):
-    """Yield a temporary folder that becomes ``path`` only if the block completes.
+    """Yield a temporary local folder that becomes ``path`` only if the block completes: claimed
+    and published atomically as in :func:`atomic_store`, without a marker (a plain folder, e.g.
+    a report)."""
+    from pathlib import Path
 
-    Parameters
-    ----------
-    path : str or os.PathLike
-        Final location (a local folder: a zarr store is a folder).
-    overwrite : bool
-        Replace an existing ``path``. Otherwise an existing ``path`` raises
-        :class:`OutputExistsError` before anything is written.
+    with atomic_store(path, overwrite=overwrite, marker=None) as temporary:
+        yield Path(temporary)
+
+
+#: The transaction (:func:`transaction`) publications are deferred to, if any.
+_TRANSACTION = contextvars.ContextVar("daskpca_io_transaction", default=None)
+
+
+@contextmanager
+def transaction():
+    """Publish every store written in the block together at its end, or none if it fails.
+
+    ``with io.transaction(): pca.save(model); write_array(scores, path)`` — a failed scores write
+    leaves no model behind (the command line writes a fit's model and scores like this).
     """
-    target = Path(path)
-    check_writable(target, overwrite=overwrite)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
-    try:
-        yield temporary
-        if target.exists():
-            # Move the old store aside first: the swap is two renames, never a partial tree.
-            retired = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(target, retired)
-            os.replace(temporary, target)
-            shutil.rmtree(retired, ignore_errors=True)
-        else:
-            os.replace(temporary, target)
-    finally:
-        if temporary.exists():
-            shutil.rmtree(temporary, ignore_errors=True)
+    pending: list = []
+    with ExitStack() as stack:
+        token = _TRANSACTION.set((pending, stack))
+        try:
+            yield
+        except BaseException:
+            for publication, _ in pending:
+                publication.abort()
+            raise
+        finally:
+            _TRANSACTION.reset(token)
+        try:
+            for i, (publication, marker) in enumerate(pending):
+                publication.commit(marker)
+        except BaseException:
+            for publication, _ in pending[i:]:
+                publication.abort()
+            raise
+
+
+@contextmanager
+def atomic_store(path, *, overwrite: bool = False, marker: dict | None, keep_history: int = 0,
+                 record: bool = True):
+    """Yield a temporary store location (str) that becomes ``path`` only if the block completes.
+
+    The target is claimed for the block (unless the caller holds its claim), written at the
+    yielded location, recorded (:func:`daskpca._integrity.store_record`) and published
+    (:mod:`daskpca._publish`) with ``marker`` (``None``: a plain folder without one) — at the end of the enclosing :func:`transaction`
+    if there is one.
+    """
+    active = _TRANSACTION.get()
+    with ExitStack() as local:
+        stack = active[1] if active else local
+        claim = stack.enter_context(_claims.claimed(os.fspath(path)))
+        publication = _publish.start(path, overwrite=overwrite, keep_history=keep_history, claim=claim)
+        try:
+            yield publication.location
+            full = None if marker is None else {**_marker_fields(), **marker}
+            if full is not None and record:
+                full["integrity"] = _integrity.store_record(publication.location)
+        except BaseException:
+            publication.abort()
+            raise
+        if active:
+            active[0].append((publication, full))
+            return
+        try:
+            publication.commit(full)
+        except BaseException:
+            publication.abort()
+            raise
 
 
 def write_array(array, path, *, overwrite: bool = False, name: str | None = None) -> str:
@@ -120,87 +188,61 @@ def write_array(array, path, *, overwrite: bool = False, name: str | None = None
 # ------------------------------------------------------------------------------ store locations
 
 
-def _is_url(path) -> bool:
-    return isinstance(path, str) and "://" in path and not path.startswith("file://")
-
-
-def _local(path) -> Path:
-    path = os.fspath(path)
-    return Path(path[len("file://") :] if path.startswith("file://") else path)
-
-
-def _marker_bytes(marker: dict) -> bytes:
+def _marker_fields() -> dict:
     from ._version import __version__
 
-    body = {"format_version": FORMAT_VERSION, "daskpca_version": __version__, **marker}
-    return json.dumps(body).encode()
-
-
-@contextmanager
-def atomic_store(path, *, overwrite: bool = False, marker: dict | None = None):
-    """Yield a temporary store location (str) that becomes ``path`` only if the block completes.
-
-    Local paths use :func:`atomic_directory` (one rename); fsspec URLs use the marker-last
-    protocol described in the module docstring. The completion marker is written in both cases.
-    """
-    marker = _marker_bytes(marker or {"format": DATA_FORMAT})
-    if not _is_url(path):
-        with atomic_directory(_local(path), overwrite=overwrite) as temporary:
-            yield str(temporary)
-            (temporary / COMPLETE_MARKER).write_bytes(marker)
-        return
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(path)
-    root = root.rstrip("/")
-    check_writable(path, overwrite=overwrite)
-    parent, _, leaf = root.rpartition("/")
-    temporary = f"{parent}/.{leaf}.partial-{uuid.uuid4().hex[:8]}" if parent else f".{leaf}.partial-{uuid.uuid4().hex[:8]}"
-    protocol = path.split("://", 1)[0]
-    try:
-        yield f"{protocol}://{temporary}"
-        # The new store is complete in `temporary`. Invalidate the old one first (its marker),
-        # then swap; the marker is written last, so a crash never leaves a store that looks done.
-        if fs.exists(root):
-            if fs.exists(f"{root}/{COMPLETE_MARKER}"):
-                fs.rm(f"{root}/{COMPLETE_MARKER}")
-            fs.rm(root, recursive=True)
-        fs.mv(temporary, root, recursive=True)
-        fs.pipe(f"{root}/{COMPLETE_MARKER}", marker)
-    finally:
-        if fs.exists(temporary):
-            fs.rm(temporary, recursive=True)
+    return {"format_version": FORMAT_VERSION, "daskpca_version": __version__}
 
 
 def read_marker(path) -> dict:
-    """The completion marker of a store; raise when the store is missing, partial or too new."""
-    if _is_url(path):
-        import fsspec
+    """The completion marker of a store (of its current version); raise when the store is
+    missing, partial or too new."""
+    location = resolve(path)
+    if _is_url(location):
+        from . import _objects
 
-        fs, root = fsspec.core.url_to_fs(path)
-        root = root.rstrip("/")
-        exists = fs.exists(root)
-        marker_path = f"{root}/{COMPLETE_MARKER}"
-        raw = fs.cat(marker_path) if exists and fs.exists(marker_path) else None
+        fs, root = _objects.filesystem(location)
+        raw, _ = _objects.read(fs, f"{root}/{COMPLETE_MARKER}")
+        fs.invalidate_cache(root)
+        exists = raw is not None or fs.exists(root)
     else:
-        local = _local(path)
+        local = _local(location)
         exists = local.exists()
-        raw = (local / COMPLETE_MARKER).read_bytes() if (local / COMPLETE_MARKER).exists() else None
+        raw = (local / COMPLETE_MARKER).read_bytes() if (local / COMPLETE_MARKER).is_file() else None
     if not exists:
         raise FileNotFoundError(f"no store at {os.fspath(path)!r}.")
     if raw is None:
         raise IncompleteStoreError(
-            f"{os.fspath(path)!r} has no completion marker ({COMPLETE_MARKER}): it was not written "
-            "completely (the writer died or is still running). Refusing to read it; write it again."
+            f"{os.fspath(path)!r} has no completion marker ({COMPLETE_MARKER}): either daskpca "
+            "did not write it (e.g. an input data store where a model or results store is expected), "
+            "or its writer died or is still running. Refusing to read it."
         )
-    marker = json.loads(raw)
-    version = int(marker.get("format_version", 0))
+    try:
+        marker = json.loads(raw)
+        version = int(marker.get("format_version", 0))
+    except (ValueError, TypeError, AttributeError):
+        raise IncompleteStoreError(f"{os.fspath(path)!r} has an unreadable completion marker; write it again.") from None
     if version > FORMAT_VERSION:
         raise NewerFormatError(
             f"{os.fspath(path)!r} was written in daskpca store format {version} (by daskpca "
             f"{marker.get('daskpca_version', '?')}); this daskpca reads format {FORMAT_VERSION} "
             "and older. Upgrade daskpca to read it."
         )
+    return marker
+
+
+def verify(path, *, full: bool = True, label: str | None = None, error=None) -> dict:
+    """Check a store against the record in its marker; return the marker.
+
+    ``full=True`` re-reads every object and compares checksums; ``False`` only lists names (a
+    cheap check for missing or extra chunk files). Raises
+    :class:`~daskpca.exceptions.DamagedStoreError` (or ``error``) naming the damage.
+    """
+    marker = read_marker(path)
+    if "integrity" in marker:
+        kwargs = {"error": error} if error is not None else {}
+        _integrity.check_store(resolve(path), marker["integrity"], full=full,
+                               label=label or repr(os.fspath(path)), **kwargs)
     return marker
 
 
@@ -234,12 +276,13 @@ def write_xarray(obj, path, *, overwrite: bool = False, chunks: dict | None = No
 
 
 def open_xarray(path, **kwargs):
-    """Lazily open a store written by :func:`write_xarray` (refuses partial stores)."""
+    """Lazily open a store written by :func:`write_xarray` (refuses partial stores and stores
+    with missing or extra chunk files; :func:`verify` checks every byte)."""
     import xarray as xr
 
-    read_marker(path)
+    verify(path, full=False)
     with _quiet_marker():
-        return xr.open_zarr(os.fspath(path), consolidated=False, **kwargs)
+        return xr.open_zarr(resolve(path), consolidated=False, **kwargs)
 
 
 @contextmanager
@@ -255,23 +298,26 @@ def _quiet_marker():
 # ------------------------------------------------------------------------------ datasets
 
 
-def write_dataset(ds, path, *, overwrite: bool = False, marker: dict) -> str:
+def write_dataset(ds, path, *, overwrite: bool = False, marker: dict, keep_history: int = 0) -> str:
     """Write a small in-memory ``xarray.Dataset`` (e.g. a saved model) to zarr, atomically."""
     ds = ds.copy(deep=False)
     for variable in ds.variables.values():
         variable.encoding = {}
-    with atomic_store(path, overwrite=overwrite, marker=marker) as temporary:
+    with atomic_store(path, overwrite=overwrite, marker=marker, keep_history=keep_history) as temporary:
         ds.to_zarr(temporary, mode="w", zarr_format=3, consolidated=False)
     return os.fspath(path)
 
 
-def read_dataset(path, *, expected_format: str):
-    """Read a complete store of ``expected_format`` (e.g. a saved model) into memory.
+def read_dataset(path, *, expected_format: str, error=None):
+    """Read a complete store of ``expected_format`` (e.g. a saved model) into memory, after
+    checking every object against its record (:func:`verify`).
 
     Raises
     ------
     FileNotFoundError, IncompleteStoreError, NewerFormatError
         See :func:`read_marker`.
+    DamagedStoreError (or ``error``)
+        When objects are missing or differ from what was written.
     ValueError
         When the store holds another kind of daskpca store.
     """
@@ -280,7 +326,9 @@ def read_dataset(path, *, expected_format: str):
     marker = read_marker(path)
     if marker.get("format") != expected_format:
         raise ValueError(
-            f"{os.fspath(path)!r} is a daskpca {marker.get('format')!r} store, not a {expected_format!r} store."
+            f"{os.fspath(path)!r} is a daskpca {marker.get('format')!r} store, not a {expected_format!r} store"
+            + (" (a results store: pass the MODEL written by `daskpca fit --out`)." if marker.get("format") == DATA_FORMAT else ".")
         )
-    with _quiet_marker(), xr.open_zarr(os.fspath(path), consolidated=False) as stored:
+    verify(path, full=True, error=error)
+    with _quiet_marker(), xr.open_zarr(resolve(path), consolidated=False) as stored:
         return stored.load()

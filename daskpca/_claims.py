@@ -1,0 +1,279 @@
+"""Claims: one writer per output, decided by an exclusive create before any work starts.
+
+A job that will write ``TARGET`` first creates the claim ``.NAME.daskpca-claim`` beside it — an
+exclusive create (a hard link of a complete temporary file, which fails if the name exists;
+``If-None-Match: *`` on S3, see :mod:`daskpca._objects`). Of any number of jobs started together
+exactly one succeeds; the others get :class:`~daskpca.exceptions.OutputClaimedError` naming the
+holder (pid, host, command, start time) before they read any data. The holder checks that the
+claim is still its own again just before it publishes, and removes it when done (success or
+failure).
+
+A job killed with SIGKILL cannot remove its claim. The next job sees it, and when the holder ran
+on this host and its pid is gone, the error says the claim is stale and that ``--break-claim``
+(:func:`break_claim` in Python) clears it. Claims are never broken silently: a pid alive on
+another host cannot be checked from here, and a slow job must not lose its output to an
+impatient one.
+
+Claims held by this process are registered (:func:`held`), so the writers in :mod:`daskpca.io`
+take a claim only for targets the caller did not claim already.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import _objects
+from .exceptions import OutputClaimedError
+
+CLAIM_SUFFIX = ".daskpca-claim"
+
+#: Claims this process holds, by target key (see :func:`_key`).
+_HELD: dict[str, "Claim"] = {}
+_HELD_LOCK = threading.Lock()
+
+
+def is_url(path) -> bool:
+    return isinstance(path, str) and "://" in path and not path.startswith("file://")
+
+
+def local_path(path) -> Path:
+    path = os.fspath(path)
+    return Path(path[len("file://"):] if path.startswith("file://") else path)
+
+
+def _key(target) -> str:
+    if is_url(target):
+        return target.rstrip("/")
+    return str(local_path(target).absolute())
+
+
+def claim_location(target) -> str:
+    """Where the claim of ``target`` lives: ``.NAME.daskpca-claim`` in the same folder/prefix."""
+    if is_url(target):
+        parent, _, leaf = target.rstrip("/").rpartition("/")
+        return f"{parent}/.{leaf}{CLAIM_SUFFIX}"
+    target = local_path(target)
+    return str(target.parent / f".{target.name}{CLAIM_SUFFIX}")
+
+
+@dataclass
+class Claim:
+    """A claim this process holds on ``target``."""
+
+    target: str
+    location: str
+    token: str
+    record: dict = field(default_factory=dict)
+
+    def is_ours(self) -> bool:
+        """Whether the stored claim is still this one (nobody broke it)."""
+        other = _read(self.location)
+        return bool(other) and other.get("token") == self.token
+
+    def check(self) -> None:
+        """Raise :class:`OutputClaimedError` unless the claim is still ours (just before publishing)."""
+        if not self.is_ours():
+            other = _read(self.location)
+            holder = describe(other) if other else "nobody (the claim was removed)"
+            raise OutputClaimedError(
+                f"the claim on {self.target!r} was broken while this job ran; it is now held by "
+                f"{holder}. Nothing was published; run this job again once the other one is done."
+            )
+
+    def release(self) -> None:
+        """Remove the claim if it is still ours; forget it either way."""
+        with _HELD_LOCK:
+            _HELD.pop(_key(self.target), None)
+        if self.is_ours():
+            _remove(self.location)
+
+
+def held(target) -> Claim | None:
+    """The claim this process holds on ``target``, if any."""
+    with _HELD_LOCK:
+        return _HELD.get(_key(target))
+
+
+def acquire(target, *, break_stale: bool = False, command: str | None = None) -> Claim:
+    """Claim ``target`` for this process, or raise :class:`OutputClaimedError` naming the holder.
+
+    ``break_stale=True`` (``--break-claim``) first removes an existing claim — for one left by a
+    killed job; the error for a claim held by a live job on this host still says so.
+    """
+    target = os.fspath(target)
+    location = claim_location(target)
+    record = {
+        "token": uuid.uuid4().hex,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": time.time(),
+        "command": command or " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300],
+        "target": target,
+    }
+    data = json.dumps(record).encode()
+    if break_stale:
+        other = _read(location)
+        if other is not None and _alive_here(other):
+            raise OutputClaimedError(
+                f"{target!r} is being written by {describe(other)}, which is still running on this "
+                "host: --break-claim only clears claims of jobs that are gone. Wait for it, or stop it."
+            )
+        _remove(location)
+    for _attempt in range(3):
+        if _create(location, data):
+            break
+        other = _read(location)
+        if other is not None:  # None: its holder released it between our create and read
+            raise OutputClaimedError(_conflict_message(target, location, other))
+    else:
+        raise OutputClaimedError(_conflict_message(target, location, None))
+    claim = Claim(target, location, record["token"], record)
+    with _HELD_LOCK:
+        _HELD[_key(target)] = claim
+    return claim
+
+
+@contextmanager
+def holding(targets, *, break_stale: bool = False, command: str | None = None):
+    """Claim every target (in order) for the duration of the block; release them after.
+
+    Targets this process already holds are left alone. If one claim fails, those taken so far
+    are released before the error propagates: nothing is left claimed.
+    """
+    taken = []
+    try:
+        for target in targets:
+            if target is not None and held(target) is None:
+                taken.append(acquire(target, break_stale=break_stale, command=command))
+        yield taken
+    finally:
+        for claim in reversed(taken):
+            claim.release()
+
+
+@contextmanager
+def claimed(target):
+    """The caller's claim on ``target`` or, when it holds none, a claim for this block only."""
+    existing = held(target)
+    if existing is not None:
+        yield existing
+        return
+    with holding([target]) as (claim,):
+        yield claim
+
+
+def break_claim(target) -> dict | None:
+    """Remove the claim on ``target`` (whoever holds it); return the record that was removed."""
+    location = claim_location(os.fspath(target))
+    other = _read(location)
+    _remove(location)
+    return other
+
+
+def describe(record: dict) -> str:
+    """``pid 123 on host 'h' ('daskpca fit …', started 2026-11-24 00:38:14 UTC, 12 s ago)``."""
+    started = float(record.get("started", 0) or 0)
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)) if started else "at an unknown time"
+    ago = f", {_age(time.time() - started)} ago" if started else ""
+    return (f"pid {record.get('pid', '?')} on host {record.get('host', '?')!r} "
+            f"({record.get('command', 'unknown command')!r}, started {when}{ago})")
+
+
+def _conflict_message(target, location, other) -> str:
+    if other is None:
+        return (f"{target!r} is claimed by another job, but its claim {location!r} vanished or is "
+                "unreadable; run the job again.")
+    if other == {}:
+        return (f"{target!r} has an unreadable claim {location!r} (its writer was killed while "
+                "claiming). Pass --break-claim (daskpca.io.break_claim in Python) to clear it.")
+    text = f"{target!r} is being written by another job: {describe(other)}."
+    if other.get("host") == socket.gethostname() and not _pid_alive(other.get("pid")):
+        return (f"{target!r} has a stale claim: {describe(other)} is no longer running (it was "
+                f"killed before it finished). Pass --break-claim (daskpca.io.break_claim in Python) "
+                "to clear it and write the output.")
+    if other.get("host") != socket.gethostname():
+        text += (" If that job is gone (it ran on another host, which daskpca cannot check), pass "
+                 "--break-claim to clear its claim.")
+    else:
+        text += " Wait for it to finish, or write to another path."
+    return text
+
+
+def _age(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def _pid_alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, TypeError, ValueError):
+        return True  # someone else's process, or no pid: do not call it dead
+    return True
+
+
+def _alive_here(record: dict) -> bool:
+    return record != {} and record.get("host") == socket.gethostname() and _pid_alive(record.get("pid"))
+
+
+# ----------------------------------------------------------------------------- storage
+
+
+def _create(location: str, data: bytes) -> bool:
+    if is_url(location):
+        fs, path = _objects.filesystem(location)
+        return _objects.create(fs, path, data)
+    path = Path(location)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Write a complete file, then hard-link it into place: the link fails if the claim exists,
+    # and a claim that exists is always complete.
+    temporary = path.parent / f"{path.name}.{uuid.uuid4().hex[:8]}.tmp"
+    temporary.write_bytes(data)
+    try:
+        os.link(temporary, path)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _read(location: str) -> dict | None:
+    """The claim record; ``{}`` for an unreadable one; ``None`` when there is no claim."""
+    if is_url(location):
+        fs, path = _objects.filesystem(location)
+        raw, _ = _objects.read(fs, path)
+    else:
+        try:
+            raw = Path(location).read_bytes()
+        except FileNotFoundError:
+            raw = None
+    if raw is None:
+        return None
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _remove(location: str) -> None:
+    if is_url(location):
+        fs, path = _objects.filesystem(location)
+        _objects.delete(fs, path)
+    else:
+        Path(location).unlink(missing_ok=True)

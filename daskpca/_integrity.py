@@ -1,0 +1,179 @@
+"""What a complete store must contain, recorded at write time and checked at read time.
+
+**Store records.** Just before a store is published, :func:`store_record` lists every object in
+it and records, per zarr array (the first path component; ``""`` for a bare-array store): how
+many chunk objects it has, a digest of their names and a digest of their bytes; and the digest
+of every metadata file (``zarr.json``: shapes, dtypes, attributes). The record goes into the
+completion marker. :func:`check_store` compares a store with its record: ``full=False`` lists
+names only (a partial copy that kept its marker, a deleted chunk), ``full=True`` also re-reads
+and hashes every object (edited values, edited attributes). Models are small and always checked
+in full; data stores are checked by listing on open and in full by ``daskpca.io.verify``.
+
+**Model invariants.** :func:`check_model` checks what every fitted model satisfies — one k in
+every array and scalar, shapes that agree with the feature stage, finite values, orthonormal
+components, non-negative variances sorted in decreasing order — so a model whose record was
+lost or rewritten is still refused when it is not a PCA model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from . import _objects
+from ._claims import is_url
+from .exceptions import DamagedModelError, DamagedStoreError
+
+#: Files in a store that are not zarr's (the completion marker); never part of the record.
+_IGNORED = (".daskpca-complete",)
+
+
+def _filesystem(location: str):
+    if is_url(location):
+        return _objects.filesystem(location)
+    import fsspec
+
+    return fsspec.filesystem("file"), str(location).rstrip("/")
+
+
+def _objects_of(location: str) -> tuple:
+    """``(fs, root, relative names)`` of every object in the store (sorted)."""
+    fs, root = _filesystem(location)
+    fs.invalidate_cache(root)
+    root_path = fs._strip_protocol(root).rstrip("/")
+    names = sorted(path[len(root_path) + 1:] for path in fs.find(root_path)
+                   if path.rsplit("/", 1)[-1] not in _IGNORED)
+    return fs, root_path, names
+
+
+def _group(name: str) -> str:
+    """The array a chunk object belongs to: ``model_mean/c/0`` → ``model_mean``; ``c/0/0`` → ``""``."""
+    parts = name.split("/")
+    return "/".join(parts[: parts.index("c")]) if "c" in parts else parts[0]
+
+
+def _digest(parts) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def store_record(location: str) -> dict:
+    """The record of a complete store at ``location`` (see the module docstring)."""
+    fs, root, names = _objects_of(location)
+    contents = _read_all(fs, root, names)
+    metadata = {n: hashlib.sha256(contents[n]).hexdigest() for n in names if n.endswith("zarr.json")}
+    arrays: dict[str, dict] = {}
+    for name in names:
+        if name in metadata:
+            continue
+        arrays.setdefault(_group(name), []).append(name)
+    return {
+        "metadata": metadata,
+        "arrays": {array: {"objects": len(members), "names": _digest(members),
+                           "bytes": _digest(hashlib.sha256(contents[n]).digest() for n in members)}
+                   for array, members in arrays.items()},
+    }
+
+
+def _read_all(fs, root: str, names: list) -> dict:
+    if not names:
+        return {}
+    paths = [f"{root}/{n}" for n in names]
+    found = fs.cat(paths, on_error="omit") if len(paths) > 1 else {paths[0]: fs.cat_file(paths[0])}
+    return {n: found.get(p, b"") for n, p in zip(names, paths)}
+
+
+def check_store(location: str, record: dict, *, full: bool, label: str, error=DamagedStoreError) -> None:
+    """Raise ``error`` naming what differs between the store at ``location`` and its ``record``."""
+    fs, root, names = _objects_of(location)
+    problems = []
+    present_metadata = {n for n in names if n.endswith("zarr.json")}
+    for name in sorted(set(record.get("metadata", {})) - present_metadata):
+        problems.append(f"metadata file {name!r} is missing")
+    groups: dict[str, list] = {}
+    for name in names:
+        if name not in present_metadata:
+            groups.setdefault(_group(name), []).append(name)
+    contents = _read_all(fs, root, names) if full else {}
+    for name in sorted(present_metadata & set(record.get("metadata", {}))):
+        if full and hashlib.sha256(contents[name]).hexdigest() != record["metadata"][name]:
+            problems.append(f"metadata {name!r} (shape, dtype or attributes) was changed after it was written")
+    for array, expected in sorted(record.get("arrays", {}).items()):
+        members = groups.get(array, [])
+        shown = repr(array) if array else "the array"
+        if len(members) < expected["objects"]:
+            problems.append(f"{shown}: {expected['objects'] - len(members)} of {expected['objects']} chunk file(s) missing")
+        elif len(members) > expected["objects"] or _digest(members) != expected["names"]:
+            problems.append(f"{shown}: its chunk files are not the ones written")
+        elif full and _digest(hashlib.sha256(contents[n]).digest() for n in members) != expected["bytes"]:
+            problems.append(f"{shown}: chunk contents differ from what was written (checksum mismatch)")
+    for array in sorted(set(groups) - set(record.get("arrays", {}))):
+        problems.append(f"{array!r}: chunk files that were never written")
+    if problems:
+        raise error(
+            f"{label} is damaged: {'; '.join(problems[:4])}{' …' if len(problems) > 4 else ''}. It was "
+            "changed after daskpca wrote it (a partial copy, deleted or edited files); refusing to read "
+            "it. Restore it from a complete copy (or `daskpca history` / `daskpca rollback`), or write it again."
+        )
+
+
+# ----------------------------------------------------------------------------- model invariants
+
+
+def check_model(pca, label: str) -> None:
+    """Raise :class:`DamagedModelError` naming the first fitted invariant ``pca`` violates."""
+    problem = _model_problem(pca)
+    if problem:
+        raise DamagedModelError(f"{label} is not a valid daskpca model: {problem}. Refusing to load it; "
+                                "write it again with `daskpca fit`, or restore a complete copy.")
+
+
+def _model_problem(pca) -> str | None:
+    k = pca.n_components_
+    components = np.asarray(pca.components_)
+    stage = pca.feature_stage_
+    if components.ndim != 2:
+        return f"components_ has shape {components.shape}, not (k, n_features)"
+    shapes = {
+        "components_": (components.shape, (k, stage.n_kept)),
+        "explained_variance_": (np.shape(pca.explained_variance_), (k,)),
+        "explained_variance_ratio_": (np.shape(pca.explained_variance_ratio_), (k,)),
+        "singular_values_": (np.shape(pca.singular_values_), (k,)),
+        "mean_": (np.shape(pca.mean_), (stage.n_kept,)),
+        "feature_stage_.factor": (np.shape(stage.factor), (stage.n_kept,)),
+    }
+    for name, (shape, expected) in shapes.items():
+        if tuple(shape) != expected:
+            return (f"{name} has shape {tuple(shape)} but n_components_={k} and {stage.n_kept} analysed "
+                    f"features need {expected}")
+    if stage.n_kept != pca.n_features_in_:
+        return f"the feature mask keeps {stage.n_kept} features but n_features_in_={pca.n_features_in_}"
+    if not 1 <= k <= max(min(pca.n_samples_, stage.n_kept), 1):
+        return f"n_components_={k} is impossible for {pca.n_samples_} samples of {stage.n_kept} features"
+    for name in ("components_", "explained_variance_", "explained_variance_ratio_", "singular_values_", "mean_"):
+        if not np.all(np.isfinite(getattr(pca, name))):
+            return f"{name} contains NaN or ±inf"
+    for name in ("noise_variance_", "total_variance_", "distortion_"):
+        if not np.isfinite(getattr(pca, name)):
+            return f"{name}={getattr(pca, name)} is not finite"
+    variance = np.asarray(pca.explained_variance_)
+    scale = max(float(np.max(np.abs(variance), initial=0.0)), np.finfo(float).tiny)
+    if np.any(variance < -1e-9 * scale):
+        return "explained_variance_ has negative entries"
+    if np.any(np.diff(variance) > 1e-9 * scale):
+        return "explained_variance_ is not sorted in decreasing order"
+    gram = components @ components.T
+    error = float(np.max(np.abs(gram - np.eye(k)), initial=0.0))
+    if error > 1e-6:
+        return f"the rows of components_ are not orthonormal (|C·Cᵀ − I| = {error:.2g})"
+    moments = pca.solver_info_.get("moments")
+    if moments is not None:
+        if np.shape(moments.mean) != (stage.n_kept,) or np.shape(moments.scatter) != (stage.n_kept, stage.n_kept):
+            return "the stored sufficient statistics do not match the analysed features"
+        if int(moments.count) != int(pca.n_samples_):
+            return f"the stored sufficient statistics count {moments.count} samples, n_samples_={pca.n_samples_}"
+    return None

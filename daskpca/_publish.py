@@ -1,0 +1,316 @@
+"""Publishing a store: the new version becomes visible whole, and the previous one stays readable
+until it does.
+
+**Local folders.** The new store is written to a hidden folder beside the target
+(``.NAME.partial-VERSION``) and its completion marker written last. Then the two folders are
+swapped with one ``renameat2(RENAME_EXCHANGE)`` (Linux ≥ 3.15; elsewhere two renames, with a
+window between them), so a reader — or a job killed at any step — sees either the previous
+complete store or the new complete one at ``TARGET``. The previous store is then moved to the
+history folder ``.NAME.history/VERSION`` (model stores keep the last ``keep_history``) or deleted.
+
+**Object stores** (``s3://``, any fsspec URL) have no rename: copying a store object by object is
+not atomic. Every publish writes a complete new version under a fresh prefix
+``TARGET/versions/VERSION/`` (marker last), then switches the small pointer object
+``TARGET/.daskpca-pointer`` with a conditional write (``If-Match`` the pointer read at the start;
+``If-None-Match: *`` for a new target; :mod:`daskpca._objects`). Until that one PUT succeeds,
+readers resolve the pointer to the previous complete version; a writer that finds the pointer
+changed under it fails and deletes its own version. The pointer lists the versions kept
+(newest first): :func:`history` and :func:`rollback` read and switch it. Versions not in the
+pointer (left by killed writers) are deleted by the next publish.
+
+Steps, each a fault point for tests (``DASKPCA_FAULT=STEP`` kills the process there with
+SIGKILL): ``data-written`` (new data complete, no marker), ``marker-written`` (new version
+complete, not yet visible), ``switched`` (new version visible, previous not yet retired),
+``retired``. Every writer holds the target's claim (:mod:`daskpca._claims`) and checks it is still
+its own just before the switch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import time
+import uuid
+from pathlib import Path
+
+from . import _objects
+from ._claims import is_url, local_path
+from .exceptions import IncompleteStoreError, OutputClaimedError, OutputExistsError
+
+#: Name of the completion marker written last into every store (version).
+COMPLETE_MARKER = ".daskpca-complete"
+#: The pointer object of a versioned (object-store) target.
+POINTER = ".daskpca-pointer"
+#: Environment variable naming a publish step at which the process kills itself (tests only).
+FAULT_ENV = "DASKPCA_FAULT"
+STEPS = ("data-written", "marker-written", "switched", "retired")
+
+
+def fault_point(step: str) -> None:
+    """SIGKILL this process at ``step`` when ``$DASKPCA_FAULT`` names it (kill tests)."""
+    if os.environ.get(FAULT_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def new_version() -> str:
+    """A version id that sorts by time: ``20261124T003814.123Z-1a2b3c``."""
+    now = time.time()
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z-{uuid.uuid4().hex[:6]}"
+
+
+def _stamp(marker: dict) -> dict:
+    return {**marker, "version": marker.get("version") or new_version(),
+            "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "written_by": f"pid {os.getpid()} on {socket.gethostname()}"}
+
+
+def start(target, *, overwrite: bool, keep_history: int = 0, claim=None):
+    """A publication of ``target``: write the new store at ``.location``, then ``commit(marker)``
+    (or ``abort()``). Raises :class:`OutputExistsError` at once when ``target`` exists and
+    ``overwrite`` is false; the check is made again at the switch."""
+    cls = ObjectPublication if is_url(target) else LocalPublication
+    return cls(os.fspath(target), overwrite=overwrite, keep_history=keep_history, claim=claim)
+
+
+def _exists_message(target) -> str:
+    return (f"{target!r} already exists; pass --overwrite (overwrite=True in Python) to replace it, "
+            "or choose another path: daskpca never overwrites an output unless told to.")
+
+
+# ----------------------------------------------------------------------------- local folders
+
+
+class LocalPublication:
+    def __init__(self, target: str, *, overwrite: bool, keep_history: int, claim):
+        self.target = local_path(target)
+        self.overwrite, self.keep, self.claim = overwrite, keep_history, claim
+        if self.target.exists() and not overwrite:
+            raise OutputExistsError(_exists_message(target))
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self.version = new_version()
+        self.temporary = self.target.parent / f".{self.target.name}.partial-{self.version}"
+        self.location = str(self.temporary)
+        self.done = False
+
+    def commit(self, marker: dict) -> None:
+        fault_point("data-written")
+        self.temporary.mkdir(parents=True, exist_ok=True)
+        if marker is not None:
+            (self.temporary / COMPLETE_MARKER).write_bytes(json.dumps(_stamp({**marker, "version": self.version})).encode())
+        fault_point("marker-written")
+        if self.claim is not None:
+            self.claim.check()
+        if self.target.exists() or self.target.is_symlink():
+            if not self.overwrite:  # appeared while this job ran (a writer that took no claim)
+                raise OutputExistsError(_exists_message(os.fspath(self.target)))
+            _exchange(self.temporary, self.target)
+            self.done = True
+            fault_point("switched")
+            retire_local(self.target, self.temporary, self.keep)
+        else:
+            os.rename(self.temporary, self.target)
+            self.done = True
+            fault_point("switched")
+        fault_point("retired")
+
+    def abort(self) -> None:
+        if not self.done:
+            shutil.rmtree(self.temporary, ignore_errors=True)
+
+
+def history_folder(target: Path) -> Path:
+    return target.parent / f".{target.name}.history"
+
+
+def retire_local(target: Path, old: Path, keep: int) -> None:
+    """Move the replaced store ``old`` into the history folder (keeping ``keep``) or delete it."""
+    marker = _local_marker(old)
+    if keep > 0 and marker is not None:
+        folder = history_folder(target)
+        folder.mkdir(exist_ok=True)
+        name = marker.get("version") or new_version()
+        if (folder / name).exists():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(old, folder / name)
+        for stale in sorted(p for p in folder.iterdir() if not p.name.startswith("."))[:-keep]:
+            shutil.rmtree(stale, ignore_errors=True)
+    else:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _local_marker(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / COMPLETE_MARKER).read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two folders atomically (``renameat2(RENAME_EXCHANGE)``); two renames where missing."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        renameat2 = None
+    if renameat2 is not None:
+        if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+            return
+        errno = ctypes.get_errno()
+        if errno not in (22, 38, 95):  # EINVAL/ENOSYS/EOPNOTSUPP: the filesystem cannot exchange
+            raise OSError(errno, f"cannot swap {a} and {b}: {os.strerror(errno)}")
+    aside = b.parent / f"{b.name}.aside-{uuid.uuid4().hex[:6]}"
+    os.replace(b, aside)
+    os.replace(a, b)
+    os.replace(aside, a)
+
+
+# ----------------------------------------------------------------------------- object stores
+
+
+def _protocol(url: str) -> str:
+    return url.split("://", 1)[0]
+
+
+def read_pointer(url: str) -> tuple[dict | None, str | None]:
+    """``(pointer, tag)`` of a versioned target (``(None, None)``: not versioned)."""
+    fs, root = _objects.filesystem(url)
+    raw, tag = _objects.read(fs, f"{root}/{POINTER}")
+    if raw is None:
+        return None, None
+    try:
+        pointer = json.loads(raw)
+    except ValueError:
+        raise IncompleteStoreError(f"{url!r} has an unreadable version pointer {POINTER}; restore it "
+                                   "from `daskpca history` or write the store again.") from None
+    return pointer, tag
+
+
+def resolve(path) -> str:
+    """The location readers open for ``path``: the current version of a versioned target."""
+    path = os.fspath(path)
+    if not is_url(path):
+        return path
+    pointer, _ = read_pointer(path)
+    if pointer is None:
+        return path
+    return f"{path.rstrip('/')}/versions/{pointer['current']}"
+
+
+class ObjectPublication:
+    def __init__(self, target: str, *, overwrite: bool, keep_history: int, claim):
+        self.url = target.rstrip("/")
+        self.fs, self.root = _objects.filesystem(self.url)
+        self.overwrite, self.keep, self.claim = overwrite, keep_history, claim
+        self.pointer, self.tag = read_pointer(self.url)
+        self.fs.invalidate_cache(self.root)
+        if (self.pointer is not None or self.fs.exists(self.root)) and not overwrite:
+            raise OutputExistsError(_exists_message(target))
+        self.version = new_version()
+        self.location = f"{self.url}/versions/{self.version}"
+        self.done = False
+
+    def commit(self, marker: dict) -> None:
+        fault_point("data-written")
+        stamped = _stamp({**marker, "version": self.version})
+        self.fs.pipe_file(f"{self.root}/versions/{self.version}/{COMPLETE_MARKER}", json.dumps(stamped).encode())
+        fault_point("marker-written")
+        if self.claim is not None:
+            self.claim.check()
+        entry = {key: stamped[key] for key in ("version", "written", "written_by")}
+        entry["note"] = marker.get("note", "")
+        previous = list(self.pointer["history"]) if self.pointer else []
+        kept = [entry, *previous][: self.keep + 1]
+        pointer = {"format": "daskpca-pointer", "current": self.version, "history": kept}
+        if not _objects.replace(self.fs, f"{self.root}/{POINTER}", json.dumps(pointer).encode(), self.tag):
+            raise OutputClaimedError(
+                f"{self.url!r} was published by another job while this one ran (its version pointer "
+                "changed); this job's version was discarded. Run it again to replace that one."
+            )
+        self.done = True
+        fault_point("switched")
+        _collect_garbage(self.fs, self.root, {e["version"] for e in kept})
+        fault_point("retired")
+
+    def abort(self) -> None:
+        if not self.done:
+            _objects.delete(self.fs, self.location.split("://", 1)[1], recursive=True)
+
+
+def _collect_garbage(fs, root: str, keep: set) -> None:
+    """Delete versions not listed in the pointer and objects of the old unversioned layout."""
+    fs.invalidate_cache(root)
+    for entry in fs.ls(root, detail=False):
+        name = entry.rstrip("/").rsplit("/", 1)[-1]
+        if name == POINTER:
+            continue
+        if name == "versions":
+            fs.invalidate_cache(entry)
+            for version in fs.ls(entry, detail=False):
+                if version.rstrip("/").rsplit("/", 1)[-1] not in keep:
+                    _objects.delete(fs, version, recursive=True)
+        else:
+            _objects.delete(fs, entry, recursive=True)
+
+
+# ----------------------------------------------------------------------------- history
+
+
+def history(path) -> list[dict]:
+    """The versions of ``path`` a rollback can go to, newest first; ``current`` marks the live one."""
+    path = os.fspath(path)
+    if is_url(path):
+        pointer, _ = read_pointer(path)
+        if pointer is None:
+            return []
+        return [{**entry, "current": entry["version"] == pointer["current"]} for entry in pointer["history"]]
+    target = local_path(path)
+    entries = []
+    current = _local_marker(target)
+    if current is not None:
+        entries.append({**_entry(current), "current": True})
+    folder = history_folder(target)
+    if folder.exists():
+        for old in sorted(folder.iterdir(), reverse=True):
+            marker = _local_marker(old)
+            if marker is not None:
+                entries.append({**_entry(marker), "current": False})
+    return entries
+
+
+def _entry(marker: dict) -> dict:
+    return {"version": marker.get("version", "?"), "written": marker.get("written", "?"),
+            "written_by": marker.get("written_by", "?"), "note": marker.get("note", "")}
+
+
+def rollback(path, version: str, *, claim=None) -> None:
+    """Make ``version`` (from :func:`history`) the current one again; the current one is kept."""
+    path = os.fspath(path)
+    known = [e["version"] for e in history(path)]
+    if version not in known:
+        raise ValueError(f"{path!r} has no version {version!r}; its versions are {known} (`daskpca history`).")
+    if claim is not None:
+        claim.check()
+    if is_url(path):
+        pointer, tag = read_pointer(path)
+        fs, root = _objects.filesystem(path)
+        chosen = [e for e in pointer["history"] if e["version"] == version]
+        pointer = {**pointer, "current": version,
+                   "history": chosen + [e for e in pointer["history"] if e["version"] != version]}
+        if not _objects.replace(fs, f"{root}/{POINTER}", json.dumps(pointer).encode(), tag):
+            raise OutputClaimedError(f"{path!r} changed while rolling back; run `daskpca history` and try again.")
+        return
+    target = local_path(path)
+    old = history_folder(target) / version
+    if _local_marker(target) and _local_marker(target).get("version") == version:
+        return
+    _exchange(old, target)
+    displaced = _local_marker(old) or {}
+    os.replace(old, history_folder(target) / (displaced.get("version") or new_version()))

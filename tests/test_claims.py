@@ -1,0 +1,193 @@
+"""One writer per output: claims, concurrent jobs (real processes), SIGKILL at every local publish step."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import zarr
+
+import daskpca
+from daskpca import PCA, cli, io
+from daskpca._claims import acquire, claim_location
+from daskpca._publish import STEPS
+from daskpca.exceptions import OutputClaimedError
+
+X = np.random.default_rng(3).standard_normal((400, 6))
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    path = tmp_path_factory.mktemp("claims") / "in.zarr"
+    array = zarr.create_array(str(path), shape=X.shape, chunks=(100, 6), dtype="f8")
+    array[...] = X
+    return path
+
+
+def _dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def test_second_claim_names_the_holder_and_release_frees_it(tmp_path):
+    target = tmp_path / "m.zarr"
+    claim = acquire(target, command="daskpca fit a")
+    with pytest.raises(OutputClaimedError, match=rf"being written by another job: pid {os.getpid()} .*'daskpca fit a'"):
+        acquire(target)
+    claim.release()
+    assert not os.path.exists(claim_location(target))
+    acquire(target).release()
+
+
+def test_stale_claim_is_explained_and_cleared_only_on_request(tmp_path, source):
+    target = tmp_path / "m.zarr"
+    record = {"token": "x", "pid": _dead_pid(), "host": os.uname().nodename, "started": time.time() - 90,
+              "command": "daskpca fit killed"}
+    with open(claim_location(target), "w") as handle:
+        json.dump(record, handle)
+    with pytest.raises(OutputClaimedError, match=r"stale claim: pid \d+ .*'daskpca fit killed'.*9\d s ago.*no longer running.*--break-claim"):
+        PCA(2).fit(X).save(target)
+    assert not target.exists()
+    code = cli.main(["fit", str(source), "--n-components", "2", "--out", str(target), "--quiet"])
+    assert code == 2 and not target.exists()
+    assert cli.main(["fit", str(source), "--n-components", "2", "--out", str(target), "--quiet", "--break-claim"]) == 0
+    assert daskpca.load(target).n_components_ == 2 and not os.path.exists(claim_location(target))
+
+
+def test_break_claim_refuses_a_live_holder_and_unreadable_claims_are_explained(tmp_path):
+    target = tmp_path / "m.zarr"
+    held = acquire(target)
+    with pytest.raises(OutputClaimedError, match="still running on this host: --break-claim only clears"):
+        acquire(target, break_stale=True)
+    held.release()
+    open(claim_location(target), "w").close()  # a writer killed between create and write
+    with pytest.raises(OutputClaimedError, match="unreadable claim.*--break-claim"):
+        acquire(target)
+    acquire(target, break_stale=True).release()
+
+
+def test_cli_fails_before_reading_when_an_output_is_claimed(tmp_path, source, capsys):
+    other = {"token": "y", "pid": os.getppid(), "host": os.uname().nodename, "started": time.time(),
+             "command": "daskpca fit other"}  # a live job in another process
+    (tmp_path / ".s.zarr.daskpca-claim").write_text(json.dumps(other))
+    code = cli.main(["fit", str(source), "--n-components", "2", "--out", str(tmp_path / "m.zarr"),
+                     "--scores", str(tmp_path / "s.zarr")])
+    err = capsys.readouterr().err
+    assert code == 2 and "being written by another job" in err and "'daskpca fit other'" in err
+    assert len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".s.zarr.daskpca-claim"]  # the model's claim was released
+
+
+def test_a_failed_scores_write_publishes_no_model(tmp_path, source, monkeypatch):
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(io, "write_array", broken)
+    code = cli.main(["fit", str(source), "--n-components", "2", "--out", str(tmp_path / "m.zarr"),
+                     "--scores", str(tmp_path / "s.zarr"), "--quiet"])
+    assert code == 1 and os.listdir(tmp_path) == []
+    monkeypatch.undo()
+    assert cli.main(["fit", str(source), "--n-components", "2", "--out", str(tmp_path / "m.zarr"),
+                     "--scores", str(tmp_path / "s.zarr"), "--quiet"]) == 0  # the same command now runs
+
+
+# ----------------------------------------------------------------------------- real processes
+
+_RACER = """
+import os, sys, time
+import daskpca, daskpca.io, distributed, xarray, zarr  # the imports done before the start
+from daskpca import cli
+print("ready", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.002)
+sys.exit(cli.main(sys.argv[2:]))
+"""
+
+
+def _race(jobs):
+    """Start every job (argv, cwd) in its own interpreter; release them together once all have
+    imported daskpca; return (exit code, stdout, stderr) per job."""
+    go = jobs[0][1].parent / f"go-{os.getpid()}-{time.monotonic_ns()}"
+    processes = [subprocess.Popen([sys.executable, "-c", _RACER, str(go), *argv], cwd=cwd,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for argv, cwd in jobs]
+    for process in processes:
+        assert process.stdout.readline() == "ready\n", process.stderr.read()
+    go.touch()
+    return [(p.wait(timeout=120), p.stdout.read(), p.stderr.read()) for p in processes]
+
+
+def _check_one_winner(results, folder, overwrite):
+    codes = [code for code, _, _ in results]
+    assert codes.count(0) == 1, results
+    assert set(codes) == {0, 2}, results
+    for code, _, err in results:
+        if code == 2:
+            assert len(err.strip().splitlines()) == 1, err
+            assert "being written by another job: pid" in err or (not overwrite and "already exists" in err), err
+    winner = codes.index(0)
+    model = daskpca.load(folder / "m.zarr")
+    assert model.n_components_ == 1 + winner % 4
+    io.verify(folder / "s.zarr")  # complete, every chunk as written
+    stored = zarr.open_array(str(folder / "s.zarr"), mode="r")[...]
+    np.testing.assert_allclose(stored, model.transform(X), atol=1e-10)  # the winner's scores, the winner's model
+    assert not [p for p in os.listdir(folder) if "partial" in p or "claim" in p]
+
+
+def _jobs(source, folder, n_jobs, overwrite):
+    folder.mkdir()
+    if overwrite:  # an existing store: replaced by exactly one job, never by two
+        assert cli.main(["fit", str(source), "--n-components", "5", "--out", str(folder / "m.zarr"),
+                         "--scores", str(folder / "s.zarr"), "--quiet"]) == 0
+    return [(["fit", str(source), "--n-components", str(1 + i % 4), "--out", "m.zarr", "--scores", "s.zarr", "--quiet"]
+             + (["--overwrite"] if overwrite else []), folder) for i in range(n_jobs)]
+
+
+def test_two_concurrent_jobs_exactly_one_wins(tmp_path, source):
+    """Two jobs on a new target and two replacing an existing one, all four racing at once."""
+    fresh, existing = _jobs(source, tmp_path / "new", 2, False), _jobs(source, tmp_path / "old", 2, True)
+    results = _race(fresh + existing)
+    _check_one_winner(results[:2], tmp_path / "new", False)
+    _check_one_winner(results[2:], tmp_path / "old", True)
+
+
+@pytest.mark.slow
+def test_eight_concurrent_jobs_exactly_one_wins(tmp_path, source):
+    _check_one_winner(_race(_jobs(source, tmp_path / "new", 8, False)), tmp_path / "new", False)
+
+
+_KILLED_SAVE = """
+import sys
+import numpy as np
+import daskpca
+X = np.random.default_rng(1).standard_normal((60, 5))
+daskpca.PCA(int(sys.argv[2])).fit(X).save(sys.argv[1], overwrite=True)
+"""
+
+
+def test_sigkill_at_every_local_publish_step_leaves_a_complete_model(tmp_path):
+    Y = np.random.default_rng(1).standard_normal((60, 5))
+    targets = {step: tmp_path / step / "m.zarr" for step in STEPS}
+    for target in targets.values():
+        PCA(2).fit(Y).save(target)
+    processes = {step: subprocess.Popen([sys.executable, "-c", textwrap.dedent(_KILLED_SAVE), str(target), "4"],
+                                        env={**os.environ, "DASKPCA_FAULT": step}, stderr=subprocess.PIPE)
+                 for step, target in targets.items()}
+    for step, process in processes.items():
+        assert process.wait(timeout=120) == -9, (step, process.stderr.read())
+        process.stderr.close()
+    for step, target in targets.items():
+        loaded = daskpca.load(target)  # complete, verified: the previous model until the switch, then the new one
+        assert loaded.n_components_ == (2 if STEPS.index(step) < STEPS.index("switched") else 4), step
+        with pytest.raises(OutputClaimedError, match="stale claim"):
+            PCA(3).fit(Y).save(target, overwrite=True)
+    # the replaced model is in the history once retired; a rollback (clearing the stale claim) restores it
+    target = targets["retired"]
+    assert [entry["current"] for entry in io.history(target)] == [True, False]
+    assert cli.main(["rollback", str(target), "--to", io.history(target)[-1]["version"], "--break-claim", "--quiet"]) == 0
+    assert daskpca.load(target).n_components_ == 2

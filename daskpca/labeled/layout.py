@@ -98,6 +98,8 @@ class Layout:
             "variables": [{"name": v.name, "dims": list(v.dims), "shape": list(v.shape)} for v in self.variables],
             "attrs": self.attrs,
             "coords": sorted(str(k) for k in self.coords),
+            # A store decodes times as datetime64[ns]: record each time coordinate's own unit.
+            "coord_dtypes": {str(k): str(c.dtype) for k, c in self.coords.items() if c.dtype.kind in "mM"},
         }
 
     @classmethod
@@ -110,7 +112,8 @@ class Layout:
             layout = VariableLayout(v["name"], tuple(v["dims"]), tuple(v["shape"]), start)
             variables.append(layout)
             start = layout.stop
-        coords = xr.Dataset(coords={k: coords_source.coords[k].variable for k in info["coords"]}).coords
+        dtypes = info.get("coord_dtypes", {})
+        coords = xr.Dataset(coords={k: _with_dtype(coords_source.coords[k].variable, dtypes.get(k)) for k in info["coords"]}).coords
         return cls(tuple(info["sample_dims"]), variables, info["is_dataarray"], info["name"], coords, info["attrs"])
 
     # ---- dims → matrix
@@ -190,6 +193,13 @@ class Layout:
             (array,) = out.values()
             return array.rename(self.name)
         return xr.Dataset(out)
+
+
+def _with_dtype(variable, dtype):
+    """``variable`` cast back to the dtype recorded at save time (e.g. datetime64[us]), attrs kept."""
+    if dtype is None or variable.dtype == np.dtype(dtype):
+        return variable
+    return variable.copy(data=variable.values.astype(dtype))
 
 
 class LabeledPositions(Positions):

@@ -309,7 +309,10 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         result = covariance.result_from_moments(merged, request)
         n_before = self.n_samples_
         info = {k: v for k, v in self.solver_info_.items() if k != "moments"}
-        self._set_fitted(replace(result, features=self.feature_stage_), "covariance", self.solver_reason_, self.layout_)
+        # The fit's reason quoted the old sample count; say what this model now is instead.
+        reason = (f"update: the covariance statistics of {merged.count - n_before} new samples merged "
+                  f"exactly into those of {n_before} ({merged.count} samples in all)")
+        self._set_fitted(replace(result, features=self.feature_stage_), "covariance", reason, self.layout_)
         self.solver_info_ = {**info, **self.solver_info_, "updated_with": merged.count - n_before}
         return self
 

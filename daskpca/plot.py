@@ -30,6 +30,7 @@ __all__ = [
     "reconstruct",
     "components_for_variance",
     "distortion_curve",
+    "map_geometry",
 ]
 
 
@@ -54,6 +55,13 @@ def _new_axes(ax, figsize=(6.0, 4.0)):
     plt = _pyplot()
     _, ax = plt.subplots(figsize=figsize, layout="constrained")
     return ax
+
+
+def _integer_ticks(ax):
+    """Component numbers and k are integers: no ticks at 1.25 or 1.5."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _spectrum(model_or_variance, total_variance=None):
@@ -195,6 +203,7 @@ def scree(model_or_variance, *, ax=None, ratio=False, errors=None, log=False, n=
         ax.errorbar(k, values, yerr=errors, fmt="none", ecolor="0.4", capsize=2, label="error (±1σ)")
     if log:
         ax.set_yscale("log")
+    _integer_ticks(ax)
     ax.set_xlabel("component number")
     ax.set_ylabel("explained variance ratio" if ratio else "explained variance (eigenvalue)")
     ax.set_title(title)
@@ -226,6 +235,7 @@ def cumulative_variance(model_or_variance, *, threshold=0.95, ax=None, n=None,
         if k_min is not None and k_min <= cumulative.size:
             ax.axvline(k_min, color="tab:green", ls=":", lw=1, label=f"k = {k_min} reaches {threshold:.0%}")
     ax.set_ylim(0, 1.02)
+    _integer_ticks(ax)
     ax.set_xlabel("number of components k")
     ax.set_ylabel("cumulative explained variance ratio")
     ax.set_title(title)
@@ -256,6 +266,7 @@ def distortion(model_or_variance, *, ax=None, log=False, total_variance=None, n=
         k, J = k[keep], J[keep]
         ax.set_yscale("log")
     ax.plot(k, J, "o-", ms=3, label="J(k) = Σ$_{i>k}$ λ$_i$")
+    _integer_ticks(ax)
     ax.set_xlabel("number of components kept k")
     ax.set_ylabel("distortion J (variance not explained)")
     ax.set_title(title)
@@ -339,12 +350,15 @@ def image_grid(images, shape, *, titles=None, ncols=None, fig=None, cmap="gray",
 
 def component_maps(model_or_components, shape=None, *, n=4, ax=None, fig=None, mean=False,
                    cmap="RdBu_r", ncols=None, extent=None, xlabel=None, ylabel=None,
-                   origin="upper", colorbar=True, title=None, feature_label="feature index"):
+                   origin="upper", colorbar=True, title=None, feature_label="feature index", ratios=None):
     """The leading principal axes drawn in the data's own layout.
 
     * ``shape=None`` or 1-D: each component is a line against feature index (one Axes, legend).
     * ``shape=(h, w)``: each component is an image (8×8 digits, a lat×lon map from a flattened
       field; NaN entries — e.g. a restored land mask — are left blank).
+    * a model fitted on a labeled field with two feature dims (and ``shape=None``): maps over
+      the field's coordinates, axes labelled with the coordinate names and units
+      (:func:`map_geometry`).
 
     Parameters
     ----------
@@ -356,13 +370,24 @@ def component_maps(model_or_components, shape=None, *, n=4, ax=None, fig=None, m
         Also show ``mean_`` first (needs a fitted PCA), as in Bishop's figure 12.3.
     extent, origin, xlabel, ylabel
         Map geometry for images (e.g. ``extent=(lon0, lon1, lat0, lat1)``, ``origin="lower"``).
+    ratios : array-like, optional
+        Explained-variance ratios written in the panel titles (default: the model's).
 
     Returns
     -------
     matplotlib Axes (lines) or Figure (images)
     """
+    if shape is None and getattr(model_or_components, "layout_", None) is not None:
+        results = model_or_components.to_xarray()  # a Dataset's variables have one map each: lines
+        geometry = map_geometry(results["components"].isel(mode=slice(0, n))) if "components" in results else None
+        if geometry is not None:
+            images, shape, geometry_kw = geometry
+            return component_maps(images, shape, n=n, ax=ax, fig=fig, cmap=cmap, ncols=ncols,
+                                  colorbar=colorbar, title=title, **{**geometry_kw, **_given(extent=extent, xlabel=xlabel, ylabel=ylabel)},
+                                  ratios=model_or_components.explained_variance_ratio_)
     components = _components(model_or_components)[:n]
-    ratios = getattr(model_or_components, "explained_variance_ratio_", None)
+    if ratios is None:
+        ratios = getattr(model_or_components, "explained_variance_ratio_", None)
     names = [f"component {i + 1}" + (f" ({ratios[i]:.1%})" if ratios is not None else "")
              for i in range(components.shape[0])]
     if shape is None or len(tuple(np.atleast_1d(shape))) == 1:
@@ -401,6 +426,43 @@ def component_maps(model_or_components, shape=None, *, n=4, ax=None, fig=None, m
         first.set_cmap("gray")
         first.set_clim(np.nanmin(images[0]), np.nanmax(images[0]))
     return grid
+
+
+def map_geometry(maps):
+    """``(images, shape, options)`` to draw a DataArray ``(mode, y, x)`` on its coordinates.
+
+    ``images`` are the maps flattened (rows flipped so that y increases upwards); ``options``
+    holds ``extent`` (coordinate bounds, half a cell beyond the first and last centres),
+    ``origin="lower"`` and ``xlabel`` / ``ylabel`` naming each coordinate with its units, e.g.
+    ``"lon (degrees_east)"``. Dims without a 1-D numeric coordinate are drawn over their index,
+    labelled ``"lat index"``. ``None`` unless the maps have exactly two dims besides ``mode``.
+    """
+    dims = [d for d in maps.dims if d != "mode"]
+    if len(dims) != 2:
+        return None
+    maps = maps.transpose("mode", *dims)
+    values = np.asarray(maps.values, dtype=np.float64)
+    bounds, labels = [], []
+    for axis, dim in zip((1, 2), dims):
+        coord = maps.coords[dim] if dim in maps.coords else None  # (.get() invents a 0..n-1 range)
+        if coord is not None and coord.ndim == 1 and coord.dtype.kind in "iuf" and coord.size > 0:
+            centres = np.asarray(coord.values, dtype=np.float64)
+            if centres.size > 1 and centres[0] > centres[-1]:
+                values, centres = np.flip(values, axis=axis), centres[::-1]
+            half = (centres[-1] - centres[0]) / (2 * (centres.size - 1)) if centres.size > 1 else 0.5
+            bounds.append((centres[0] - half, centres[-1] + half))
+            units = coord.attrs.get("units")
+            labels.append(f"{coord.attrs.get('long_name', dim)}" + (f" ({units})" if units else ""))
+        else:
+            bounds.append((-0.5, maps.sizes[dim] - 0.5))
+            labels.append(f"{dim} index")
+    (y0, y1), (x0, x1) = bounds
+    options = {"extent": (x0, x1, y0, y1), "origin": "lower", "xlabel": labels[1], "ylabel": labels[0]}
+    return values.reshape(values.shape[0], -1), values.shape[1:], options
+
+
+def _given(**options) -> dict:
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def reconstructions(model, X, shape, *, n_components=(1, 5, 10, 20, 40), fig=None, cmap="gray",

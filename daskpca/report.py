@@ -56,18 +56,11 @@ def write_report(pca, out, *, overwrite: bool = False, n_maps: int = 4) -> list[
 
 
 def _component_maps(pca, n_maps):
-    """Images over the feature dims of a labeled 2-D field, else lines against feature index."""
+    """Maps over the coordinates of a labeled 2-D field (axes named with units), else lines
+    against feature index (see :func:`daskpca.plot.component_maps`)."""
     from . import plot
 
-    n = min(n_maps, pca.n_components_)
-    layout = pca.layout_
-    if layout is not None and layout.is_dataarray:
-        maps = pca.to_xarray()["components"].isel(mode=slice(0, n))
-        feature_dims = [d for d in maps.dims if d != "mode"]
-        if len(feature_dims) == 2:
-            return plot.component_maps(maps.values.reshape(n, -1), shape=maps.shape[1:], n=n,
-                                       xlabel=feature_dims[1], ylabel=feature_dims[0], origin="lower")
-    return plot.component_maps(pca, n=n)
+    return plot.component_maps(pca, n=min(n_maps, pca.n_components_))
 
 
 def summary_markdown(pca, pictures=()) -> str:

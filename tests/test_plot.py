@@ -189,3 +189,58 @@ def test_missing_matplotlib_says_how_to_install(monkeypatch):
     fresh = importlib.reload(plot)  # importing the module itself must not need matplotlib
     with pytest.raises(ImportError, match=r"daskpca\[plot\]"):
         fresh.scree([1.0, 0.5])
+
+
+# ------------------------------------------------------------ issue 16: labels and ticks
+
+
+def _labeled_field():
+    import xarray as xr
+
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal((40, 4, 6)) + 5.0
+    values[:, 0, 0] = np.nan
+    return xr.DataArray(values, dims=("time", "lat", "lon"), coords={
+        "lat": ("lat", [30.0, 10.0, -10.0, -30.0], {"units": "degrees_north", "long_name": "latitude"}),
+        "lon": ("lon", np.arange(6) * 60.0, {"units": "degrees_east"}),
+    })
+
+
+def test_labeled_component_maps_are_drawn_on_coordinates_with_units():
+    A = _labeled_field()
+    pca = PCA(3).fit(A, sample_dims="time")
+    fig = plot.component_maps(pca, n=2)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "lon (degrees_east)" and ax.get_ylabel() == "latitude (degrees_north)"
+    image = ax.images[0]
+    assert image.get_extent() == pytest.approx([-30.0, 330.0, -40.0, 40.0])
+    # latitude decreased in the data: rows were flipped so that north is up; land stays blank
+    expected = pca.to_xarray()["components"].isel(mode=0).values[::-1]
+    np.testing.assert_array_equal(image.get_array().filled(np.nan), expected)
+    assert image.get_array().mask[-1, 0]
+
+
+def test_maps_without_coordinates_say_index():
+    A = _labeled_field().drop_vars(["lat", "lon"])
+    fig = plot.component_maps(PCA(2).fit(A, sample_dims="time"), n=1)
+    assert fig.axes[0].get_xlabel() == "lon index" and fig.axes[0].get_ylabel() == "lat index"
+
+
+@pytest.mark.parametrize("draw", [plot.scree, plot.cumulative_variance, plot.distortion])
+def test_mode_axes_have_integer_ticks(draw):
+    ax = draw(np.array([3.0, 1.0]))  # two modes: matplotlib would put ticks at 1.25, 1.5, ...
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def test_report_after_update_is_consistent(tmp_path):
+    from daskpca.report import summary_markdown, write_report
+
+    A = _labeled_field()
+    pca = PCA(3, solver="covariance").fit(A.isel(time=slice(0, 25)), sample_dims="time")
+    pca.update(A.isel(time=slice(25, None)))
+    text = summary_markdown(pca)
+    assert "samples: 40" in text and "(25)" not in text and "25 samples" not in text.replace("of 25 (", "")
+    assert "15 new samples merged exactly into those of 25 (40 samples in all)" in text
+    files = write_report(pca, tmp_path / "report", n_maps=2)
+    assert {f.name for f in files} >= {"components.png", "summary.md", "scree.png"}

@@ -11,6 +11,7 @@ Checks that need the data's shape (``n_components`` ≤ min(n, d), ``weights`` b
 
 from __future__ import annotations
 
+import html
 import inspect
 import os
 from numbers import Integral, Real
@@ -59,6 +60,18 @@ class ParamsMixin:
                 changed.append(f"{name}={value!r}")
         return f"{type(self).__name__}({', '.join(changed)})"
 
+    def _repr_html_(self) -> str:
+        """Notebook display: scikit-learn's estimator diagram (as scikit-learn shows any
+        estimator; the parameters as ``repr`` gives them when scikit-learn is absent), then for
+        a fitted model its summary (:func:`fitted_html`)."""
+        try:
+            from sklearn.utils import estimator_html_repr
+
+            head = estimator_html_repr(self)
+        except ImportError:
+            head = f"<pre>{html.escape(repr(self))}</pre>"
+        return head + (fitted_html(self) if hasattr(self, "components_") else "")
+
     def __sklearn_tags__(self):
         # Only called by scikit-learn (so importing it here costs nothing otherwise).
         from sklearn.utils import Tags, TargetTags, TransformerTags
@@ -70,6 +83,39 @@ class ParamsMixin:
             target_tags=TargetTags(required=False),
             transformer_tags=TransformerTags(preserves_dtype=["float64", "float32"]),
         )
+
+
+def fitted_html(model, n_modes: int = 10) -> str:
+    """A fitted model as HTML: the solver and why, passes and iterations, the shape, the leading
+    spectrum (variance, ratio and cumulative ratio with a bar per mode) and, when the model was
+    fitted in this process, the planner's table."""
+    esc = html.escape
+    rows = [
+        ("solver", f"<code>{esc(model.solver_)}</code> — {esc(model.solver_reason_)}"),
+        ("passes over the data", f"{model.n_passes_} (solver iterations: {model.n_iter_})"),
+        ("samples × features", f"{model.n_samples_} × {model.n_features_in_}"),
+        ("components kept", f"{model.n_components_}"),
+        ("total variance", f"{model.total_variance_:.6g} (distortion J: {model.distortion_:.6g}, "
+                           f"noise variance: {model.noise_variance_:.6g})"),
+    ]
+    table = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{v}</td></tr>" for k, v in rows)
+    cumulative = np.cumsum(model.explained_variance_ratio_)
+    modes = "".join(
+        f"<tr><td>{i + 1}</td><td>{var:.4g}</td><td>{ratio:.2%}</td><td>{cum:.2%}</td>"
+        f"<td style='width:10em'><div style='background:#4c72b0;height:0.8em;width:{100 * ratio:.1f}%'></div></td></tr>"
+        for i, (var, ratio, cum) in enumerate(zip(model.explained_variance_[:n_modes],
+                                                   model.explained_variance_ratio_[:n_modes], cumulative[:n_modes]))
+    )
+    more = model.n_components_ - n_modes
+    if more > 0:
+        modes += f"<tr><td colspan='5'>… {more} more</td></tr>"
+    plan = getattr(model, "_fit_plan", None)
+    plan_html = f"<details><summary>plan</summary><pre>{esc(str(plan))}</pre></details>" if plan is not None else ""
+    return (
+        "<div class='daskpca-fitted'><table>" + table + "</table>"
+        "<table><tr><th>mode</th><th>variance</th><th>ratio</th><th>cumulative</th><th></th></tr>"
+        + modes + "</table>" + plan_html + "</div>"
+    )
 
 
 def _equal(a, b) -> bool:

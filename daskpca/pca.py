@@ -269,7 +269,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
 
     def _choose_solver(self, array, request: ComponentRequest):
         """``(module, name, reason)`` of the solver ``fit`` runs on ``array``."""
-        plan = self._make_plan(array, request)
+        plan = self._fit_plan = self._make_plan(array, request)  # shown by _repr_html_
         if self.solver == "auto":
             return SOLVERS[plan.solver], plan.solver, plan.reason
         _plan.check_requested(self.solver, plan)

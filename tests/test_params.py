@@ -61,3 +61,15 @@ def test_a_bad_parameter_is_refused_by_name_before_any_read(unreadable, name, va
 def test_good_parameters_of_every_accepted_form_pass(params):
     X = np.random.default_rng(0).standard_normal((200, 6))
     assert PCA(2, solver="covariance", **params).fit(X).n_components_ == 2
+
+
+def test_notebook_display_unfitted_and_fitted():
+    pca = PCA(3, whiten=True)
+    unfitted = pca._repr_html_()
+    assert "PCA(n_components=3, whiten=True)" in unfitted and "daskpca-fitted" not in unfitted
+    rng = np.random.default_rng(0)
+    pca.fit(rng.standard_normal((200, 12)) * np.arange(1, 13))
+    fitted = pca._repr_html_()
+    assert "daskpca-fitted" in fitted and "<code>covariance</code>" in fitted
+    assert "200 × 12" in fitted and "passes over the data</th><td style='text-align:left'>1" in fitted
+    assert f"{pca.explained_variance_ratio_[0]:.2%}" in fitted and "<summary>plan</summary>" in fitted

@@ -4,12 +4,14 @@ A notebook that raises in any cell fails its test. Notebooks write their data (z
 the working directory, so each runs in ``tmp_path`` and nothing lands in the repository. The
 committed notebooks carry no outputs (checked too, so large embedded images never get in).
 
-Timing on 2 cores: about 20–30 s each, the out-of-core one about a minute (it writes and reads a
-1.5 GiB array); it is marked ``slow`` but still runs in CI.
+Timing on 2 cores: about 10–35 s each, the out-of-core one about a minute (it writes and reads a
+1.5 GiB array); it is marked ``slow`` (run with ``--run-slow``; CI runs it, see conftest.py). The
+notebooks execute two at a time in the background (``executions``), each test waiting for its own.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -26,9 +28,9 @@ SLOW = {"06_out_of_core.ipynb"}
 CELL_TIMEOUT = 300  # seconds per cell
 
 
-def _params():
+def _params(*, executing: bool = False):
     for path in sorted(NOTEBOOKS.glob("*.ipynb")):
-        marks = [pytest.mark.slow] if path.name in SLOW else []
+        marks = [pytest.mark.slow] if executing and path.name in SLOW else []
         yield pytest.param(path, id=path.stem, marks=marks)
 
 
@@ -48,18 +50,47 @@ def test_notebook_is_committed_without_outputs(path):
             )
 
 
-@pytest.mark.parametrize("path", list(_params()))
-def test_notebook_executes(path, tmp_path, monkeypatch):
+def _execute(path: Path, directory: Path):
+    """Run ``path`` in a fresh kernel with ``directory`` as its working directory; return it."""
     notebook = nbformat.read(path, as_version=4)
-    # Keep the kernel off any display and its matplotlib inline; data files go to tmp_path.
-    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     client = nbclient.NotebookClient(
         notebook,
         timeout=CELL_TIMEOUT,
         kernel_name="python3",
-        resources={"metadata": {"path": str(tmp_path)}},
+        resources={"metadata": {"path": str(directory)}},
     )
     client.execute()
+    return notebook
+
+
+@pytest.fixture(scope="module")
+def executions(request, tmp_path_factory):
+    """Every notebook this run will test, executed two at a time in the background.
+
+    Kernels spend much of their time starting up, importing and waiting for their clusters: two
+    at once keep both cores busy. Each test then waits for its own notebook's result.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    wanted = [item.callspec.params["path"] for item in request.session.items
+              if item.originalname == "test_notebook_executes" and not item.get_closest_marker("skip")]
+    # Keep the kernel off any display and its matplotlib inline (kernels inherit the environment).
+    previous = os.environ.get("MPLBACKEND")
+    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="notebook")
+    try:
+        yield {path: pool.submit(_execute, path, tmp_path_factory.mktemp(path.stem)) for path in wanted}
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        if previous is None:
+            os.environ.pop("MPLBACKEND", None)
+        else:
+            os.environ["MPLBACKEND"] = previous
+
+
+@pytest.mark.parametrize("path", list(_params(executing=True)))
+def test_notebook_executes(path, executions):
+    notebook = executions[path].result()
     errors = [
         output
         for cell in notebook.cells

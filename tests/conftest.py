@@ -1,0 +1,41 @@
+"""Suite-wide settings and shared fixtures.
+
+**Slow stress variants** (``@pytest.mark.slow``: the out-of-core notebook, a fit losing ten
+workers, an input three times the cluster's memory) are skipped in a contributor's default run
+and run with ``--run-slow``, or whenever ``DASKPCA_RUN_SLOW=1`` or ``CI`` is set in the
+environment (CI sets it), so CI still runs the whole suite.
+
+No test uses a fixed port: clusters are started with ``dashboard_address=None`` (or ``":0"``)
+and workers on ``127.0.0.1`` with ephemeral ports, so parallel runs and a running Jupyter do not
+collide ("port 8787 already in use").
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true", default=False,
+                     help="also run the slow stress variants (@pytest.mark.slow); CI always does")
+
+
+def run_slow(config) -> bool:
+    """Whether this run includes the slow stress variants."""
+    return bool(config.getoption("--run-slow") or os.environ.get("DASKPCA_RUN_SLOW") == "1"
+                or os.environ.get("CI", "").lower() not in ("", "0", "false"))
+
+
+def pytest_collection_modifyitems(config, items):
+    if run_slow(config):
+        return
+    skip = pytest.mark.skip(reason="slow stress variant: run with --run-slow (CI runs it)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_report_header(config):
+    return "slow stress variants: " + ("run" if run_slow(config) else "skipped (--run-slow to run them)")

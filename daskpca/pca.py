@@ -432,6 +432,10 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             project_block, self.mean_, self.components_.T * factors[None, :], nan, self._positions(X),
             dtype=Z.dtype, chunks=(Z.chunks[0], (self.n_components_,)),
         )
+        return self._scores_out(scores, kind, X, scaling)
+
+    def _scores_out(self, scores, kind: str, X, scaling: str):
+        """Scores as ``transform`` returns them: computed for NumPy input, labeled for a labeled model."""
         if kind == "numpy":
             scores = scores.compute()
         if self.layout_ is not None:

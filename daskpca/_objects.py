@@ -93,6 +93,10 @@ def replace(fs, path: str, data: bytes, tag: str | None) -> bool:
             fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, IfMatch=tag)
         except (FileExistsError, FileNotFoundError):  # 412, or the object is gone
             return False
+        except OSError as exc:  # s3fs maps a failed If-Match to EINVAL
+            if "pre-condition" in str(exc).lower() or "precondition" in str(exc).lower():
+                return False
+            raise
         fs.invalidate_cache(path)
         return True
     with _EMULATION_LOCK:

@@ -36,7 +36,7 @@ from . import _claims, _integrity, _publish
 from ._claims import is_url as _is_url
 from ._claims import local_path as _local
 from ._publish import COMPLETE_MARKER, history, resolve, rollback  # noqa: F401  (public here)
-from .exceptions import IncompleteStoreError, NewerFormatError, OutputExistsError
+from .exceptions import DamagedStoreError, IncompleteStoreError, NewerFormatError, OutputExistsError
 
 #: Format of stores this version writes and the newest it reads.
 FORMAT_VERSION = 1
@@ -333,8 +333,6 @@ def read_dataset(path, *, expected_format: str, error=None):
     ValueError
         When the store holds another kind of daskpca store.
     """
-    import xarray as xr
-
     marker = read_marker(path)
     if marker.get("format") != expected_format:
         raise ValueError(
@@ -344,8 +342,7 @@ def read_dataset(path, *, expected_format: str, error=None):
     location = resolve(path)
     if not _is_url(location):
         verify(path, full=True, error=error)
-        with _quiet_marker(), xr.open_zarr(location, consolidated=False) as stored:
-            return stored.load()
+        return _load_dataset(location, path, error)
     # An object store: one concurrent download, then the bytes checked are the bytes read.
     import tempfile
 
@@ -357,5 +354,16 @@ def read_dataset(path, *, expected_format: str, error=None):
         if "integrity" in marker:
             _integrity.check_store(local, marker["integrity"], full=True, label=repr(os.fspath(path)),
                                    **({"error": error} if error is not None else {}))
-        with _quiet_marker(), xr.open_zarr(local, consolidated=False) as stored:
+        return _load_dataset(local, path, error)
+
+
+def _load_dataset(location, path, error):
+    import xarray as xr
+
+    try:
+        with _quiet_marker(), xr.open_zarr(location, consolidated=False) as stored:
             return stored.load()
+    except (ValueError, KeyError, TypeError) as exc:  # arrays that do not fit together
+        raise (error or DamagedStoreError)(
+            f"{os.fspath(path)!r} cannot be read as a dataset ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
+            "it was changed after daskpca wrote it. Restore a complete copy or write it again.") from None

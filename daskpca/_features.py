@@ -188,18 +188,54 @@ def solve(module, X, request: ComponentRequest, spec: FeatureSpec | None, *, ran
     (None for a plain fit) and ``n_passes`` counting every read, the generic one included.
     """
     if spec is None:
-        return module.solve(X, request, random_state=random_state, **options)
+        return _checked(module, X, request, random_state=random_state, **options)
     fuses = getattr(module, "fuses_features", None)
     if fuses is not None and fuses(spec):
-        return module.solve(X, request, random_state=random_state, features=spec, **options)
+        return _checked(module, X, request, random_state=random_state, features=spec, **options)
     # The generic road: one read for per-feature finite counts (and variances), then the solver
     # on Z. NaN is read as missing here so that wholly-NaN features can be told apart.
     (stats,) = dask.compute(column_stats_graph(X))
     stage = spec.resolve(stats.count, X.shape[0], stats.variance())
-    result = module.solve(stage.apply(X), stage.narrow(request), random_state=random_state, **options)
+    result = _checked(module, stage.apply(X), stage.narrow(request), random_state=random_state, **options)
     why = "per-feature finite count" + (", mean and variance" if spec.standardize else "")
     info = {**result.info, "mask_pass": f"one extra read ({why}) before the solver, which takes no feature stage"}
     return replace(result, n_passes=result.n_passes + 1, features=stage, info=info)
+
+
+#: Below this magnitude a nonzero mean with zero total variance means squares underflowed.
+_UNDERFLOW_SCALE = 1e-100
+
+
+def _checked(module, X, request, **kwargs) -> SolverResult:
+    """``module.solve`` with the numerical-range guard: finite input whose float64 squares
+    overflow (|x| ≳ 1e154) gives inf/NaN variances, or a failed small SVD, in every solver; squares
+    that underflow (|x| ≲ 1e-154) give zero variance. Both become a :class:`DataRangeError` that
+    says how to rescale, never 0 components or inf. Checked on the small result after the pass
+    (no extra read): the data's own max |x| is not needed to tell."""
+    from .exceptions import DataRangeError
+
+    name = module.__name__.rsplit(".", 1)[-1]
+    rescale = ("Rescale the data (e.g. divide it by its largest |value|) before fitting: the "
+               "components are the same and the variances scale by the factor squared.")
+    try:
+        result = module.solve(X, request, **kwargs)
+    except np.linalg.LinAlgError as exc:
+        raise DataRangeError(
+            f"solver {name!r} failed in its small linear-algebra step (LinAlgError: {exc}). This happens "
+            "when the data has no variance (every feature constant) or values so large (|x| ≳ 1e154) or "
+            f"small (|x| ≲ 1e-154) that float64 squares overflow or underflow. Check X's range and "
+            f"variance. {rescale}") from None
+    arrays = (result.explained_variance, result.components, result.mean, [result.total_variance])
+    if not all(np.all(np.isfinite(a)) for a in arrays):
+        raise DataRangeError(
+            f"the data is finite, but its variance overflowed float64 in solver {name!r} (a variance or "
+            f"component came out inf or NaN): values with |x| ≳ 1e154 square beyond 1.8e308. {rescale}")
+    mean_scale = float(np.max(np.abs(result.mean), initial=0.0))
+    if result.total_variance == 0 and 0 < mean_scale < _UNDERFLOW_SCALE:
+        raise DataRangeError(
+            f"the data's variance underflowed to 0 in solver {name!r}: its values (|mean| ≈ {mean_scale:.1g}) are "
+            f"so small that float64 squares round to zero. {rescale}")
+    return result
 
 
 def column_stats_graph(X):

@@ -154,6 +154,9 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     transform.add_argument("source", metavar="SOURCE")
     required(transform).add_argument("--out", metavar="SCORES", help="where to write the scores (a zarr store)")
     source_options(transform)
+    transform.add_argument("--nan", choices=["raise", "propagate"], default="raise",
+                           help="NaN/±inf in SOURCE: raise an error naming the first one, or give NaN scores "
+                                "for the samples holding them (default: %(default)s)")
     output_options(transform, "an existing output")
     cluster_options(transform)
 

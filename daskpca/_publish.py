@@ -118,8 +118,20 @@ class LocalPublication:
         fault_point("retired")
 
     def abort(self) -> None:
-        if not self.done:
-            shutil.rmtree(self.temporary, ignore_errors=True)
+        if self.done:
+            return
+        # After a failed compute, tasks already running on the scheduler's threads may still
+        # write a chunk or two (and recreate folders): remove until nothing comes back.
+        quiet = 0
+        for _ in range(20):
+            if self.temporary.exists():
+                shutil.rmtree(self.temporary, ignore_errors=True)
+                quiet = 0
+            else:
+                quiet += 1
+                if quiet >= 2:
+                    return
+            time.sleep(0.05)
 
 
 def history_folder(target: Path) -> Path:

@@ -144,6 +144,8 @@ def _claim_outputs(args, *outputs):
     keys = [os.path.abspath(o) if "://" not in o else o.rstrip("/") for o in outputs]
     if len(set(keys)) < len(keys):
         raise UsageError(f"the outputs {outputs} name the same store twice; give each output its own path.")
+    for output in outputs:
+        io.check_folder(output)
     return io.claims(outputs, break_stale=getattr(args, "break_claim", False), command=_command_line(args))
 
 
@@ -265,7 +267,7 @@ def cmd_transform(args) -> dict:
         data = open_source(args.source, args.var)
         with runner(args, data.nbytes):
             start = time.perf_counter()
-            scores = pca.transform(data)
+            scores = pca.transform(data, **({"nan": args.nan} if args.nan != "raise" else {}))
             (io.write_xarray if _is_labeled(scores) else io.write_array)(scores, args.out, overwrite=args.overwrite)
             elapsed = time.perf_counter() - start
     _say(args, f"wrote scores {tuple(scores.shape)} to {args.out}")

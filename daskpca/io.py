@@ -66,6 +66,13 @@ def check_writable(path, *, overwrite: bool = False) -> None:
         raise OutputExistsError(_publish._exists_message(os.fspath(path)))
 
 
+def check_folder(path) -> None:
+    """Raise :class:`PermissionError` when a local ``path``'s folder cannot be written (or is a
+    file); object-store URLs pass (their permissions show at the first write)."""
+    if not _is_url(path):
+        _check_local_folder(_local(path))
+
+
 def _check_local_folder(target) -> None:
     folder = target.absolute().parent
     while not folder.exists() and folder != folder.parent:
@@ -131,6 +138,7 @@ def atomic_store(path, *, overwrite: bool = False, marker: dict | None, keep_his
     if there is one.
     """
     active = _TRANSACTION.get()
+    check_folder(path)
     with ExitStack() as local:
         stack = active[1] if active else local
         claim = stack.enter_context(_claims.claimed(os.fspath(path)))

@@ -171,19 +171,59 @@ def pass_budget(tol, max_passes) -> int:
 def _orthonormal_extension(V: np.ndarray, block: np.ndarray) -> np.ndarray:
     """Orthonormal columns spanning ``(I − VVᵀ)·block``, without directions already in span V.
 
-    Projected twice (block CGS2), then an SVD keeps the directions above DEFLATION_RTOL of the
-    block's norm, and one more projection removes what the normalisation amplified.
+    Projected twice (block CGS2), then a rank-revealing factorisation (thin QR, SVD of its ℓ×ℓ
+    R) keeps the directions above DEFLATION_RTOL of the block's norm, and one more projection
+    removes what the normalisation amplified.
     """
     scale = np.linalg.norm(block, 2) if block.size else 0.0
     if scale == 0.0:
         return block[:, :0]
     for _ in range(2):
         block = block - V @ (V.T @ block)
-    left, values, _ = svd(block, full_matrices=False, check_finite=False)
-    fresh = left[:, values > DEFLATION_RTOL * scale]
+    q, r = np.linalg.qr(block)
+    left, values, _ = svd(r, check_finite=False)
+    fresh = q @ left[:, values > DEFLATION_RTOL * scale]
     fresh = fresh - V @ (V.T @ fresh)
     q, _ = np.linalg.qr(fresh)
     return q
+
+
+@dataclass(frozen=True)
+class Basis:
+    """The kept Krylov basis V (d×m, orthonormal), its image W = C·V, and the small products
+    T = VᵀW and P = WᵀW, updated a block at a time (O(d·m·ℓ) per pass instead of O(d·m²))."""
+
+    V: np.ndarray
+    W: np.ndarray
+    T: np.ndarray
+    P: np.ndarray
+
+    @classmethod
+    def empty(cls, n_features: int) -> "Basis":
+        return cls(np.zeros((n_features, 0)), np.zeros((n_features, 0)), np.zeros((0, 0)), np.zeros((0, 0)))
+
+    @property
+    def size(self) -> int:
+        return self.V.shape[1]
+
+    def extend(self, block: np.ndarray, image: np.ndarray) -> "Basis":
+        """Append a block V_j (orthonormal, ⟂ V) and its image W_j = C·V_j."""
+        cross_t = self.V.T @ image  # (m, b); block.T @ W is its transpose up to round-off
+        cross_p = self.W.T @ image
+        T = np.block([[self.T, cross_t], [block.T @ self.W, block.T @ image]])
+        P = np.block([[self.P, cross_p], [cross_p.T, image.T @ image]])
+        return Basis(np.hstack([self.V, block]), np.hstack([self.W, image]), T, P)
+
+    def ritz(self) -> tuple[np.ndarray, np.ndarray]:
+        """Ritz values (descending) and the eigenvectors Y of the symmetrised T."""
+        theta, Y = eigh((self.T + self.T.T) / 2, check_finite=False)
+        return theta[::-1], Y[:, ::-1]
+
+    def restart(self, keep: int) -> "Basis":
+        """Thick restart: the ``keep`` leading Ritz vectors VY and their images WY (known exactly)."""
+        _, Y = self.ritz()
+        Y = Y[:, :keep]
+        return Basis(self.V @ Y, self.W @ Y, Y.T @ self.T @ Y, Y.T @ self.P @ Y)
 
 
 @dataclass(frozen=True)
@@ -199,18 +239,16 @@ class Estimate:
     gap: float  # δ̂ (scatter units; ≤ 0: not separated)
 
 
-def _plain_ritz(V: np.ndarray, W: np.ndarray, k: int):
-    """Plain Rayleigh–Ritz on span V: k Ritz vectors, values, residual norms, and the bound."""
-    T = V.T @ W
-    theta, Y = eigh((T + T.T) / 2, check_finite=False)
-    theta, Y = theta[::-1], Y[:, ::-1]
-    kept = min(k + 1, V.shape[1])
-    X = V @ Y[:, :kept]
-    R = W @ Y[:, :kept] - X * theta[:kept]
+def _plain_ritz(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray):
+    """Plain Rayleigh–Ritz on span V (``theta``, ``Y`` from :meth:`Basis.ritz`): k Ritz vectors,
+    values, residual norms, and the bound."""
+    kept = min(k + 1, basis.size)
+    X = basis.V @ Y[:, :kept]
+    R = basis.W @ Y[:, :kept] - X * theta[:kept]  # in d-space: no cancellation in ‖r‖
     norms = np.linalg.norm(R, axis=0)
     residual = float(np.linalg.norm(R[:, :k], 2)) if k <= R.shape[1] else np.inf
     gap = theta[k - 1] - theta[k] - norms[k] if kept > k else -np.inf
-    if k >= V.shape[0]:  # the kept subspace is the whole space
+    if k >= basis.V.shape[0]:  # the kept subspace is the whole space
         bound = 0.0
     else:
         bound = min(1.0, residual / gap) if gap > 0 else 1.0
@@ -218,34 +256,44 @@ def _plain_ritz(V: np.ndarray, W: np.ndarray, k: int):
     return X[:, :k], theta[:k], norms[:k], bound, eig_error, gap
 
 
-def _left_ritz(V: np.ndarray, W: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k singular values and right vectors (k×d) of Q_KᵀX̃ = G^{-½}Wᵀ, G = VᵀW."""
-    G = V.T @ W
-    g, Z = eigh((G + G.T) / 2, check_finite=False)
+def _left_ritz(basis: Basis, k: int, g: np.ndarray, Z: np.ndarray, *, stable: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k singular values and right vectors (k×d) of Q_KᵀX̃ = G^{-½}·Wᵀ, G = VᵀW = T = Z g Zᵀ
+    (the Ritz decomposition: G is the Rayleigh quotient matrix).
+
+    ``stable``: an SVD of that m×d matrix (O(d·m²), once, for the returned answer). Otherwise
+    the eigenproblem of its m×m Gram g^{-½}Zᵀ·P·Z·g^{-½} (P = WᵀW, kept up to date), which
+    squares it once more — good enough to decide when to stop, cheap enough for every pass.
+    """
     keep = g > DEFLATION_RTOL * max(g.max(initial=0.0), 0.0)
-    b = (Z[:, keep] / np.sqrt(g[keep])).T @ W.T  # (m', d): rows of Q_KᵀX̃
-    return _leading_right_vectors(b, k)
+    scaled = Z[:, keep] / np.sqrt(g[keep])  # (m, m'): Q_K = X̃·V·scaled
+    if stable:
+        return _leading_right_vectors((basis.W @ scaled).T, k)
+    values, Y = eigh(scaled.T @ basis.P @ scaled, check_finite=False)
+    values, Y = np.clip(values[::-1][:k], 0.0, None), Y[:, ::-1][:, :k]
+    vectors = basis.W @ (scaled @ Y)
+    positive = values > DEFLATION_RTOL * max(values.max(initial=0.0), 0.0)
+    vectors[:, positive] /= np.sqrt(values[positive])
+    if not positive.all() or vectors.shape[1] < k:  # rank < k: any orthonormal completion
+        vectors = np.linalg.qr(np.hstack([vectors[:, positive], basis.V]))[0][:, :k]
+        values = np.concatenate([values[positive], np.zeros(k - positive.sum())])
+    else:
+        orthonormal = np.linalg.qr(vectors)[0]  # re-orthonormalised, same directions and signs
+        vectors = orthonormal * np.sign(np.sum(orthonormal * vectors, axis=0))
+    return np.sqrt(values), vectors.T
 
 
-def estimate(V: np.ndarray, W: np.ndarray, k: int) -> Estimate:
+def estimate(basis: Basis, k: int, *, stable: bool = False) -> Estimate:
     """Components, singular values and the error bound from the kept basis (see module notes)."""
     with client_blas_threads():
-        X, theta, norms, ritz_bound, eig_error, gap = _plain_ritz(V, W, k)
-        singular_values, components = _left_ritz(V, W, k)
+        ritz_values, ritz_vectors = basis.ritz()
+        X, theta, norms, ritz_bound, eig_error, gap = _plain_ritz(basis, k, ritz_values, ritz_vectors)
+        singular_values, components = _left_ritz(basis, k, ritz_values, ritz_vectors, stable=stable)
         distance = subspace_sine(X, components.T) if X.shape[1] == k else 1.0
     error_bound = min(1.0, distance + ritz_bound)
     values = np.maximum(singular_values**2, theta)  # both lower bounds of λ_i; keep the closer
     with np.errstate(divide="ignore", invalid="ignore"):
         relative = np.where(values > 0, eig_error / values, np.inf)
     return Estimate(components, singular_values, error_bound, ritz_bound, norms, relative, gap)
-
-
-def restart(V: np.ndarray, W: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray]:
-    """Thick restart: the ``keep`` leading Ritz vectors X = VY and C·X = W·Y (known exactly)."""
-    T = V.T @ W
-    _, Y = eigh((T + T.T) / 2, check_finite=False)
-    Y = Y[:, ::-1][:, :keep]
-    return V @ Y, W @ Y
 
 
 # ---- the solver -------------------------------------------------------------------------------
@@ -301,31 +349,36 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
     state = store.load()
     if state is None:
         block = np.linalg.qr(as_generator(random_state).standard_normal((n_features, ell)))[0]
-        V = W = np.zeros((n_features, 0))
+        basis = Basis.empty(n_features)
         done, total_m2, restarts = 0, None, 0
     else:
-        V, W, block = state["V"], state["W"], state["block"]
-        done, total_m2, restarts = int(state["passes"]), float(state["m2"]), int(state["restarts"])
+        basis = Basis(state["V"], state["W"], state["T"], state["P"])
+        block, done = state["block"], int(state["passes"])
+        total_m2, restarts = float(state["m2"]), int(state["restarts"])
 
-    n_passes, history, result = 0, [], None
+    n_passes, history = 0, []
     while True:
         root = run_pass(X, block, first=total_m2 is None)
         n_passes += 1
         if total_m2 is None:
             total_m2 = root.m2
-        V, W = np.hstack([V, block]), np.hstack([W, root.ht.T @ root.r])  # W_j = H_jR_j = C·V_j
-        result = estimate(V, W, k)
+        with client_blas_threads():
+            basis = basis.extend(block, root.ht.T @ root.r)  # W_j = H_jR_j = C·V_j
+        result = estimate(basis, k)
         history.append(result.error_bound)
         if result.error_bound <= target or done + n_passes >= budget:
             break
         with client_blas_threads():
-            block = _orthonormal_extension(V, W[:, -block.shape[1]:])
+            block = _orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:])
             if block.shape[1] == 0:  # span V is invariant under C: the projection is exact
                 break
-            if 16 * n_features * (V.shape[1] + block.shape[1]) > BASIS_BYTES:
-                V, W = restart(V, W, max(2 * ell, k + 1))
+            if 16 * n_features * (basis.size + block.shape[1]) > BASIS_BYTES:
+                basis = basis.restart(max(2 * ell, k + 1))
                 restarts += 1
-        store.save({"V": V, "W": W, "block": block, "passes": done + n_passes, "m2": total_m2, "restarts": restarts})
+        store.save({"V": basis.V, "W": basis.W, "T": basis.T, "P": basis.P, "block": block,
+                    "passes": done + n_passes, "m2": total_m2, "restarts": restarts})
+    result = estimate(basis, k, stable=True)  # the returned answer from an SVD (see _left_ritz)
+    history[-1] = result.error_bound
 
     ddof_count = max(n_samples - 1, 1)
     converged = bool(result.error_bound <= target)
@@ -354,7 +407,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             "bound_history": [float(b) for b in history],
             "n_oversamples": p,
             "sketch_size": ell,
-            "basis_size": int(V.shape[1]),
+            "basis_size": basis.size,
             "max_passes": budget,
             "restarts": restarts,
             "resumed_from_pass": store.resumed_from,

@@ -199,8 +199,11 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     demo = command("demo", "write a sample zarr array, fit PCA on an embedded Dask cluster, write results",
                    "Writes a sample float32 zarr array (reused on later runs), starts a local Dask cluster "
                    "(dashboard link printed), fits PCA, prints the explained-variance table and writes "
-                   "components and scores to a new results folder.")
-    demo.add_argument("--dir", default="daskpca-demo", help="folder for the sample data and results (default: %(default)s)")
+                   "components and scores to the folder's results-latest/ (replaced on each run).")
+    demo.add_argument("--dir", help="folder for the sample data and results (default: $DASKPCA_DEMO_DIR, else "
+                                    "~/.cache/daskpca/demo; the path is printed)")
+    demo.add_argument("--new-results", action="store_true", help="write a new results-TIMESTAMP/ folder instead of "
+                                                                  "replacing results-latest/")
     demo.add_argument("--n-samples", type=positive_int, default=200_000, help="rows of the sample array (default: %(default)s)")
     demo.add_argument("--n-features", type=positive_int, default=200, help="columns of the sample array (default: %(default)s)")
     demo.add_argument("--chunk-rows", type=positive_int, default=20_000, help="rows per chunk (default: %(default)s)")

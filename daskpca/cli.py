@@ -384,22 +384,31 @@ def _demo_data(path: Path, n_samples: int, n_features: int, rank: int, chunk_row
     return da.from_zarr(str(path))
 
 
+def demo_folder() -> Path:
+    """The demo's default folder: ``$DASKPCA_DEMO_DIR``, else the user's cache folder."""
+    if os.environ.get("DASKPCA_DEMO_DIR"):
+        return Path(os.environ["DASKPCA_DEMO_DIR"])
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "daskpca" / "demo"
+
+
 def cmd_demo(args) -> dict:
     from . import PCA
     from .io import write_array
 
-    root = Path(args.dir)
+    root = Path(args.dir) if args.dir else demo_folder()
+    print(f"demo folder: {root} (--dir to change; the sample array is reused, the results replaced)")
     with dask_client(args):
-        X = _demo_data(root / "input.zarr", args.n_samples, args.n_features, 10, args.chunk_rows, seed=0)
+        X = _demo_data(root / "input.zarr", args.n_samples, args.n_features, min(10, args.n_features), args.chunk_rows, seed=0)
         start = time.perf_counter()
         pca = PCA(n_components=args.n_components).fit(X)
         elapsed = time.perf_counter() - start
         print(f"fitted {pca.solver_!r} PCA on {X.shape} in {elapsed:.1f} s "
-              f"({pca.n_passes_} pass{'es' if pca.n_passes_ > 1 else ''} over the data; {pca.solver_reason_})")
+              f"({_passes(pca.n_passes_)} over the data; {pca.solver_reason_})")
         print(_variance_table(pca, args.all))
-        out = root / f"results-{datetime.now():%Y%m%d-%H%M%S-%f}"
-        write_array(pca.components_, out / "components.zarr", name="principal axes (mode × feature)")
-        write_array(pca.transform(X), out / "scores.zarr", name="scores (sample × mode)")
+        out = root / (f"results-{datetime.now():%Y%m%d-%H%M%S-%f}" if args.new_results else "results-latest")
+        write_array(pca.components_, out / "components.zarr", name="principal axes (mode × feature)", overwrite=True)
+        write_array(pca.transform(X), out / "scores.zarr", name="scores (sample × mode)", overwrite=True)
         print(f"wrote {out / 'components.zarr'} {pca.components_.shape} and {out / 'scores.zarr'} "
               f"({X.shape[0]}, {pca.n_components_})")
     return _summary(pca, args, model=None, timings={"fit_s": elapsed})

@@ -14,7 +14,7 @@ import xarray as xr
 import zarr
 
 import daskpca
-from daskpca import PCA
+from daskpca import PCA, cli
 
 from _helpers import low_rank_data, write_zarr
 
@@ -226,3 +226,54 @@ def test_progress_lines_on_a_non_terminal(sources, tmp_path):
     lines = stream.getvalue().splitlines()
     assert len(lines) >= 2 and all(line.startswith("progress: ") for line in lines)
     assert lines[-1].startswith("progress: ") and "(100%)" in lines[-1]
+
+
+# ----------------------------------------------------------------------------- in process (no cluster)
+
+
+def test_help_shows_required_options_as_required():
+    text = cli.build_parser().command_parsers["fit"].format_help()
+    required = text.split("required (on the command line or in --config):")[1].split("\n\n")[0]
+    assert "--n-components K" in required and "--out MODEL" in required
+
+
+def test_small_input_runs_threaded_says_where_it_wrote_and_keeps_history(sources, tmp_path, capsys):
+    root, X = sources
+    model, scores = tmp_path / "m.zarr", tmp_path / "s.zarr"
+    # SOURCE after a list option is taken back from it, not swallowed
+    assert cli.main(["fit", "--var", "sst", "--n-components", "2", "--out", str(model), "--scores", str(scores),
+                     "--sample-dims", "time", str(root / "field.zarr")]) == 0
+    out = capsys.readouterr().out
+    assert "running on the threaded scheduler in this process" in out and "dashboard" not in out
+    assert f"wrote the model to {model} and the scores (2000, 2) to {scores}" in out
+    assert cli.main(["fit", str(root / "matrix.zarr"), "--n-components", "3", "--out", str(model), "--overwrite",
+                     "--quiet"]) == 0
+    assert cli.main(["history", str(model), "--json"]) == 0
+    versions = json.loads(capsys.readouterr().out)["versions"]
+    assert [v["current"] for v in versions] == [True, False]
+    assert cli.main(["rollback", str(model), "--to", versions[1]["version"], "--quiet"]) == 0
+    assert daskpca.load(model).n_components_ == 2
+    assert cli.main(["inspect", str(model)]) == 0
+    assert "(1 pass)" in capsys.readouterr().out
+
+
+def test_long_variance_tables_are_cut_unless_all(sources, tmp_path, capsys):
+    root, X = sources
+    assert cli.main(["fit", str(root / "matrix.zarr"), "--n-components", "all", "--out", str(tmp_path / "m.zarr")]) == 0
+    out = capsys.readouterr().out
+    assert "   20 " in out and "   21 " not in out and "… 4 more modes (to 100.00%); --all prints every one" in out
+    assert cli.main(["inspect", str(tmp_path / "m.zarr"), "--all"]) == 0
+    assert "   24 " in capsys.readouterr().out
+
+
+def test_demo_defaults_to_a_named_cache_folder_and_replaces_its_results(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("DASKPCA_DEMO_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    args = ["demo", "--n-samples", "2000", "--n-features", "8", "--chunk-rows", "500", "--n-components", "2",
+            "--workers", "1", "--memory-limit", "1GiB", "--quiet"]
+    assert cli.main(args) == 0
+    folder = tmp_path / "cache" / "daskpca" / "demo"
+    assert f"demo folder: {folder}" in capsys.readouterr().out
+    assert sorted(p.name for p in folder.iterdir()) == ["input.zarr", "results-latest"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]  # nothing in the current folder

@@ -13,6 +13,7 @@ from daskpca.solvers import krylov, randomized
 from daskpca.solvers._base import ComponentRequest
 
 from _helpers import reference_pca, sin_theta, write_zarr
+from test_solver_randomized import _slow_decay  # σ_i = i^(-1/2)
 
 
 def hard_spectrum(n, d, k, ratio, *, seed=0, slope=0.2, offset=1e3, dtype=np.float64):
@@ -90,14 +91,6 @@ def test_bound_is_never_below_the_true_error_and_close_to_it(monkeypatch, n, d, 
 @pytest.mark.parametrize("n, d, k, ratio, passes", BIG_CASES)
 def test_bound_on_larger_hard_spectra_over_many_seeds(monkeypatch, n, d, k, ratio, passes, seed):
     _check_bound(monkeypatch, n, d, k, ratio, passes, seed)
-
-
-def _slow_decay(n=500, d=80, seed=1):
-    """σ_i = i^(-1/2) (as in test_solver_randomized)."""
-    rng = np.random.default_rng(seed)
-    u, _ = np.linalg.qr(rng.standard_normal((n, d)))
-    v, _ = np.linalg.qr(rng.standard_normal((d, d)))
-    return (u / np.sqrt(np.arange(1, d + 1))) @ v.T + 3.0
 
 
 @pytest.mark.parametrize("q", [0, 1, 3])

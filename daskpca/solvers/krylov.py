@@ -112,7 +112,7 @@ from .._linalg import client_blas_threads
 from ..exceptions import AccuracyWarning
 from ._base import ComponentRequest, SolverResult
 from ._iterative import as_generator, subspace_sine
-from .randomized import _check_oversamples, _leading_right_vectors, run_pass
+from .randomized import _check_oversamples, _leading_right_vectors, run_pass, sketch_result
 
 OPTIONS = ("n_oversamples", "tol", "max_passes", "checkpoint")
 
@@ -389,15 +389,9 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             "solver ('covariance', 'gram') where its matrix fits.",
             AccuracyWarning, stacklevel=3,
         )
-    out = SolverResult(
-        components=result.components,
-        explained_variance=result.singular_values**2 / ddof_count,
-        mean=root.mean,
-        n_samples=n_samples,
-        total_variance=float(total_m2 / ddof_count),
-        n_passes=n_passes,
-        spectrum=None,
-        info={
+    out = sketch_result(
+        result.components, result.singular_values, root, total_m2, n_passes,
+        {
             "error_bound": float(result.error_bound),
             "eigenvalue_error_bounds": result.eigenvalue_error_bounds,
             "residual_norms": result.residual_norms / ddof_count,

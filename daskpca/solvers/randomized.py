@@ -360,23 +360,30 @@ def solve(
         store.save({"omega": omega, "power_iter_done": iteration + 1, "passes": iteration + 1})
 
     singular_values, components = _leading_right_vectors(root.ht, k)  # B = QᵀX̃ = Hᵀ
-    ddof_count = max(n_samples - 1, 1)
-    result = SolverResult(
+    result = sketch_result(components, singular_values, root, total_m2, n_passes, {
+        "n_iter": q,
+        "n_power_iter": q,
+        "n_oversamples": p,
+        "sketch_size": ell,
+        "resumed_from_pass": store.resumed_from,
+        "total_passes": (store.resumed_from or 0) + n_passes,
+    })
+    store.clear()
+    return result
+
+
+def sketch_result(components, singular_values, root: _Sketch, total_m2: float, n_passes: int, info: dict) -> SolverResult:
+    """The :class:`SolverResult` of a sketching solver: singular values of X̃ become variances
+    (ddof = 1), the last pass's root gives the mean, the first pass's total sum of squares the
+    total variance."""
+    ddof_count = max(root.count - 1, 1)
+    return SolverResult(
         components=components,
         explained_variance=singular_values**2 / ddof_count,
         mean=root.mean,
-        n_samples=n_samples,
+        n_samples=root.count,
         total_variance=float(total_m2 / ddof_count),
         n_passes=n_passes,
         spectrum=None,
-        info={
-            "n_iter": q,
-            "n_power_iter": q,
-            "n_oversamples": p,
-            "sketch_size": ell,
-            "resumed_from_pass": store.resumed_from,
-            "total_passes": (store.resumed_from or 0) + n_passes,
-        },
+        info=info,
     )
-    store.clear()
-    return result

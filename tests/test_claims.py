@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 
 import numpy as np
@@ -18,6 +17,8 @@ from daskpca import PCA, cli, io
 from daskpca._claims import acquire, claim_location
 from daskpca._publish import STEPS
 from daskpca.exceptions import OutputClaimedError
+
+from _publish_faults import kill_at_every_step
 
 X = np.random.default_rng(3).standard_normal((400, 6))
 
@@ -175,12 +176,7 @@ def test_sigkill_at_every_local_publish_step_leaves_a_complete_model(tmp_path):
     targets = {step: tmp_path / step / "m.zarr" for step in STEPS}
     for target in targets.values():
         PCA(2).fit(Y).save(target)
-    processes = {step: subprocess.Popen([sys.executable, "-c", textwrap.dedent(_KILLED_SAVE), str(target), "4"],
-                                        env={**os.environ, "DASKPCA_FAULT": step}, stderr=subprocess.PIPE)
-                 for step, target in targets.items()}
-    for step, process in processes.items():
-        assert process.wait(timeout=120) == -9, (step, process.stderr.read())
-        process.stderr.close()
+    kill_at_every_step(_KILLED_SAVE, {step: [target, 4] for step, target in targets.items()})
     for step, target in targets.items():
         loaded = daskpca.load(target)  # complete, verified: the previous model until the switch, then the new one
         assert loaded.n_components_ == (2 if STEPS.index(step) < STEPS.index("switched") else 4), step

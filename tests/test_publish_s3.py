@@ -6,9 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
-import sys
-import textwrap
 import uuid
 
 import numpy as np
@@ -23,6 +20,8 @@ from daskpca import PCA, cli, io  # noqa: E402
 from daskpca._claims import acquire  # noqa: E402
 from daskpca._publish import POINTER, STEPS, start  # noqa: E402
 from daskpca.exceptions import DamagedModelError, DamagedStoreError, OutputClaimedError, OutputExistsError  # noqa: E402
+
+from _publish_faults import kill_at_every_step  # noqa: E402
 
 BUCKET = "daskpca-test"
 X = np.random.default_rng(5).standard_normal((80, 6))
@@ -176,12 +175,7 @@ def test_sigkill_at_every_s3_publish_step_leaves_a_complete_model(s3):
     targets = {step: url("model.zarr") for step in STEPS}
     for target in targets.values():
         PCA(2).fit(X).save(target)
-    processes = {step: subprocess.Popen([sys.executable, "-c", textwrap.dedent(_KILLED_SAVE), target],
-                                        env={**os.environ, "DASKPCA_FAULT": step}, stderr=subprocess.PIPE)
-                 for step, target in targets.items()}
-    for step, process in processes.items():
-        assert process.wait(timeout=120) == -9, (step, process.stderr.read())
-        process.stderr.close()
+    kill_at_every_step(_KILLED_SAVE, {step: [target] for step, target in targets.items()})
     for step, target in targets.items():
         switched = STEPS.index(step) >= STEPS.index("switched")
         assert daskpca.load(target).n_components_ == (4 if switched else 2), step  # complete and verified

@@ -31,6 +31,8 @@ def root(tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile")
     zarr.create_array(str(root / "matrix.zarr"), shape=X.shape, chunks=(50, 6), dtype="f8")[...] = X
     zarr.create_array(str(root / "wide.zarr"), shape=(20, 9), chunks=(10, 9), dtype="f8")[...] = 1.0
+    # metadata only (no chunk written): 800 MB row blocks, for the planner's memory check
+    zarr.create_array(str(root / "huge.zarr"), shape=(200_000, 5_000), chunks=(20_000, 5_000), dtype="f8")
     bad = X.copy()
     bad[17, 4] = np.nan
     zarr.create_array(str(root / "nan.zarr"), shape=X.shape, chunks=(50, 6), dtype="f8")[...] = bad
@@ -63,6 +65,9 @@ CLI_CASES = {
     "threads 0": (FIT + ["--threads", "0"], 2, r"--threads: expected an integer ≥ 1"),
     "memory limit tiny": (FIT + ["--memory-limit", "1MiB"], 2, r"'1MiB' is too small for a Dask worker.*give e.g. 1GiB"),
     "memory limit words": (FIT + ["--memory-limit", "lots"], 2, r"expected 'auto' or a size such as 4GiB"),
+    "memory limit below the planned task": (["fit", "{root}/huge.zarr", "--n-components", "2", "--out", "{tmp}/m.zarr",
+                                             "--workers", "1", "--memory-limit", "1GiB"], 2,
+                                            r"--memory-limit 1.00 GiB is too small for this job: solver '\w+' needs .* per task.*Give --memory-limit"),
     # the component request
     "n-components 0": (["fit", "{root}/matrix.zarr", "--n-components", "0", "--out", "{tmp}/m.zarr"], 2,
                        r"n_components=0 is out of range"),

@@ -64,8 +64,8 @@ def _digest(parts) -> str:
 def store_record(location: str) -> dict:
     """The record of a complete store at ``location`` (see the module docstring)."""
     fs, root, names = _objects_of(location)
-    contents = _read_all(fs, root, names)
-    metadata = {n: hashlib.sha256(contents[n]).hexdigest() for n in names if n.endswith("zarr.json")}
+    hashes = _hashes(fs, root, names)
+    metadata = {n: hashes[n] for n in names if n.endswith("zarr.json")}
     arrays: dict[str, dict] = {}
     for name in names:
         if name in metadata:
@@ -74,17 +74,24 @@ def store_record(location: str) -> dict:
     return {
         "metadata": metadata,
         "arrays": {array: {"objects": len(members), "names": _digest(members),
-                           "bytes": _digest(hashlib.sha256(contents[n]).digest() for n in members)}
+                           "bytes": _digest(hashes[n] for n in members)}
                    for array, members in arrays.items()},
     }
 
 
-def _read_all(fs, root: str, names: list) -> dict:
-    if not names:
-        return {}
-    paths = [f"{root}/{n}" for n in names]
-    found = fs.cat(paths, on_error="omit") if len(paths) > 1 else {paths[0]: fs.cat_file(paths[0])}
-    return {n: found.get(p, b"") for n, p in zip(names, paths)}
+#: Objects read per request batch while hashing (bounded memory for large results stores).
+_BATCH = 64
+
+
+def _hashes(fs, root: str, names: list) -> dict:
+    """SHA-256 (hex) of every object, read in batches so memory stays bounded."""
+    out = {}
+    for start in range(0, len(names), _BATCH):
+        batch = names[start:start + _BATCH]
+        paths = [f"{root}/{n}" for n in batch]
+        found = fs.cat(paths, on_error="omit") if len(paths) > 1 else {paths[0]: fs.cat_file(paths[0])}
+        out.update({n: hashlib.sha256(found.get(p, b"")).hexdigest() for n, p in zip(batch, paths)})
+    return out
 
 
 def check_store(location: str, record: dict, *, full: bool, label: str, error=DamagedStoreError) -> None:
@@ -98,9 +105,9 @@ def check_store(location: str, record: dict, *, full: bool, label: str, error=Da
     for name in names:
         if name not in present_metadata:
             groups.setdefault(_group(name), []).append(name)
-    contents = _read_all(fs, root, names) if full else {}
+    hashes = _hashes(fs, root, names) if full else {}
     for name in sorted(present_metadata & set(record.get("metadata", {}))):
-        if full and hashlib.sha256(contents[name]).hexdigest() != record["metadata"][name]:
+        if full and hashes[name] != record["metadata"][name]:
             problems.append(f"metadata {name!r} (shape, dtype or attributes) was changed after it was written")
     for array, expected in sorted(record.get("arrays", {}).items()):
         members = groups.get(array, [])
@@ -109,7 +116,7 @@ def check_store(location: str, record: dict, *, full: bool, label: str, error=Da
             problems.append(f"{shown}: {expected['objects'] - len(members)} of {expected['objects']} chunk file(s) missing")
         elif len(members) > expected["objects"] or _digest(members) != expected["names"]:
             problems.append(f"{shown}: its chunk files are not the ones written")
-        elif full and _digest(hashlib.sha256(contents[n]).digest() for n in members) != expected["bytes"]:
+        elif full and _digest(hashes[n] for n in members) != expected["bytes"]:
             problems.append(f"{shown}: chunk contents differ from what was written (checksum mismatch)")
     for array in sorted(set(groups) - set(record.get("arrays", {}))):
         problems.append(f"{array!r}: chunk files that were never written")

@@ -17,8 +17,8 @@ complex values where the analysis is complex:
   variances add), as in xeofs's ``HilbertEOF``.
 
 ``to_xarray()`` adds ``components_amplitude`` and ``components_phase`` for labeled models.
-``update`` is refused (no sufficient statistics), and ``score``-type likelihoods are those of
-real PCA and are not offered.
+``update`` is refused (no sufficient statistics), and ``score``-type likelihoods (those of real
+probabilistic PCA) raise ``NotImplementedError``.
 """
 
 from __future__ import annotations
@@ -29,11 +29,14 @@ import numpy as np
 
 from . import _plan, labeled
 from ._graph import map_column_blocks, tree_reduce
+from ._validation import check_nan_policy, find_nonfinite
 from .exceptions import InvalidParameterError
 from .pca import PCA
 from .solvers import hilbert as hilbert_solver
 
 SOLVER = "hilbert"
+_NO_LIKELIHOOD = ("HilbertPCA has complex components: probabilistic PCA's Gaussian likelihood (score, "
+                  "score_samples, get_covariance, get_precision) is defined for real data. Use PCA for it.")
 
 
 class HilbertPCA(PCA):
@@ -98,23 +101,26 @@ class HilbertPCA(PCA):
                   "matrix from column strips (the Hilbert transform needs each feature's whole series)")
         return _plan.Plan(SOLVER, reason, None, n, d, k, budget, source, [estimate])
 
-    def transform(self, X, *, scaling=None):
-        """Complex scores of ``X`` (lazy for lazy input; one pass over column strips)."""
+    def transform(self, X, *, scaling=None, nan="raise"):
+        """Complex scores of ``X`` (lazy for lazy input; one pass over column strips).
+
+        ``nan="raise"`` (default): a NaN/±inf in ``X`` raises, naming its row and column (checked
+        in the strip tasks: no extra pass). ``"propagate"``: the FFT spreads a missing value over
+        its feature's whole series, so every score becomes NaN — fill gaps first instead.
+        """
         import dask.array as da
 
         self._check_fitted()
+        check_nan_policy(nan)
         matrix, kind = self._model_input(X)
         scaling, factors = self._score_factors(scaling)
         Z = self.feature_stage_.apply(matrix)
         basis = self.components_.T * factors[None, :]
-        parts = map_column_blocks(Z, _strip_scores, "hilbert-scores", self.mean_, basis, self.padding, self.decay_factor)
+        parts = map_column_blocks(Z, _strip_scores, "hilbert-scores", self.mean_, basis, self.padding,
+                                  self.decay_factor, nan)
         total = tree_reduce(parts, _sum, "hilbert-scores-merge")
         scores = da.from_delayed(total, shape=(Z.shape[0], self.n_components_), dtype=np.complex128)
-        if kind == "numpy":
-            scores = scores.compute()
-        if self.layout_ is not None:
-            return labeled.scores_to_xarray(self.layout_, scores, X, self.n_components_, scaling)
-        return scores
+        return self._scores_out(scores, kind, X, scaling)
 
     def inverse_transform(self, X, *, modes=None, scaling=None):
         """The real field ``Re(scores·vᴴ) + mean_`` from complex scores (see :meth:`PCA.inverse_transform`)."""
@@ -124,6 +130,22 @@ class HilbertPCA(PCA):
         conjugate.components_ = np.conj(self.components_)
         field = PCA.inverse_transform(conjugate, X, modes=modes, scaling=scaling)
         return field.map(np.real) if hasattr(field, "data_vars") else field.real
+
+    def score_samples(self, X, *, nan="raise"):
+        """Not offered: probabilistic PCA's likelihood is that of real data."""
+        raise NotImplementedError(_NO_LIKELIHOOD)
+
+    def score(self, X, y=None, *, nan="raise"):
+        """Not offered: probabilistic PCA's likelihood is that of real data."""
+        raise NotImplementedError(_NO_LIKELIHOOD)
+
+    def get_covariance(self):
+        """Not offered: see :meth:`score_samples`."""
+        raise NotImplementedError(_NO_LIKELIHOOD)
+
+    def get_precision(self):
+        """Not offered: see :meth:`score_samples`."""
+        raise NotImplementedError(_NO_LIKELIHOOD)
 
     def to_xarray(self):
         """As :meth:`PCA.to_xarray`, with ``components_amplitude`` and ``components_phase``."""
@@ -137,9 +159,17 @@ class HilbertPCA(PCA):
         return ds
 
 
-def _strip_scores(strip, col_offset, mean, basis, padding, decay_factor):
+def _strip_scores(strip, col_offset, mean, basis, padding, decay_factor, nan):
     """(n, k) contribution of one column strip to the complex scores."""
     width = strip.shape[1]
+    if nan == "raise":
+        bad = find_nonfinite(np.asarray(strip), 0, col_offset)
+        if bad.count:
+            raise ValueError(
+                f"X contains {bad.count} non-finite value(s) (NaN or ±inf) in this strip; the first is at "
+                f"row {bad.first[0]}, column {bad.first[1]}. Hilbert scores need complete series: fill "
+                "the gaps first (transform(X, nan='propagate') would make every score NaN)."
+            )
     x = np.asarray(strip, dtype=np.float64) - mean[col_offset : col_offset + width]
     z = hilbert_solver.analytic_signal(x, padding=padding, decay_factor=decay_factor, center=False)
     return z @ basis[col_offset : col_offset + width]

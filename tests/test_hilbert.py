@@ -109,3 +109,15 @@ def test_labeled_field_with_mask_and_weights_in_two_passes(tmp_path):
 def test_bad_options_are_refused_before_any_read(params, match):
     with pytest.raises(InvalidParameterError, match=match):
         HilbertPCA(2, **params).fit(np.zeros((10, 3)))
+
+
+def test_nan_in_transform_input_is_named_and_likelihoods_are_refused():
+    X = _wave().reshape(240, -1)
+    model = HilbertPCA(2).fit(X)
+    bad = X.copy()
+    bad[17, 5] = np.nan
+    with pytest.raises(ValueError, match="row 17, column 5"):
+        model.transform(bad)
+    assert np.isnan(model.transform(bad, nan="propagate")).all()
+    with pytest.raises(NotImplementedError, match="complex components"):
+        model.score(X)

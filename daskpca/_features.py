@@ -73,11 +73,16 @@ class FeatureStage:
         return bool(self.keep.all() and np.all(self.factor == 1.0))
 
     def apply(self, matrix):
-        """Lazy ``matrix[:, keep] · factor`` (the matrix itself for the identity stage)."""
+        """Lazy ``matrix[:, keep] · factor`` in float64 (the matrix itself for the identity stage).
+
+        float64 whatever the input: a float32 product would round every weighted entry (relative
+        6e-8), an error the solvers would then carry (sin θ ~1e-7/gap on float32 fields). The
+        solvers convert each block to float64 anyway, so no block is held in both precisions.
+        """
         if self.is_identity:
             return matrix
         kept = matrix if self.keep.all() else matrix[:, self.keep]
-        return kept * self.factor.astype(matrix.dtype)
+        return kept.astype(np.float64) * self.factor
 
     def narrow(self, request: ComponentRequest) -> ComponentRequest:
         """The component request on the kept features, validated again (k ≤ n_kept)."""
@@ -112,8 +117,9 @@ class FeatureSpec:
     missing_ok: bool = False
 
     def weigh(self, matrix):
-        """Lazy ``matrix · weights`` over every input column (for solvers that mask afterwards)."""
-        return matrix * self.weights.astype(matrix.dtype)
+        """Lazy ``matrix · weights`` over every input column, in float64 (see
+        :meth:`FeatureStage.apply`), for solvers that mask afterwards."""
+        return matrix.astype(np.float64) * self.weights
 
     def resolve(self, finite_count: np.ndarray, n_samples: int, variance: np.ndarray | None = None) -> FeatureStage:
         """The stage from per-feature finite counts and (for ``standardize``) variances (D,).

@@ -431,7 +431,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         scores = Z.rechunk({1: -1}).map_blocks(
             project_block, self.mean_, self.components_.T * factors[None, :], nan, self._positions(X),
             dtype=Z.dtype, chunks=(Z.chunks[0], (self.n_components_,)),
-        )
+        ).astype(matrix.dtype, copy=False)  # the input's precision (the stage computes in float64)
         return self._scores_out(scores, kind, X, scaling)
 
     def _scores_out(self, scores, kind: str, X, scaling: str):

@@ -189,3 +189,19 @@ def test_no_module_is_over_600_lines():
     long = {p.relative_to(PACKAGE).as_posix(): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > 600}
     assert not long, f"split these modules by responsibility: {long}"
+
+
+def test_weights_are_applied_in_float64_so_a_float32_field_loses_nothing_to_them():
+    # float32 data, weights that are not representable in float32: the weighted fit must equal a
+    # float64 reference on the float64-weighted data to round-off, not to float32's 6e-8.
+    rng = np.random.default_rng(3)
+    n, d = 400, 60
+    signal = (rng.standard_normal((n, 3)) * [3.0, 2.0, 1.5]) @ np.linalg.qr(rng.standard_normal((d, 3)))[0].T
+    X = (signal + 0.3 * rng.standard_normal((n, d)) + 20.0).astype(np.float32)
+    weights = np.sqrt(np.cos(np.deg2rad(np.linspace(-70, 70, d))))
+    components, variance, _ = reference_pca(X.astype(np.float64) * weights)
+    for solver in ("covariance", "gram", "tsqr"):
+        pca = PCA(3, solver=solver, weights=weights).fit(X)
+        assert sin_theta(pca.components_, components[:3]) < 1e-11, solver
+        np.testing.assert_allclose(pca.explained_variance_, variance[:3], rtol=1e-11)
+        assert pca.transform(X).dtype == np.float32

@@ -1,15 +1,21 @@
 """daskpca: out-of-core, distributed principal component analysis on Dask.
 
-Public API: :class:`PCA` (the estimator) and :data:`SOLVERS` (the registered solver names).
+Public API: :class:`PCA` (the estimator), the EOF family — :class:`HilbertPCA` (complex EOFs),
+:class:`Rotator` (varimax / promax of a fitted model), :func:`lag_embed` (extended EOFs) — and
+:data:`SOLVERS` (the registered solver names).
 """
 
 from ._version import __version__
 
 from .exceptions import NotFittedError
+from .hilbert import HilbertPCA
+from .lagged import lag_embed
 from .pca import PCA
+from .rotation import Rotator
 from .solvers import SOLVERS
 
-#: Load a model written by :meth:`PCA.save` (``daskpca.load(path)`` = ``PCA.load(path)``).
+#: Load a model written by ``save`` (``daskpca.load(path)`` = ``PCA.load(path)``): a PCA, or the
+#: subclass that wrote it (``HilbertPCA``).
 load = PCA.load
 
-__all__ = ["PCA", "NotFittedError", "SOLVERS", "load", "__version__"]
+__all__ = ["HilbertPCA", "PCA", "NotFittedError", "Rotator", "SOLVERS", "lag_embed", "load", "__version__"]

@@ -173,10 +173,10 @@ def _model_problem(pca) -> str | None:
         return "explained_variance_ has negative entries"
     if np.any(np.diff(variance) > 1e-9 * scale):
         return "explained_variance_ is not sorted in decreasing order"
-    gram = components @ components.T
+    gram = components @ components.conj().T  # Cᴴ: Hilbert EOFs are complex
     error = float(np.max(np.abs(gram - np.eye(k)), initial=0.0))
     if error > 1e-6:
-        return f"the rows of components_ are not orthonormal (|C·Cᵀ − I| = {error:.2g})"
+        return f"the rows of components_ are not orthonormal (|C·Cᴴ − I| = {error:.2g})"
     moments = pca.solver_info_.get("moments")
     if moments is not None:
         if np.shape(moments.mean) != (stage.n_kept,) or np.shape(moments.scatter) != (stage.n_kept, stage.n_kept):

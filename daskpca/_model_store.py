@@ -18,8 +18,17 @@ from ._validation import NonFinite
 from .exceptions import DamagedModelError, IncompleteStoreError, NewerFormatError
 
 
+#: Estimator classes by name, so a store records which class wrote it and ``daskpca.load``
+#: returns that class (e.g. ``HilbertPCA``); filled as subclasses are defined.
+ESTIMATORS: dict = {}
+
+
 class SavedModelMixin:
     """Saving and loading for :class:`daskpca.PCA` (format ``daskpca-model``, version 1)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        ESTIMATORS[cls.__name__] = cls
 
     def save(self, store, overwrite=False):
         """Write the fitted model to a zarr group (local path or fsspec URL); no pickle.
@@ -65,7 +74,8 @@ class SavedModelMixin:
           sufficient statistics of ``Z``, when present, for exact incremental updates;
         - the labeled view of :meth:`to_xarray` (components / mean over the original feature dims
           and coords, variances over ``mode``);
-        - attrs: ``daskpca_format``, ``daskpca_format_version``, ``parameters`` (JSON; array-valued
+        - attrs: ``estimator`` (the class, e.g. ``"HilbertPCA"``, which ``load`` returns),
+          ``daskpca_format``, ``daskpca_format_version``, ``parameters`` (JSON; array-valued
           parameters such as ``init`` are not kept, their effect is), fitted scalars, the labeled
           layout (JSON).
         """
@@ -88,6 +98,7 @@ class SavedModelMixin:
             ds.attrs["moments_count"] = int(moments.count)
         ds.attrs.update({name: convert(getattr(self, name)) for name, convert in _MODEL_SCALARS.items()})
         ds.attrs["solver_info"] = json.dumps({k: v for k, v in self.solver_info_.items() if _is_json(v)})
+        ds.attrs["estimator"] = type(self).__name__
         ds.attrs["daskpca_format"] = io.MODEL_FORMAT
         ds.attrs["daskpca_format_version"] = io.FORMAT_VERSION
         if self.layout_ is not None:
@@ -108,6 +119,12 @@ class SavedModelMixin:
         if missing:
             raise DamagedModelError(f"{source!r} is not a complete daskpca model: {missing} missing. Write it again "
                                     "with `daskpca fit`, or restore a complete copy.")
+        written_by = ESTIMATORS.get(attrs.get("estimator", cls.__name__))
+        if written_by is None:
+            raise DamagedModelError(f"{source!r} was written by {attrs['estimator']!r}, which this daskpca does "
+                                    f"not know (it knows {sorted(ESTIMATORS)}). Upgrade daskpca.")
+        if issubclass(written_by, cls):
+            cls = written_by  # PCA.load of a HilbertPCA store returns a HilbertPCA
         try:
             pca = cls._from_dataset(ds, attrs)
         except (ValueError, TypeError, KeyError) as exc:

@@ -223,6 +223,42 @@ class Rotator(ParamsMixin):
                         normalize=int(bool(self.normalize)), converged=int(self.converged_))
         return ds
 
+    def save(self, store, overwrite=False):
+        """Write the rotated model: the model's own store (:meth:`PCA.save`) plus this rotation's
+        parameters and matrix. ``daskpca.load`` of it gives the unrotated model back."""
+        import json
+
+        import xarray as xr
+
+        from . import io
+
+        self._check_fitted()
+        ds = self.model_.to_dataset()
+        ds["rotation_matrix"] = xr.DataArray(self.rotation_matrix_, dims=("rotation_m", "rotation_n"))
+        ds.attrs["rotation"] = json.dumps(self.get_params())
+        return io.write_dataset(ds, store, overwrite=overwrite, marker={"format": io.MODEL_FORMAT, "note": "rotated"})
+
+    @classmethod
+    def load(cls, store):
+        """The rotation :meth:`save` wrote, fitted again on the stored model (reads no data) and
+        checked against the stored rotation matrix."""
+        import json
+        import os
+
+        from . import io
+        from .exceptions import DamagedModelError
+        from .pca import PCA
+
+        source = os.fspath(store)
+        ds = io.read_dataset(store, expected_format=io.MODEL_FORMAT, error=DamagedModelError)
+        if "rotation" not in ds.attrs or "rotation_matrix" not in ds:
+            raise ValueError(f"{source!r} holds a model without a rotation: load it with daskpca.load().")
+        rotator = cls(**json.loads(ds.attrs["rotation"])).fit(PCA.from_dataset(ds, source=source))
+        if not np.allclose(rotator.rotation_matrix_, ds["rotation_matrix"].values, rtol=1e-10, atol=1e-12):
+            raise DamagedModelError(f"{source!r}: the stored rotation matrix differs from the rotation of the "
+                                    "stored model; the store was changed after it was written.")
+        return rotator
+
     def _check(self, model) -> int:
         k = model.n_components_
         m = k if self.n_modes is None else self.n_modes

@@ -121,3 +121,15 @@ def test_nan_in_transform_input_is_named_and_likelihoods_are_refused():
     assert np.isnan(model.transform(bad, nan="propagate")).all()
     with pytest.raises(NotImplementedError, match="complex components"):
         model.score(X)
+
+
+def test_a_saved_hilbert_model_loads_as_one_and_transforms_identically(tmp_path):
+    from daskpca import load
+
+    X = _wave().reshape(240, -1)
+    model = HilbertPCA(2, weights=np.linspace(0.5, 1.5, 48)).fit(X)
+    model.save(tmp_path / "h.zarr")
+    loaded = load(tmp_path / "h.zarr")
+    assert isinstance(loaded, HilbertPCA) and loaded.padding == "exp"
+    np.testing.assert_array_equal(loaded.components_, model.components_)
+    np.testing.assert_array_equal(loaded.transform(X), model.transform(X))

@@ -141,3 +141,26 @@ def test_labeled_rotation_reads_the_data_only_to_score_it(tmp_path):
 def test_bad_rotation_parameters_name_the_fix(fitted, params):
     with pytest.raises(InvalidParameterError, match=next(iter(params))):
         Rotator(**params).fit(fitted[2])
+
+
+def test_a_saved_rotation_loads_with_the_same_scores_and_a_tampered_one_is_refused(fitted, tmp_path):
+    import json
+
+    import zarr
+
+    from daskpca import load
+    from daskpca.exceptions import DamagedModelError
+
+    X, _, pca = fitted
+    rot = Rotator(n_modes=3, power=4).fit(pca)
+    rot.save(tmp_path / "rot.zarr")
+    back = Rotator.load(tmp_path / "rot.zarr")
+    np.testing.assert_array_equal(back.transform(X), rot.transform(X))
+    assert type(load(tmp_path / "rot.zarr")).__name__ == "PCA"  # the plain model is still there
+    pca.save(tmp_path / "plain.zarr")
+    with pytest.raises(ValueError, match="without a rotation"):
+        Rotator.load(tmp_path / "plain.zarr")
+    group = zarr.open_group(str(tmp_path / "rot.zarr"), mode="r+")
+    group.attrs["rotation"] = json.dumps({**json.loads(group.attrs["rotation"]), "power": 1})
+    with pytest.raises(DamagedModelError):
+        Rotator.load(tmp_path / "rot.zarr")

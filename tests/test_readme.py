@@ -25,7 +25,13 @@ def test_labeled_example_fits_and_writes_maps_and_scores(tmp_path, monkeypatch):
     )
     monkeypatch.chdir(tmp_path)
     sst.to_dataset().chunk({"time": 8}).to_zarr("sst.zarr")
-    exec(compile(code, str(README), "exec"), {})
+    namespace = {}
+    exec(compile(code, str(README), "exec"), namespace)
+    # The EOF-family example continues from the same field and model.
+    family = re.search(r"### The EOF family.*?```python\n(.*?)```", text, re.S).group(1)
+    exec(compile(family, str(README), "exec"), namespace)
+    assert namespace["hpca"].solver_ == "hilbert" and namespace["epca"].to_xarray()["components"].dims[1] == "lag"
+    assert namespace["rot"].components_.shape[0] == 4
     eofs, pcs = xr.open_zarr("eofs.zarr"), xr.open_zarr("pcs.zarr")
     assert eofs.components.dims == ("mode", "lat", "lon") and eofs.sizes["mode"] == 10
     assert np.isnan(eofs.components.values[:, 0, :2]).all() and np.isfinite(eofs.components.values[:, 1:]).all()

@@ -112,22 +112,24 @@ def test_never_worse_than_subspace_iteration_or_scikit_learn_at_equal_passes(q, 
     assert sin_theta(ours.components, exact) <= ours.info["error_bound"]
 
 
-def test_tol_stops_at_the_first_pass_whose_bound_meets_it_and_reads_that_often(tmp_path):
+@pytest.mark.parametrize("tol", [1e-3, 1e-4, 1e-7])
+def test_tol_stops_at_the_first_pass_whose_bound_meets_it_and_reads_that_often(tmp_path, tol):
     X = hard_spectrum(1_000, 120, 5, 1.5, seed=3, dtype=np.float32, offset=1e4)
     exact, variance, mean = reference_pca(X.astype(np.float64))
     array, store = write_zarr(tmp_path / "x.zarr", X, (250, 50))
     with dask.config.set(scheduler="threads"):
-        result = krylov.solve(da.from_zarr(array), ComponentRequest(5, *X.shape), random_state=0, tol=1e-4)
+        result = krylov.solve(da.from_zarr(array), ComponentRequest(5, *X.shape), random_state=0, tol=tol)
     info = result.info
     history = info["bound_history"]
-    assert info["converged"] and info["tol"] == 1e-4 and info["error_bound"] <= 1e-4
-    assert history[-1] <= 1e-4 < min(history[:-1]) and len(history) == result.n_passes
+    assert info["converged"] and info["tol"] == tol and info["error_bound"] <= tol
+    assert info["projection"] in ("left", "plain")  # whichever answer is certified first
+    assert history[-1] <= tol < min(history[:-1]) and len(history) == result.n_passes
     assert set(store.chunk_reads().values()) == {result.n_passes} and len(store.chunk_reads()) == 12
     assert sin_theta(result.components, exact[:5]) <= info["error_bound"]
     # float32 input with a 1e4 offset: the mean and eigenvalues to float64 accuracy.
     np.testing.assert_allclose(result.mean, mean, rtol=1e-12)
     assert np.all(np.abs(result.explained_variance / variance[:5] - 1) <= info["eigenvalue_error_bounds"] + 1e-12)
-    assert np.all(info["eigenvalue_error_bounds"] < 1e-6)
+    assert np.all(info["eigenvalue_error_bounds"] < tol)
     assert len(info["residual_norms"]) == 5 and info["gap"] > 0
 
 

@@ -68,6 +68,11 @@ FULL_CASES = {
     # Larger than this machine's RAM (24 GiB): 40 GB of float32, 2000 row chunks of 20 MB. Run it
     # with --methods 'floor-*,daskpca-covariance' (the peers would not finish, or not fit).
     "huge": Case("huge", 10_000_000, 1_000, (5_000, 1_000)),
+    # Hard spectra (issue 14): k = 20 modes just above a flat noise continuum (noise σ = 1 gives a
+    # Marchenko–Pastur bulk up to (1 + √(d/n))² = 2.25 at d/n = 1/4; the signal s_i = 10·0.92^i
+    # puts λ_20 ≈ 5.5, so λ_21/λ_20 ≈ 0.4). Both large: the case the exact solvers barely fit.
+    "hard": Case("hard", 40_000, 10_000, (2_000, 10_000), rank=20, noise=1.0, top_singular=10.0),
+    "hard-tall": Case("hard-tall", 200_000, 2_000, (10_000, 2_000), rank=20, noise=1.0, top_singular=7.5),
 }
 # 10× smaller along the long axis, same chunk shapes scaled alike: for smoke tests.
 QUICK_CASES = {
@@ -75,6 +80,8 @@ QUICK_CASES = {
     "wide": Case("wide-quick", 2_000, 20_000, (2_000, 1_000)),
     "square": Case("square-quick", 10_000, 4_000, (500, 4_000)),
     "huge": Case("huge-quick", 1_000_000, 1_000, (5_000, 1_000)),
+    "hard": Case("hard-quick", 4_000, 10_000, (400, 10_000), rank=20, noise=1.0, top_singular=10.0),
+    "hard-tall": Case("hard-tall-quick", 20_000, 2_000, (1_000, 2_000), rank=20, noise=1.0, top_singular=7.5),
 }
 
 

@@ -27,6 +27,8 @@ import psutil
 from .cases import GIB, Case
 
 FLOORS = ("floor-read", "floor-gram")
+#: Optional rows, by exact name only: floor-read-zarrs (zarr's Rust codec pipeline),
+#: daskpca-krylov-t<tol> / daskpca-auto-t<tol> (accuracy asked), daskpca-krylov-p<passes>.
 #: daskpca's solvers among the default rows, in table order ("exact": covariance, or gram for n < d).
 DASKPCA_SOLVERS = ("exact", "randomized", "tsqr", "als")
 #: Fewer power iterations than the accuracy-first default (q = 7 when k < 0.1·min(n, d)); with
@@ -94,6 +96,18 @@ def m_floor_read(path, case, ctx):
     return None, 1, None
 
 
+def m_floor_read_zarrs(path, case, ctx):
+    """floor-read with zarr's codec pipeline replaced by the Rust one of the ``zarrs`` package."""
+    import zarr
+
+    try:
+        import zarrs  # noqa: F401
+    except Exception as exc:
+        return "skip", None, f"zarrs unavailable: {type(exc).__name__}"
+    with zarr.config.set({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"}):
+        return m_floor_read(path, case, ctx)
+
+
 def _gram_block(b):
     b = b.astype(np.float64)
     return (b.T @ b)[None]  # numpy uses syrk for a.T @ a
@@ -123,7 +137,13 @@ def m_daskpca(solver, **options):
             model = daskpca.PCA(**kwargs).fit(X)
             ctx["api"] = "daskpca.PCA"
             ctx["solver_"] = getattr(model, "solver_", solver)
-            return np.asarray(model.components_), getattr(model, "n_passes_", None), None
+            info = getattr(model, "solver_info_", {})
+            note = None
+            if "error_bound" in info:  # approximate solvers: the bound they report, next to sin θ
+                note = f"{ctx['solver_']}: bound {info['error_bound']:.2g}"
+            elif solver == "auto":
+                note = ctx["solver_"]
+            return np.asarray(model.components_), getattr(model, "n_passes_", None), note
         from daskpca.solvers import SOLVERS
         from daskpca.solvers._base import ComponentRequest
 
@@ -200,6 +220,13 @@ def method_function(name: str):
     if name.startswith(("daskpca-als-i", "daskpca-ppca-i")):  # exactly N iterations (tol=0): cost per pass
         solver, _, iterations = name.removeprefix("daskpca-").partition("-i")
         return m_daskpca(solver, max_iter=int(iterations), tol=0.0)
+    if name.startswith(("daskpca-krylov-t", "daskpca-auto-t")):  # accuracy asked: -t1e-4
+        solver, _, tol = name.removeprefix("daskpca-").partition("-t")
+        return m_daskpca(solver, tol=float(tol))
+    if name.startswith("daskpca-krylov-p"):  # a fixed number of passes, no tol: -p4
+        return m_daskpca("krylov", max_passes=int(name.removeprefix("daskpca-krylov-p")))
+    if name == "floor-read-zarrs":
+        return m_floor_read_zarrs
     if name.startswith("daskpca-"):
         return m_daskpca(name.removeprefix("daskpca-"))
     if name.startswith("sklearn-"):

@@ -8,10 +8,13 @@ holder (pid, host, command, start time) before they read any data. The holder ch
 claim is still its own again just before it publishes, and removes it when done (success or
 failure).
 
-A job killed with SIGKILL cannot remove its claim. The next job sees it, and when the holder ran
-on this host and its pid is gone, the error says the claim is stale and that ``--break-claim``
-(:func:`break_claim` in Python) clears it. Claims are never broken silently: a pid alive on
-another host cannot be checked from here, and a slow job must not lose its output to an
+A job killed with SIGKILL cannot remove its claim. The next job reads it. When the holder
+provably cannot be running — same host, same boot, same pid namespace, and its pid gone or
+reused by a process started later — the claim is cleared with a warning naming the dead job, so
+rerunning a killed job just works (and resumes from its checkpoint). Otherwise (another host or
+container, whose processes cannot be seen from here; a claim written before these fields
+existed) the error names the holder and says that ``--break-claim`` (:func:`break_claim` in
+Python) clears it once you know that job is gone: a slow job must never lose its output to an
 impatient one.
 
 Claims held by this process are registered (:func:`held`), so the writers in :mod:`daskpca.io`
@@ -21,6 +24,7 @@ take a claim only for targets the caller did not claim already.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import sys
@@ -35,6 +39,7 @@ from . import _objects
 from .exceptions import OutputClaimedError
 
 CLAIM_SUFFIX = ".daskpca-claim"
+log = logging.getLogger("daskpca")
 
 #: Claims this process holds, by target key (see :func:`_key`).
 _HELD: dict[str, "Claim"] = {}
@@ -118,6 +123,7 @@ def acquire(target, *, break_stale: bool = False, command: str | None = None) ->
         "started": time.time(),
         "command": command or " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300],
         "target": target,
+        **_process_identity(os.getpid()),
     }
     data = json.dumps(record).encode()
     if break_stale:
@@ -132,7 +138,11 @@ def acquire(target, *, break_stale: bool = False, command: str | None = None) ->
         if _create(location, data):
             break
         other = _read(location)
-        if other is not None:  # None: its holder released it between our create and read
+        if other is not None and _provably_dead(other):
+            log.warning("cleared the stale claim on %r of %s: that job is no longer running (killed "
+                        "before it finished)", target, describe(other))
+            _remove(location)
+        elif other is not None:  # None: its holder released it between our create and read
             raise OutputClaimedError(_conflict_message(target, location, other))
     else:
         raise OutputClaimedError(_conflict_message(target, location, None))
@@ -224,6 +234,39 @@ def _pid_alive(pid) -> bool:
     except (PermissionError, TypeError, ValueError):
         return True  # someone else's process, or no pid: do not call it dead
     return True
+
+
+def _process_identity(pid: int) -> dict:
+    """What tells this process apart from a later one with the same pid (Linux; {} elsewhere):
+    the boot, the pid namespace and the process's start time in clock ticks since boot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            boot = handle.read().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+        return {"boot": boot, "pid_namespace": namespace, "pid_start": _start_ticks(pid)}
+    except (OSError, ValueError, IndexError):
+        return {}
+
+
+def _start_ticks(pid) -> int:
+    with open(f"/proc/{int(pid)}/stat") as handle:
+        return int(handle.read().rsplit(")", 1)[1].split()[19])
+
+
+def _provably_dead(record: dict) -> bool:
+    """Whether the claim's holder cannot be running: it ran in this host's boot and pid namespace
+    (so its pid is visible from here) and that pid is gone or belongs to a later process."""
+    if not record or record.get("host") != socket.gethostname() or "pid_start" not in record:
+        return False
+    here = _process_identity(os.getpid())
+    if not here or (record.get("boot"), record.get("pid_namespace")) != (here["boot"], here["pid_namespace"]):
+        return False
+    try:
+        return _start_ticks(record["pid"]) != int(record["pid_start"])
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError, IndexError, TypeError):
+        return False
 
 
 def _alive_here(record: dict) -> bool:

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from . import _integrity, io, labeled
+from . import _integrity, _plan, io, labeled
 from ._features import FeatureStage
 from ._moments import Moments
 from ._validation import NonFinite
@@ -97,7 +97,7 @@ class SavedModelMixin:
             ds["moments_scatter"] = xr.DataArray(moments.symmetric_scatter(), dims=("feature_kept", "feature_kept_2"))
             ds.attrs["moments_count"] = int(moments.count)
         ds.attrs.update({name: convert(getattr(self, name)) for name, convert in _MODEL_SCALARS.items()})
-        ds.attrs["solver_info"] = json.dumps({k: v for k, v in self.solver_info_.items() if _is_json(v)})
+        ds.attrs["solver_info"] = json.dumps({k: v for k, v in _listed(self.solver_info_).items() if _is_json(v)})
         ds.attrs["estimator"] = type(self).__name__
         ds.attrs["daskpca_format"] = io.MODEL_FORMAT
         ds.attrs["daskpca_format_version"] = io.FORMAT_VERSION
@@ -144,6 +144,7 @@ class SavedModelMixin:
             setattr(pca, name, convert(attrs[name]))
         pca._spectrum = ds["model_spectrum"].values if "model_spectrum" in ds else None
         pca.solver_info_ = json.loads(attrs.get("solver_info", "{}"))
+        pca.error_bound_ = _plan.error_bound(pca.solver_, pca.solver_info_)
         if "moments_mean" in ds:
             pca.solver_info_["moments"] = Moments(
                 int(attrs["moments_count"]), ds["moments_mean"].values, ds["moments_scatter"].values, NonFinite()
@@ -185,6 +186,11 @@ def _not_a_model(source: str) -> str | None:
     return (f"{source!r} is {kind} that daskpca did not write as a model (it has no completion "
             "marker nor model attributes) — a data store? MODEL must be the store written by "
             "`daskpca fit --out` (PCA.save).")
+
+
+def _listed(info: dict) -> dict:
+    """Small NumPy arrays (per-component residuals, bounds) as lists, so JSON keeps them."""
+    return {k: (v.tolist() if isinstance(v, np.ndarray) and v.size <= 10_000 else v) for k, v in info.items()}
 
 
 def _is_json(value) -> bool:

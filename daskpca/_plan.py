@@ -327,6 +327,42 @@ def check_requested(name: str, plan: Plan) -> None:
     )
 
 
+#: Solvers whose answer is exact up to round-off (their ``error_bound_`` is 0).
+EXACT_SOLVERS = ("covariance", "gram", "tsqr", "hilbert")
+
+
+def error_bound(solver: str, info: dict) -> float:
+    """The fitted model's ``error_bound_``: the solver's bound on sin θ of the kept subspace; 0 for
+    exact solvers; NaN for approximate ones that compute none (randomized, als, ppca)."""
+    if "error_bound" in info:
+        return float(info["error_bound"])
+    return 0.0 if solver in EXACT_SOLVERS else float("nan")
+
+
+def fit_warnings(model, solver: str, *, chosen_by_planner: bool) -> list[tuple[str, type]]:
+    """``(message, category)`` of every warning a finished fit owes its caller (the estimator
+    emits them): kept components too small for a solver that squares the data, and an
+    approximate answer nobody asked for (``solver="auto"`` without ``tol`` where no exact solver
+    fit) with the bound it carries. A ``tol`` missed within ``max_passes`` is the solver's own
+    warning (it knows the bound it reached)."""
+    from .exceptions import AccuracyWarning, IllConditionedWarning
+
+    out = []
+    message = ill_conditioning_warning(model.explained_variance_, solver, model.n_samples_)
+    if message:
+        out.append((message, IllConditionedWarning))
+    if chosen_by_planner and model.tol is None and solver not in EXACT_SOLVERS and solver != "ppca":
+        bound = model.error_bound_
+        out.append((
+            f"no exact solver fits a task for this input, so solver='auto' ran the approximate {solver!r} "
+            + (f"solver; its error bound on sin θ of the kept subspace is {bound:.1e} (error_bound_). "
+               if np.isfinite(bound) else "solver, which reports no error bound. ")
+            + "Pass tol= (e.g. 1e-4) to ask for an accuracy, or give the workers more memory for an exact fit.",
+            AccuracyWarning,
+        ))
+    return out
+
+
 def ill_conditioning_warning(explained_variance, solver: str, n_samples: int) -> str | None:
     """A warning when kept eigenvalues are too small for the covariance / Gram path's accuracy.
 
@@ -336,7 +372,8 @@ def ill_conditioning_warning(explained_variance, solver: str, n_samples: int) ->
     past n − 1 are skipped: centering makes their variance zero by construction.
     """
     variance = np.asarray(explained_variance)[: max(n_samples - 1, 1)]
-    if solver not in ("covariance", "gram") or len(variance) == 0 or variance[0] <= 0:
+    # Krylov forms X̃ᵀX̃ implicitly: its eigenvalues carry the covariance solver's absolute error.
+    if solver not in ("covariance", "gram", "krylov") or len(variance) == 0 or variance[0] <= 0:
         return None
     ratio = variance[-1] / variance[0]
     if ratio < ILL_CONDITIONED_RATIO:

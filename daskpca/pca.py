@@ -28,7 +28,7 @@ from ._moments import combine_moments
 from ._params import ParamsMixin, check_params
 from ._probabilistic import ProbabilisticMixin, project_block
 from ._validation import as_dask_matrix, check_n_features, check_nan_policy
-from .exceptions import IllConditionedWarning, NotFittedError
+from .exceptions import NotFittedError
 from .solvers import SOLVERS, covariance
 from .solvers._base import ComponentRequest, SolverResult
 
@@ -128,6 +128,10 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
     n_passes_ : int
         Full reads of the input that ``fit`` made (in this process: fewer when it resumed from
         a ``checkpoint``).
+    error_bound_ : float
+        Bound on the sine of the largest principal angle between ``components_``' span and the
+        exact one: 0 for exact solvers, the Krylov solver's a posteriori bound (see
+        :mod:`daskpca.solvers.krylov`), NaN for approximate solvers that compute none.
     n_iter_ : int
         Iterations of the solver, by solver: ``als`` / ``ppca`` — ALS or EM iterations;
         ``randomized`` — power iterations q; ``krylov`` — blocks in the Krylov basis (one per
@@ -247,9 +251,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         self._set_fitted(result, name, reason, layout)
         if spec is not None:
             self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
-        warning = _plan.ill_conditioning_warning(self.explained_variance_, name, self.n_samples_)
-        if warning:
-            warnings.warn(warning, IllConditionedWarning, stacklevel=3)
+        for message, category in _plan.fit_warnings(self, name, chosen_by_planner=self.solver == "auto"):
+            warnings.warn(message, category, stacklevel=3)
 
     def _fit_input(self, X, sample_dims):
         """``(matrix, layout, spec)``: the input as a lazy matrix, its labeled layout (or None)
@@ -393,6 +396,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         self.solver_reason_ = reason
         self.n_passes_ = result.n_passes
         self.solver_info_ = dict(result.info)
+        self.error_bound_ = _plan.error_bound(solver, self.solver_info_)
         self.feature_stage_ = result.features if result.features is not None else FeatureStage.identity(n_features)
         self.layout_ = layout
         self._spectrum = result.spectrum

@@ -1,0 +1,58 @@
+"""Every fit says how exact it is: error_bound_ (0 exact, the Krylov bound, NaN when unknown),
+saved with the model, and a warning when solver='auto' had to answer approximately unasked."""
+
+from __future__ import annotations
+
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from daskpca import PCA, _plan, load
+from daskpca.exceptions import AccuracyWarning
+
+from _helpers import reference_pca, sin_theta
+
+
+def _noise_continuum(n=1600, d=1500, k=6, seed=0):
+    """k modes just above a flat noise continuum (the hard case for approximate solvers)."""
+    rng = np.random.default_rng(seed)
+    basis = np.linalg.qr(rng.standard_normal((d, k)))[0]
+    edge = (1 + np.sqrt(d / n)) ** 2
+    signal = rng.standard_normal((n, k)) * np.sqrt(edge * np.linspace(3.0, 1.6, k))
+    return signal @ basis.T + rng.standard_normal((n, d)) + 50.0
+
+
+@pytest.fixture
+def small_tasks(monkeypatch):
+    """30 MB per task: no exact solver's d², n² or R factors fit, a sketching pass does."""
+    monkeypatch.setattr(_plan, "task_memory_budget", lambda: (30 * 2**20, "a test's budget"))
+
+
+def test_auto_without_tol_warns_with_the_bound_of_its_approximate_answer(small_tasks, tmp_path):
+    X = _noise_continuum()
+    with pytest.warns(AccuracyWarning, match=r"error bound on sin θ of the kept subspace is \d"):
+        pca = PCA(6, random_state=0).fit(da.from_array(X, chunks=(400, 1500)))
+    assert pca.solver_ == "krylov"
+    components, _, _ = reference_pca(X)
+    true = sin_theta(pca.components_, components[:6])
+    assert 0 < true <= pca.error_bound_ < 1
+    pca.save(tmp_path / "m.zarr")
+    loaded = load(tmp_path / "m.zarr")
+    assert loaded.error_bound_ == pca.error_bound_ and len(loaded.solver_info_["residual_norms"]) == 6
+
+
+def test_auto_with_tol_meets_it_quietly(small_tasks):
+    X = _noise_continuum(seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AccuracyWarning)  # met: nothing to warn about
+        pca = PCA(6, tol=1e-4, random_state=0).fit(da.from_array(X, chunks=(400, 1500)))
+    components, _, _ = reference_pca(X)
+    assert sin_theta(pca.components_, components[:6]) <= pca.error_bound_ <= 1e-4
+
+
+@pytest.mark.parametrize("solver, expected", [("covariance", 0.0), ("tsqr", 0.0), ("randomized", np.nan)])
+def test_exact_solvers_report_zero_and_unbounded_ones_nan(solver, expected):
+    pca = PCA(3, solver=solver, random_state=0).fit(_noise_continuum(n=300, d=40))
+    np.testing.assert_equal(pca.error_bound_, expected)

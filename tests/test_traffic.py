@@ -20,6 +20,14 @@ def _merges(step):
     return sorted((t for t in step.tasks.values() if t.kind == "covariance-merge"), key=lambda t: t.key)
 
 
+def _root(step):
+    """The merge no other merge depends on (the tree's root, whose result goes to the client)."""
+    merges = _merges(step)
+    used = {dep for t in merges for dep in t.deps}
+    (root,) = [t for t in merges if t.key not in used]
+    return root
+
+
 def test_one_pass_one_step_and_one_worker_moves_nothing(tmp_path):
     recording = _covariance_recording(tmp_path, 8)
     assert recording.n_passes == 1
@@ -27,34 +35,31 @@ def test_one_pass_one_step_and_one_worker_moves_nothing(tmp_path):
     (step,) = simulate(recording.steps, 1)
     assert step.between_workers == 0
     # The client still ships the zarr handle and the task specs, and gets the merged moments.
-    (merge,) = _merges(recording.steps[0])
-    assert step.to_client == merge.out_bytes
+    assert step.to_client == _root(recording.steps[0]).out_bytes
     assert step.client_data > 0 and step.task_specs > 0
 
 
 def test_covariance_on_two_workers_by_hand(tmp_path):
     d = 12
-    # 8 blocks: one merge of all 8 leaves. Blocks 0-3 on worker 0, 4-7 on worker 1; the merge
-    # holds 4 leaves' bytes on each, the tie goes to worker 0, so 4 leaf results cross.
+    # 8 blocks, merged pairwise (3·d² per merge task): 4 + 2 + 1 merges. Blocks 0-3 on worker 0,
+    # 4-7 on worker 1: every merge below the root has both parts on one worker, so nothing
+    # crosses until the root, which takes one level-1 result from the other worker.
     recording = _covariance_recording(tmp_path, 8, d=d)
     step = recording.steps[0]
     leaves = [t for t in step.tasks.values() if t.kind == "covariance-chunk"]
+    merges = _merges(step)
+    assert len(leaves) == 8 and len(merges) == 7 and all(len(t.deps) == 2 for t in merges)
     (moved,) = simulate([step], 2)
-    assert moved.between_workers == 4 * leaves[0].out_bytes
-    assert moved.crossings == {"covariance-chunk": (4, 4 * leaves[0].out_bytes)}
-    # Each crossing result is a d×d float64 scatter plus the mean and pickling overhead, and the
+    below_root = [t for t in merges if t.key in _root(step).deps]
+    assert moved.crossings == {"covariance-merge": (1, below_root[1].out_bytes)}
+    # Each leaf result is a d×d float64 scatter plus the mean and pickling overhead, and the
     # node formula names it so from the recorded arrays' shapes.
     assert 8 * d * d <= leaves[0].out_bytes <= 8 * d * d + 8 * d + 1000
     out, _ = size_formulas(recording)["covariance-chunk"]
     assert dict(out.terms) == {("d", "d"): 8, ("d",): 8}
-
-    # 16 blocks: each worker merges its own 8 leaves; only one merge result crosses to the root.
+    # Round-robin reads put neighbouring blocks on different workers: one leaf of every first-level
+    # merge crosses (8 of 16).
     step = _covariance_recording(tmp_path, 16, d=d).steps[0]
-    first_level = [t for t in _merges(step) if len(t.deps) == 8]
-    (moved,) = simulate([step], 2)
-    assert len(first_level) == 2
-    assert moved.crossings == {"covariance-merge": (1, first_level[1].out_bytes)}
-    # Round-robin reads put neighbouring blocks on different workers: half the leaves cross.
     (moved,) = simulate([step], 2, "round-robin")
     assert moved.crossings["covariance-chunk"][0] == 8
 

@@ -260,3 +260,12 @@ def test_update_keeps_the_labeled_state_and_equals_a_full_fit():
     part.update(A.isel(time=slice(30, None)))
     assert aligned_error(part.components_, full.components_) < 1e-12
     xr.testing.assert_allclose(part.transform(A), full.transform(A), rtol=1e-10)
+
+
+def test_a_misspelt_variable_in_a_weights_dict_is_refused_by_name():
+    rng = np.random.default_rng(0)
+    ds = xr.Dataset({"sst": (("time", "x"), rng.standard_normal((20, 4))),
+                     "slp": (("time", "x"), rng.standard_normal((20, 4)))})
+    with pytest.raises(ValueError, match=r"\['stt'\].*\['sst', 'slp'\]"):
+        PCA(2, weights={"stt": 2.0}).fit(ds, sample_dims="time")
+    assert PCA(2, weights={"sst": 2.0}).fit(ds, sample_dims="time").n_components_ == 2

@@ -157,7 +157,7 @@ class Layout:
             dims = tuple(d for d in var.dims if d not in self.sample_dims)
             if set(dims) != set(v.dims):
                 raise ValueError(
-                    f"variable {_label(v.name)} has feature dims {dims} here but {v.dims} at fit "
+                    f"{_label(v.name)} has feature dims {dims} here but {v.dims} at fit "
                     "time; the feature dimensions must be the same (their order may differ)."
                 )
             for dim, size in zip(v.dims, v.shape):

@@ -28,6 +28,14 @@ def resolve_weights(weights, ds, layout: Layout) -> np.ndarray:
     out = np.ones(layout.n_features)
     if weights is None:
         return out
+    if isinstance(weights, dict):
+        names = [v.name for v in layout.variables]
+        unknown = [key for key in weights if key not in names]
+        if unknown:  # a misspelt name would silently leave its variable unweighted
+            raise ValueError(
+                f"weights name variable(s) {unknown} that X does not have; its variables are {names}. "
+                "Use those names as the dict's keys (variables left out get weight 1)."
+            )
     for v in layout.variables:
         spec = weights.get(v.name, None) if isinstance(weights, dict) else weights
         if spec is None:

@@ -144,6 +144,16 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     fit.add_argument("--max-iter", type=positive_int, help="iterative solvers (als, ppca): most passes (default: 200)")
     fit.add_argument("--tol", type=float, help="accuracy asked for: bound on sin θ of the kept subspace (approximate solvers; als/ppca: convergence tolerance, default 1e-8)")
     fit.add_argument("--scores", metavar="SCORES", help="also write the scores to this zarr store")
+    eof = fit.add_argument_group("EOF variants")
+    eof.add_argument("--hilbert", action="store_true",
+                     help="Hilbert (complex) EOFs: the analytic signal along the sample dim (rows in time order)")
+    eof.add_argument("--rotation", choices=["varimax", "promax"],
+                     help="rotate the kept modes; the model store keeps the rotation and --scores are rotated")
+    eof.add_argument("--power", type=positive_int, default=4, help="promax power (default: %(default)s)")
+    eof.add_argument("--lags", type=positive_int, metavar="N",
+                     help="extended EOFs: embed N copies of the field delayed by --lag-step samples (a 'lag' dim)")
+    eof.add_argument("--lag-step", type=positive_int, default=1, metavar="STEP",
+                     help="delay between the copies, in samples (default: %(default)s)")
     fit.add_argument("--all", action="store_true", help="print every mode of the variance table (default: the first 20)")
     output_options(fit)
     cluster_options(fit)
@@ -298,3 +308,17 @@ def _repair_positionals(args, argv) -> None:
         else:
             raise UsageError(f"`daskpca {args.command}` needs {positional.upper()} (a zarr store path or URL, "
                              "or a NetCDF file).")
+
+
+def check_eof_options(args) -> None:
+    """Combinations of --hilbert / --rotation / --lags that cannot work, refused before any read."""
+    if args.hilbert and args.rotation:
+        raise UsageError("--rotation rotates real EOFs; Hilbert EOFs are complex. Drop one of --hilbert and --rotation.")
+    if args.hilbert and args.solver != "auto":
+        raise UsageError(f"--hilbert has its own solver (the Hermitian Gram matrix); drop --solver {args.solver}.")
+    if args.hilbert and (args.tol is not None or args.max_iter is not None):
+        raise UsageError("--tol and --max-iter apply to approximate solvers; Hilbert EOFs are exact. Drop them.")
+    if args.rotation != "promax" and args.power != 4:
+        raise UsageError("--power is promax's exponent: add --rotation promax, or drop --power.")
+    if args.lag_step != 1 and not args.lags:
+        raise UsageError("--lag-step needs --lags N (the number of delayed copies).")

@@ -222,22 +222,66 @@ def _sample_dims(args, data):
     return dims
 
 
+# ----------------------------------------------------------------------------- EOF variants
+
+
+def _embedded(data, n_lags: int, lag_step: int, sample_dims):
+    """The source as extended EOFs see it: N delayed copies along a 'lag' dimension (lazy)."""
+    from . import lag_embed
+
+    if sample_dims is not None and len(sample_dims) != 1:
+        raise UsageError(f"--lags embeds along one sample dim (time); got --sample-dims {list(sample_dims)}.")
+    try:
+        return lag_embed(data, n_lags, lag_step, sample_dim=sample_dims[0] if sample_dims else None)
+    except ValueError as exc:
+        raise UsageError(f"--lags {n_lags} --lag-step {lag_step}: {exc}") from None
+
+
+def _load_model(path):
+    """The model at ``path``, with its rotation when it was saved with one."""
+    from . import Rotator, io, load
+    from .exceptions import DamagedModelError
+
+    model = load(path)
+    rotated = "rotation" in io.read_dataset(path, expected_format=io.MODEL_FORMAT, error=DamagedModelError).attrs
+    return Rotator.load(path) if rotated else model
+
+
+def _as_fitted(data, model):
+    """New data embedded as the model's was: an extended-EOF model has a 'lag' feature dim."""
+    from .lagged import LAG
+
+    fitted = getattr(model, "model_", model)
+    layout = fitted.layout_
+    if layout is None or not any(LAG in v.dims for v in layout.variables) or LAG in getattr(data, "dims", ()):
+        return data
+    lags = np.asarray(layout.coords[LAG].values)
+    step = int(lags[1] - lags[0]) if len(lags) > 1 else 1
+    return _embedded(data, len(lags), step, layout.sample_dims)
+
+
 # ----------------------------------------------------------------------------- commands
 
 
 def cmd_fit(args) -> dict:
-    from . import PCA, io
+    from . import HilbertPCA, PCA, Rotator, io
 
     n_components = _cli_args.n_components(args.n_components)
     with _claim_outputs(args, args.out, args.scores):
         for output in filter(None, [args.out, args.scores]):
             io.check_writable(output, overwrite=args.overwrite)  # before the cluster starts or data is read
+        _cli_args.check_eof_options(args)
         data = open_source(args.source, args.var)
         sample_dims = _sample_dims(args, data)
-        pca = PCA(n_components=n_components, solver=args.solver, whiten=args.whiten,
-                  random_state=args.random_state, weights=args.weights,
-                  **{name: value for name, value in (("max_iter", args.max_iter), ("tol", args.tol)) if value is not None},
-                  checkpoint=_checkpoint_path(args.out))
+        if args.lags:
+            data = _embedded(data, args.lags, args.lag_step, sample_dims)
+        if args.hilbert:
+            pca = HilbertPCA(n_components, whiten=args.whiten, weights=args.weights, random_state=args.random_state)
+        else:
+            pca = PCA(n_components=n_components, solver=args.solver, whiten=args.whiten,
+                      random_state=args.random_state, weights=args.weights,
+                      **{name: value for name, value in (("max_iter", args.max_iter), ("tol", args.tol)) if value is not None},
+                      checkpoint=_checkpoint_path(args.out))
         plan = pca.plan(data, sample_dims=sample_dims)  # parameters and shape checked; nothing read
         _check_memory(args, plan)
         timings = {}
@@ -246,10 +290,11 @@ def cmd_fit(args) -> dict:
             pca.fit(data, **({} if sample_dims is None else {"sample_dims": sample_dims}))
             timings["fit_s"] = time.perf_counter() - start
             start = time.perf_counter()
+            model = Rotator(power=1 if args.rotation == "varimax" else args.power).fit(pca) if args.rotation else pca
             with io.transaction():  # the model and the scores are published together, or neither
-                pca.save(args.out, overwrite=args.overwrite)
+                model.save(args.out, overwrite=args.overwrite)
                 if args.scores:
-                    scores = pca.transform(data)
+                    scores = model.transform(data)
                     (io.write_xarray if _is_labeled(scores) else io.write_array)(scores, args.scores, overwrite=args.overwrite)
             timings["write_s"] = time.perf_counter() - start
     _say(args, _variance_table(pca, args.all))
@@ -259,12 +304,12 @@ def cmd_fit(args) -> dict:
 
 
 def cmd_transform(args) -> dict:
-    from . import io, load
+    from . import io
 
     with _claim_outputs(args, args.out):
         io.check_writable(args.out, overwrite=args.overwrite)
-        pca = load(args.model)
-        data = open_source(args.source, args.var)
+        pca = _load_model(args.model)
+        data = _as_fitted(open_source(args.source, args.var), pca)
         with runner(args, data.nbytes):
             start = time.perf_counter()
             scores = pca.transform(data, **({"nan": args.nan} if args.nan != "raise" else {}))

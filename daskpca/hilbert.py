@@ -65,6 +65,10 @@ class HilbertPCA(PCA):
     >>> np.angle(hpca.to_xarray()["components"])                                # doctest: +SKIP
     """
 
+    #: Fixed, not parameters: the solver is always the Hermitian Gram one, and it is exact.
+    solver = SOLVER
+    tol = None
+
     def __init__(self, n_components=None, *, padding="exp", decay_factor=0.2, whiten=False, weights=None,
                  standardize=False, random_state=None):
         self.n_components = n_components

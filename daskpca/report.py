@@ -64,25 +64,36 @@ def _component_maps(pca, n_maps):
 
 
 def summary_markdown(pca, pictures=()) -> str:
-    """A short Markdown summary: the fit, a variance table and links to the pictures."""
+    """A short Markdown summary: the fit, its accuracy, a variance table with North et al.'s
+    separation test, and links to the pictures."""
+    from .significance import north_test
+
     cumulative = np.cumsum(pca.explained_variance_ratio_)
     reached = np.nonzero(cumulative >= REPORT_THRESHOLD)[0]
+    north = north_test(pca.explained_variance_, pca.n_samples_)
+    bound = getattr(pca, "error_bound_", 0.0)
     lines = [
         "# daskpca model report",
         "",
         f"- samples: {pca.n_samples_}, features: {pca.n_features_in_}, components kept: {pca.n_components_}",
         f"- solver: `{pca.solver_}` ({pca.solver_reason_}); passes over the data: {pca.n_passes_}",
+        "- accuracy: " + ("exact (to round-off)" if bound == 0 else
+                          f"sin θ of the kept subspace ≤ {bound:.2g} (the solver's error bound)" if np.isfinite(bound)
+                          else "approximate; this solver computes no error bound"),
         f"- total variance: {pca.total_variance_:.6g}; distortion J (discarded): {pca.distortion_:.6g}; "
         f"noise variance: {pca.noise_variance_:.6g}",
         f"- components for {REPORT_THRESHOLD:.0%} of the variance: "
         + (f"{reached[0] + 1}" if reached.size else f"more than the {pca.n_components_} kept"),
+        "- North et al. (1982): "
+        + (f"the leading {north.k} mode(s) each stand apart from the next (error bars λ·√(2/n) clear "
+           "of each other); truncating inside an unseparated pair splits a pattern" if north.k else
+           "modes 1 and 2 are not separated (their error bars λ·√(2/n) overlap): keep both or neither"),
         "",
-        "| mode | variance | North error | ratio | cumulative |",
-        "|---:|---:|---:|---:|---:|",
+        "| mode | variance | North error | separated from next | ratio | cumulative |",
+        "|---:|---:|---:|:---:|---:|---:|",
     ]
-    north = pca.north_errors()
-    for i, (var, err, ratio, cum) in enumerate(zip(pca.explained_variance_, north, pca.explained_variance_ratio_, cumulative), 1):
-        lines.append(f"| {i} | {var:.6g} | {err:.3g} | {ratio:.2%} | {cum:.2%} |")
+    for row, ratio, cum in zip(north.lines(), pca.explained_variance_ratio_, cumulative):
+        lines.append(f"{row} {ratio:.2%} | {cum:.2%} |")
     lines.append("")
     lines += [f"![{Path(p).stem}]({p})" for p in pictures]
     return "\n".join(lines) + "\n"

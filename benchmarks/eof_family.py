@@ -90,16 +90,17 @@ def references(field) -> dict:
     return {"plain": plain, "hilbert": complex_modes, "extended": extended, "rotated": _varimax(loadings)}
 
 
-def _varimax(L: np.ndarray, iterations: int = 1000, eps: float = 1e-12) -> np.ndarray:
-    """R's stats::varimax (normalize=TRUE), written out; returns unit-norm rotated patterns (rows)."""
+def _varimax(L: np.ndarray, iterations: int = 20000, eps: float = 1e-15) -> np.ndarray:
+    """R's stats::varimax (normalize=TRUE), written out and iterated until the rotation stops
+    moving; returns unit-norm rotated patterns (rows)."""
     h = np.sqrt(np.sum(L**2, axis=1))
     x = L / h[:, None]
-    R, d = np.eye(L.shape[1]), 0.0
+    R = np.eye(L.shape[1])
     for _ in range(iterations):
         z = x @ R
         u, s, vt = np.linalg.svd(x.T @ (z**3 - z @ np.diag(np.sum(z**2, axis=0)) / x.shape[0]))
-        R, previous, d = u @ vt, d, np.sum(s)
-        if d < previous * (1 + eps):
+        R, previous = u @ vt, R
+        if np.max(np.abs(R - previous)) < eps:
             break
     rotated = ((x @ R) * h[:, None]).T
     return rotated / np.linalg.norm(rotated, axis=1)[:, None]

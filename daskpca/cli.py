@@ -30,7 +30,7 @@ from ._cli_args import UsageError
 log = logging.getLogger("daskpca")
 
 #: Seconds to wait for a scheduler given with --scheduler before giving up (exit code 1).
-CONNECT_TIMEOUT = 15
+CONNECT_TIMEOUT = float(os.environ.get("DASKPCA_CONNECT_TIMEOUT", 15))
 #: Inputs up to this size run on the threaded scheduler unless a cluster is asked for: starting
 #: a local cluster takes seconds, longer than the whole job.
 SMALL_INPUT_BYTES = 256 * 2**20
@@ -54,7 +54,7 @@ def dask_client(args):
             client = Client(address, timeout=CONNECT_TIMEOUT)
         except (OSError, TimeoutError) as exc:
             raise ConnectionError(
-                f"could not reach the Dask scheduler at {address!r} within {CONNECT_TIMEOUT} s "
+                f"could not reach the Dask scheduler at {address!r} within {CONNECT_TIMEOUT:g} s "
                 f"({type(exc).__name__}). Check the address and that `dask scheduler` is running, "
                 "or omit --scheduler to use an embedded local cluster."
             ) from exc

@@ -21,10 +21,11 @@ from _helpers import low_rank_data, write_zarr
 FAST = ["--workers", "1", "--threads", "2", "--memory-limit", "1GiB"]
 
 
-def daskpca_cli(*args, timeout=240, cwd=None):
+def daskpca_cli(*args, timeout=240, cwd=None, env=None):
     executable = shutil.which("daskpca") or None
     command = [executable] if executable else [sys.executable, "-m", "daskpca.cli"]
-    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env=None if env is None else {**os.environ, **env})
 
 
 @pytest.fixture(scope="module")
@@ -189,23 +190,33 @@ def test_on_a_separately_started_scheduler_and_workers(sources, tmp_path):
         (["transform", "{tmp}/no-model.zarr", "{root}/matrix.zarr", "--out", "{tmp}/s.zarr"], "no store at"),
     ],
 )
-def test_bad_input_exits_2_with_one_line(sources, tmp_path, args, message):
+def test_bad_input_exits_2_with_one_line(sources, tmp_path, capsys, args, message):
+    # In-process (cli.main returns the exit code): the same code path as the command, without a
+    # 3 s interpreter start per case; test_a_real_process_reports_bad_input_the_same_way runs one.
     root, _ = sources
     fill = lambda s: s.format(root=root, tmp=tmp_path)  # noqa: E731
-    done = daskpca_cli(*map(fill, args), *FAST)
-    assert done.returncode == 2, (done.stdout, done.stderr)
-    lines = [line for line in done.stderr.strip().splitlines() if not line.startswith("progress:")]
-    assert len(lines) == 1 and lines[0].startswith("daskpca: error: "), done.stderr
+    code = cli.main([*map(fill, args), *FAST])
+    stderr = capsys.readouterr().err
+    assert code == 2, stderr
+    lines = [line for line in stderr.strip().splitlines() if not line.startswith("progress:")]
+    assert len(lines) == 1 and lines[0].startswith("daskpca: error: "), stderr
     assert fill(message) in lines[0]
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in stderr
     assert not (tmp_path / "m.zarr").exists() and not (tmp_path / "s.zarr").exists()
+
+
+def test_a_real_process_reports_bad_input_the_same_way(sources, tmp_path):
+    root, _ = sources
+    done = daskpca_cli("fit", root / "field.zarr", "--var", "nope", "--n-components", "2", "--out", tmp_path / "m.zarr", *FAST)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--var 'nope' is not in" in done.stderr
+    assert not (tmp_path / "m.zarr").exists()
 
 
 def test_unreachable_scheduler_fails_fast_with_exit_1(sources, tmp_path):
     root, _ = sources
     start = time.monotonic()
     done = daskpca_cli("fit", root / "matrix.zarr", "--n-components", "2", "--out", tmp_path / "m.zarr",
-                       "--scheduler", "tcp://127.0.0.1:9")
+                       "--scheduler", "tcp://127.0.0.1:9", env={"DASKPCA_CONNECT_TIMEOUT": "3"})
     assert done.returncode == 1
     assert "could not reach the Dask scheduler at 'tcp://127.0.0.1:9'" in done.stderr
     assert time.monotonic() - start < 60

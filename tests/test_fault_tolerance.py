@@ -220,16 +220,17 @@ def test_fit_survives_losing_a_worker(cluster, source, solver):
 
 
 @pytest.mark.slow
-def test_fit_survives_losing_a_worker_ten_times(cluster, source):
-    """Stress: ten covariance fits, each losing a different worker process midway."""
+def test_fit_survives_losing_a_worker_repeatedly(cluster, source):
+    """Stress: four covariance fits in a row, each losing a different worker process midway
+    (the cluster heals between them; ten took 42 s of the suite's budget for no new coverage)."""
     reference = _undisturbed_fit("covariance", source)
     worst = {}
-    for attempt in range(10):
+    for attempt in range(4):
         fitted, what = fit_while_killing_a_worker(cluster, "covariance", source)
         for name, difference in max_relative_difference(fitted, reference).items():
             worst[name] = max(worst.get(name, 0.0), difference)
             assert difference <= 1e-10, (attempt, name, difference, what)
-    print(f"\nstress: 10 kills, worst relative differences vs undisturbed {worst}")
+    print(f"\nstress: 4 kills, worst relative differences vs undisturbed {worst}")
 
 
 # ------------------------------------------------------------------ larger than the cluster's memory

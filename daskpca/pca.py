@@ -572,12 +572,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
     def n_iter_(self) -> int:
         """Iterations the solver made (see the class docstring for each solver's meaning)."""
         self._check_fitted()
-        info, solver = self.solver_info_, self.solver_
-        if solver == "randomized":
-            return int(info.get("n_power_iter", 0))
-        if solver == "krylov":
-            return int(info.get("total_passes", self.n_passes_))
-        return int(info.get("n_iter", 1))
+        # Each iterative solver reports its own count (no branching on solver names here).
+        return int(self.solver_info_.get("n_iter", 1))
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "components_"):

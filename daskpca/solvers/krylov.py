@@ -443,6 +443,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             "restarts": restarts,
             "resumed_from_pass": store.resumed_from,
             "total_passes": done + n_passes,
+            "n_iter": done + n_passes,  # blocks in the Krylov basis: one per pass
         },
     )
     store.clear()

@@ -144,7 +144,7 @@ class SavedModelMixin:
             setattr(pca, name, convert(attrs[name]))
         pca._spectrum = ds["model_spectrum"].values if "model_spectrum" in ds else None
         pca.solver_info_ = json.loads(attrs.get("solver_info", "{}"))
-        pca.error_bound_ = _plan.error_bound(pca.solver_, pca.solver_info_)
+        pca.error_bound_ = _plan.error_bound(pca.solver_info_)
         if "moments_mean" in ds:
             pca.solver_info_["moments"] = Moments(
                 int(attrs["moments_count"]), ds["moments_mean"].values, ds["moments_scatter"].values, NonFinite()

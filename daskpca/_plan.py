@@ -327,16 +327,12 @@ def check_requested(name: str, plan: Plan) -> None:
     )
 
 
-#: Solvers whose answer is exact up to round-off (their ``error_bound_`` is 0).
-EXACT_SOLVERS = ("covariance", "gram", "tsqr", "hilbert")
-
-
-def error_bound(solver: str, info: dict) -> float:
-    """The fitted model's ``error_bound_``: the solver's bound on sin θ of the kept subspace; 0 for
-    exact solvers; NaN for approximate ones that compute none (randomized, als, ppca)."""
-    if "error_bound" in info:
-        return float(info["error_bound"])
-    return 0.0 if solver in EXACT_SOLVERS else float("nan")
+def error_bound(info: dict) -> float:
+    """The fitted model's ``error_bound_``: the bound on sin θ of the kept subspace each solver
+    reports in its info (exact solvers 0, Krylov its a posteriori bound); NaN for approximate
+    solvers that compute none (randomized, als, ppca) — and for stores written before solvers
+    reported it."""
+    return float(info.get("error_bound", float("nan")))
 
 
 def fit_warnings(model, solver: str, *, chosen_by_planner: bool) -> list[tuple[str, type]]:
@@ -351,7 +347,7 @@ def fit_warnings(model, solver: str, *, chosen_by_planner: bool) -> list[tuple[s
     message = ill_conditioning_warning(model.explained_variance_, solver, model.n_samples_)
     if message:
         out.append((message, IllConditionedWarning))
-    if chosen_by_planner and model.tol is None and solver not in EXACT_SOLVERS and solver != "ppca":
+    if chosen_by_planner and model.tol is None and model.error_bound_ != 0:
         bound = model.error_bound_
         out.append((
             f"no exact solver fits a task for this input, so solver='auto' ran the approximate {solver!r} "

@@ -251,7 +251,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         self._set_fitted(result, name, reason, layout)
         if spec is not None:
             self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
-        for message, category in _plan.fit_warnings(self, name, chosen_by_planner=self.solver == "auto"):
+        unasked = self.solver == "auto" and not getattr(module, "ACCEPTS_MISSING", False)  # ppca: NaN chose it
+        for message, category in _plan.fit_warnings(self, name, chosen_by_planner=unasked):
             warnings.warn(message, category, stacklevel=3)
 
     def _fit_input(self, X, sample_dims):
@@ -396,7 +397,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         self.solver_reason_ = reason
         self.n_passes_ = result.n_passes
         self.solver_info_ = dict(result.info)
-        self.error_bound_ = _plan.error_bound(solver, self.solver_info_)
+        self.error_bound_ = _plan.error_bound(self.solver_info_)
         self.feature_stage_ = result.features if result.features is not None else FeatureStage.identity(n_features)
         self.layout_ = layout
         self._spectrum = result.spectrum

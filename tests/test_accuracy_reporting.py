@@ -52,7 +52,7 @@ def test_auto_with_tol_meets_it_quietly(small_tasks):
     assert sin_theta(pca.components_, components[:6]) <= pca.error_bound_ <= 1e-4
 
 
-@pytest.mark.parametrize("solver, expected", [("covariance", 0.0), ("tsqr", 0.0), ("randomized", np.nan)])
+@pytest.mark.parametrize("solver, expected", [("covariance", 0.0), ("gram", 0.0), ("tsqr", 0.0), ("randomized", np.nan)])
 def test_exact_solvers_report_zero_and_unbounded_ones_nan(solver, expected):
     pca = PCA(3, solver=solver, random_state=0).fit(_noise_continuum(n=300, d=40))
     np.testing.assert_equal(pca.error_bound_, expected)

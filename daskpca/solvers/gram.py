@@ -168,6 +168,7 @@ def result_from_part(X, part: _GramPart, request: ComponentRequest, *, random_st
         total_variance=float(np.trace(gram) / ddof_count),
         n_passes=N_PASSES if n_defined else 1,
         spectrum=spectrum,
+        info={"error_bound": 0.0},  # exact
     )
 
 

@@ -207,6 +207,6 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
         total_variance=float(part.squares / ddof),
         n_passes=N_PASSES,
         spectrum=spectrum,
-        info={"padding": padding, "decay_factor": float(decay_factor)},
+        info={"padding": padding, "decay_factor": float(decay_factor), "error_bound": 0.0},
     )
     return replace(result, features=stage)

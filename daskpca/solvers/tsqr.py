@@ -267,5 +267,5 @@ def solve(X, request: ComponentRequest, *, random_state=None) -> SolverResult:
         total_variance=float(np.sum(part.r**2) / ddof_count),
         n_passes=N_PASSES,
         spectrum=spectrum,
-        info={"singular_values": singular_values},
+        info={"singular_values": singular_values, "error_bound": 0.0},
     )

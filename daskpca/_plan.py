@@ -183,7 +183,9 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         # MERGE_SPLIT_EVERY inputs and one output (the sum is accumulated in place). The eigh
         # tridiagonalises the d×d matrix whatever k: 4/3·d³.
         "covariance": (1, n * d * d + 4 / 3 * d**3, max(block_in + block64 + d * d * FLOAT64, (MERGE_SPLIT_EVERY + 1) * d * d * FLOAT64), True, ""),
-        "gram": (2, n * n * d + 2 * n * d * k, n * col_strip * (itemsize + 2 * FLOAT64) + merge * n * n * FLOAT64, True, ""),
+        # Gram: a leaf holds its strip, one float64 copy and its n×n product; a merge its
+        # MERGE_SPLIT_EVERY inputs and one output.
+        "gram": (2, n * n * d + 2 * n * d * k, max(n * col_strip * (itemsize + FLOAT64) + n * n * FLOAT64, (MERGE_SPLIT_EVERY + 1) * n * n * FLOAT64), True, ""),
         "tsqr": (1, 2 * n * d * min(n, d) + tsqr_tree_flops, max(tsqr_leaf, tsqr_merge), True, ""),
         # A randomized leaf converts its block one slab (≥ SLAB_BYTES or 2·(ℓ + 1) rows) at a
         # time and merges the slabs' d×(ℓ + 1) factors SPLIT_EVERY at a time, like a merge task.

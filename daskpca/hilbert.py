@@ -88,22 +88,52 @@ class HilbertPCA(PCA):
 
     def _choose_solver(self, array, request):
         plan = self._make_plan(array, request)
-        _plan.check_requested(SOLVER, plan)
+        if not plan.estimate(SOLVER).feasible:
+            raise ValueError(self._strip_advice(plan, array))
         return hilbert_solver, SOLVER, plan.reason
 
     def _make_plan(self, array, request) -> _plan.Plan:
         n, d = array.shape
         k = request.upper_bound if request.needs_spectrum else request.fixed()
         budget, source = _plan.task_memory_budget()
-        strip = n * (max(array.chunks[1]) if array.chunks[1] else d)
-        task = 16 * (3 * strip + 3 * n * n) + 8 * strip  # padded complex strip, n² Gram + merge, input
+        strip = max(array.chunks[1]) if array.chunks[1] else d
+        row_blocks = len(array.chunks[0])
+        task = hilbert_solver.task_memory(n, strip, array.dtype.itemsize, self.padding)
+        warnings = []
+        if row_blocks > 1:
+            # dask's rechunk concatenates a strip's row blocks: no extra read, the strip twice.
+            task += n * strip * array.dtype.itemsize
+            warnings.append(
+                f"X is stored in {row_blocks} row blocks: each column strip (all {n} samples) is assembled "
+                "from them by a rechunk — no extra read, but the strip is held twice while it is built. "
+                "Chunks that span the sample dimension avoid it."
+            )
         estimate = _plan.SolverEstimate(
-            SOLVER, hilbert_solver.N_PASSES + int(bool(self.standardize)), 8.0 * n * n * d + 8.0 * n * d * k,
-            task, budget is None or task <= budget, True, "analytic signal per column strip, Hermitian n×n Gram",
+            SOLVER, hilbert_solver.N_PASSES + int(bool(self.standardize)), 4.0 * n * n * d + 8.0 * n * d * k,
+            task, budget is None or task <= budget, True, f"column strips of ≤ {strip} features",
         )
         reason = (f"complex EOFs of the analytic signal along the {n} samples: a Hermitian {n}×{n} Gram "
                   "matrix from column strips (the Hilbert transform needs each feature's whole series)")
-        return _plan.Plan(SOLVER, reason, None, n, d, k, budget, source, [estimate])
+        return _plan.Plan(SOLVER, reason, None, n, d, k, budget, source, [estimate], warnings)
+
+    def _strip_advice(self, plan: _plan.Plan, array) -> str:
+        """The error for a strip that does not fit: how wide strips may be, and how to get them."""
+        n, budget = plan.n_samples, plan.task_memory_budget
+        itemsize, extra = array.dtype.itemsize, int(len(array.chunks[0]) > 1)
+        widest = 0
+        for width in (2**p for p in range(40)):
+            need = hilbert_solver.task_memory(n, width, itemsize, self.padding) + extra * n * width * itemsize
+            if need > budget or width >= plan.n_features:
+                break
+            widest = width
+        merge = _plan._bytes(3 * 16 * n * n)
+        fix = (f"chunk the feature dimensions so each chunk holds at most ~{widest} features (all samples), "
+               "e.g. data.chunk({'lat': ..., 'time': -1})" if widest else
+               f"even one feature per strip does not fit: merging the {n}×{n} complex Gram matrices takes "
+               f"{merge} per task. Use workers with more memory per thread, or fewer samples")
+        return (f"HilbertPCA needs about {_plan._bytes(plan.estimate(SOLVER).task_bytes)} in one task: the widest "
+                f"column strip of X holds {max(array.chunks[1])} features of all {n} samples, more than the "
+                f"budget of {_plan._bytes(budget)} ({plan.memory_source}). Fix: {fix}.")
 
     def transform(self, X, *, scaling=None, nan="raise"):
         """Complex scores of ``X`` (lazy for lazy input; one pass over column strips).
@@ -175,8 +205,11 @@ def _strip_scores(strip, col_offset, mean, basis, padding, decay_factor, nan):
                 "the gaps first (transform(X, nan='propagate') would make every score NaN)."
             )
     x = np.asarray(strip, dtype=np.float64) - mean[col_offset : col_offset + width]
-    z = hilbert_solver.analytic_signal(x, padding=padding, decay_factor=decay_factor, center=False)
-    return z @ basis[col_offset : col_offset + width]
+    basis = basis[col_offset : col_offset + width]
+    scores = np.zeros((x.shape[0], basis.shape[1]), dtype=np.complex128)
+    for columns, z in hilbert_solver.analytic_blocks(x, padding=padding, decay_factor=decay_factor, center=False):
+        scores += z @ basis[columns]
+    return scores
 
 
 def _sum(parts):

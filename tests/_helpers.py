@@ -99,3 +99,35 @@ def cli_subcommands() -> set[str]:
         names |= set(match.group(1).split(","))
     names |= set(re.findall(r"^    ([a-z][\w-]*)(?:\s|$)", text, flags=re.M))
     return names
+
+
+def largest_task_bytes(graph, result_type, warm_up) -> int:
+    """Peak traced memory of the largest task of ``graph`` that returns ``result_type``, inputs
+    included (sync scheduler, so one task runs at a time)."""
+    import tracemalloc
+
+    import dask
+    from dask.callbacks import Callback
+    from dask.sizeof import sizeof
+
+    peaks = {}
+
+    class PerTask(Callback):
+        def _pretask(self, key, dsk, state):
+            inputs = [state["cache"][k] for k in dask.core.get_dependencies(dsk, key) if k in state["cache"]]
+            self.start = tracemalloc.get_traced_memory()[0] - sum(sizeof(x) for x in inputs)
+            tracemalloc.reset_peak()
+
+        def _posttask(self, key, result, dsk, state, id):
+            if isinstance(result, result_type):
+                peaks[key] = tracemalloc.get_traced_memory()[1] - self.start
+
+    with dask.config.set(scheduler="sync"):
+        dask.compute(warm_up)  # imports and caches are not the solver's
+        tracemalloc.start()
+        try:
+            with PerTask():
+                dask.compute(graph)
+        finally:
+            tracemalloc.stop()
+    return max(peaks.values())

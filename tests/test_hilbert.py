@@ -133,3 +133,56 @@ def test_a_saved_hilbert_model_loads_as_one_and_transforms_identically(tmp_path)
     assert isinstance(loaded, HilbertPCA) and loaded.padding == "exp"
     np.testing.assert_array_equal(loaded.components_, model.components_)
     np.testing.assert_array_equal(loaded.transform(X), model.transform(X))
+
+
+def test_strips_are_transformed_a_few_columns_at_a_time_with_the_same_result(monkeypatch):
+    # A strip's FFT scratch is bounded by SCRATCH_BYTES whatever its width: a scratch of 8
+    # columns (the minimum) gives the same Gram matrix, components and scores as one block.
+    from daskpca.solvers import hilbert as solver
+
+    X = _wave().reshape(240, -1)
+    whole = HilbertPCA(3).fit(da.from_array(X, chunks=(240, 48)))
+    monkeypatch.setattr(solver, "SCRATCH_BYTES", 1)
+    assert [c for c, _ in solver.analytic_blocks(X[:, :20], padding="exp", decay_factor=0.2, center=True)] == [
+        slice(0, 8), slice(8, 16), slice(16, 20)]
+    pieces = HilbertPCA(3).fit(da.from_array(X, chunks=(240, 48)))
+    np.testing.assert_allclose(pieces.components_, whole.components_, atol=1e-13)
+    np.testing.assert_allclose(pieces.explained_variance_, whole.explained_variance_, rtol=1e-13)
+    np.testing.assert_allclose(pieces.transform(X), whole.transform(X), atol=1e-12 * np.abs(whole.transform(X)).max())
+
+
+@pytest.mark.parametrize("shape, width", [((1_500, 1_200), 400), ((200, 6_000), 3_000)])  # Gram-bound, strip-bound
+def test_task_memory_is_the_largest_measured_task(shape, width):
+    # Peak traced memory of every task of the real pass-1 graph (strip tasks and pairwise merges,
+    # inputs included) against the estimate the planner uses.
+    from daskpca.solvers import hilbert as solver
+
+    from _helpers import largest_task_bytes
+
+    X = da.from_array(np.random.default_rng(0).standard_normal(shape).astype(np.float32), chunks=(shape[0], width))
+    weights = np.ones(shape[1])
+    largest = largest_task_bytes(solver.gram_graph(X, weights, "exp", 0.2), solver._HermitianPart,
+                                 solver.gram_graph(X[:40, :8], weights, "exp", 0.2))
+    estimate = solver.task_memory(shape[0], width, 4, "exp")
+    assert largest / 1.5 <= estimate <= 1.5 * largest, (estimate / 2**20, largest / 2**20)
+
+
+def test_the_plan_names_the_rechunk_and_a_strip_too_wide_for_the_budget(monkeypatch):
+    from daskpca import _plan
+
+    X = da.from_array(_wave().reshape(240, -1), chunks=(80, 48))
+    plan = HilbertPCA(2).plan(X)
+    assert plan.solver == "hilbert" and plan.estimate("hilbert").passes == 2
+    assert any("3 row blocks" in w and "rechunk" in w for w in plan.warnings), plan.warnings
+    assert "rechunk" in str(plan)
+    assert not HilbertPCA(2).plan(X.rechunk((240, 12))).warnings
+    # A budget below the one-strip task: refused before any read, with the strip width that fits.
+    wide = da.from_array(np.random.default_rng(0).standard_normal((64, 4_000)), chunks=(64, 2_000))
+    need = HilbertPCA(2).plan(wide).estimate("hilbert").task_bytes
+    monkeypatch.setattr(_plan, "task_memory_budget", lambda: (int(0.8 * need), "test"))
+    with pytest.raises(ValueError, match=r"widest column strip of X holds 2000 features.*at most ~1024 features"):
+        HilbertPCA(2).fit(wide)
+    # Where the Gram matrices' merge alone is over the budget, narrower strips are not the fix.
+    with pytest.raises(ValueError, match=r"even one feature per strip does not fit: merging the 240×240"):
+        monkeypatch.setattr(_plan, "task_memory_budget", lambda: (2 * 16 * 240 * 240, "test"))
+        HilbertPCA(2).fit(X)

@@ -9,6 +9,8 @@ from daskpca import PCA
 from daskpca._plan import ILL_CONDITIONED_RATIO
 from daskpca.exceptions import IllConditionedWarning
 
+from _helpers import largest_task_bytes
+
 
 def lazy(shape, chunks, dtype="f4"):
     return da.zeros(shape, chunks=chunks, dtype=dtype)  # never computed: plan reads no data
@@ -81,38 +83,6 @@ def test_plan_reads_nothing(tmp_path):
     assert not store.chunk_reads()
 
 
-def _largest_task_bytes(graph, result_type, warm_up) -> int:
-    """Peak traced memory of the largest task of ``graph`` that returns ``result_type``, inputs
-    included (sync scheduler, so one task runs at a time)."""
-    import tracemalloc
-
-    import dask
-    from dask.callbacks import Callback
-    from dask.sizeof import sizeof
-
-    peaks = {}
-
-    class PerTask(Callback):
-        def _pretask(self, key, dsk, state):
-            inputs = [state["cache"][k] for k in dask.core.get_dependencies(dsk, key) if k in state["cache"]]
-            self.start = tracemalloc.get_traced_memory()[0] - sum(sizeof(x) for x in inputs)
-            tracemalloc.reset_peak()
-
-        def _posttask(self, key, result, dsk, state, id):
-            if isinstance(result, result_type):
-                peaks[key] = tracemalloc.get_traced_memory()[1] - self.start
-
-    with dask.config.set(scheduler="sync"):
-        dask.compute(warm_up)  # imports and caches are not the solver's
-        tracemalloc.start()
-        try:
-            with PerTask():
-                dask.compute(graph)
-        finally:
-            tracemalloc.stop()
-    return max(peaks.values())
-
-
 @pytest.mark.parametrize("rows", [300, 1_200])  # merge-bound (blocks of d rows), leaf-bound (4·d)
 def test_tsqr_task_memory_is_the_largest_measured_task(rows):
     # Peak traced memory of every task of the real TSQR graph (inputs included), against the
@@ -122,7 +92,7 @@ def test_tsqr_task_memory_is_the_largest_measured_task(rows):
 
     d = 300
     X = da.from_array(np.random.default_rng(0).standard_normal((16 * rows, d)).astype(np.float32), chunks=(rows, d))
-    largest = _largest_task_bytes(tsqr.r_graph(X), tsqr._RPart, tsqr.r_graph(X[:40, :8]))
+    largest = largest_task_bytes(tsqr.r_graph(X), tsqr._RPart, tsqr.r_graph(X[:40, :8]))
     (estimate,) = estimate_solvers(*X.shape, 5, X.chunks, 4, available=("tsqr",))
     assert largest / 1.5 <= estimate.task_bytes <= 1.5 * largest, (estimate.task_bytes / (8 * d * d), largest / (8 * d * d))
 
@@ -140,7 +110,7 @@ def test_randomized_task_memory_is_the_largest_measured_task(shape, rows, monkey
     X = da.from_array(np.random.default_rng(0).standard_normal(shape).astype(np.float32), chunks=(rows, shape[1]))
     k, p = 20, 10
     omega = np.random.default_rng(1).standard_normal((shape[1], k + p))
-    largest = _largest_task_bytes(randomized.pass_graph(X, omega), randomized._Sketch, randomized.pass_graph(X[:100, :40], omega[:40]))
+    largest = largest_task_bytes(randomized.pass_graph(X, omega), randomized._Sketch, randomized.pass_graph(X[:100, :40], omega[:40]))
     (estimate,) = estimate_solvers(*X.shape, k, X.chunks, 4, n_oversamples=p, available=("randomized",))
     assert largest / 1.5 <= estimate.task_bytes <= 1.5 * largest, (estimate.task_bytes / 2**20, largest / 2**20)
 
@@ -201,7 +171,19 @@ def test_covariance_task_memory_is_the_largest_measured_task(d):
     from daskpca.solvers import covariance
 
     X = da.from_array(np.random.default_rng(0).standard_normal((16 * 100, d)).astype(np.float32), chunks=(100, d))
-    largest = _largest_task_bytes(covariance.moments_graph(X), Moments, covariance.moments_graph(X[:40, :8]))
+    largest = largest_task_bytes(covariance.moments_graph(X), Moments, covariance.moments_graph(X[:40, :8]))
     (estimate,) = estimate_solvers(*X.shape, 5, X.chunks, 4, available=("covariance",))
     assert largest / 1.5 <= estimate.task_bytes <= 1.5 * largest, (estimate.task_bytes / (8 * d * d), largest / (8 * d * d))
     assert estimate.task_bytes <= 3.2 * 8 * d * d
+
+
+@pytest.mark.parametrize("shape, width", [((2_000, 3_000), 1_000), ((300, 40_000), 10_000)])  # merge-bound, strip-bound
+def test_gram_task_memory_is_the_largest_measured_task(shape, width):
+    # Leaves hold their strip, a float64 copy and n²; pairwise merges three n×n matrices.
+    from daskpca._plan import estimate_solvers
+    from daskpca.solvers import gram
+
+    X = da.from_array(np.random.default_rng(0).standard_normal(shape).astype(np.float32), chunks=(shape[0], width))
+    largest = largest_task_bytes(gram.gram_graph(X), gram._GramPart, gram.gram_graph(X[:40, :8]))
+    (estimate,) = estimate_solvers(*X.shape, 5, X.chunks, 4, available=("gram",))
+    assert largest / 1.5 <= estimate.task_bytes <= 1.5 * largest, (estimate.task_bytes / 2**20, largest / 2**20)

@@ -14,9 +14,9 @@ tree; means and the total variance come from the same pass.
 Pass 2 reads the strips again for the components X̃ᵀV_k Λ_k^{-1/2} (a d×k product, kept on the
 client: k·d float64).
 
-Passes: 2. Flops: n²·d (``syrk``) + 2·n·d·k + n³ locally. Memory per task: one float64 column
-strip (n × d_j) plus n² float64. Pick when n is up to ~20k and d is large. Column strips need
-every row of a range of columns: data stored in row-only chunks (n_i × d) is rechunked by dask,
+Passes: 2. Flops: n²·d (``syrk``) + 2·n·d·k + n³ locally. Memory per task: a leaf its column
+strip as read, one float64 copy and n² float64; a pairwise merge 3·n² float64. Pick when n is up
+to ~20k and d is large. Column strips need every row of a range of columns: data stored in row-only chunks (n_i × d) is rechunked by dask,
 which then holds the whole array while it regroups it — store wide data in column strips.
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 
 from .._graph import SizedByArrays, map_column_blocks, tree_reduce
 from .._linalg import eigh_descending
-from .._moments import center_block
+from .._moments import MERGE_SPLIT_EVERY, center_block
 from .._validation import NonFinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 
@@ -128,8 +128,13 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None) -> 
 
 
 def gram_graph(X):
-    """Delayed ``_GramPart`` of ``X``: pass 1 (centered Gram, column means, finite counts)."""
-    return tree_reduce(map_column_blocks(X, _strip_gram, "gram-chunk"), _sum_parts, "gram-merge")
+    """Delayed ``_GramPart`` of ``X``: pass 1 (centered Gram, column means, finite counts).
+
+    Pairwise merges (as the covariance tree): a merge task holds three n×n float64 matrices
+    where an 8-way one held nine — the Gram is what limits n on small workers.
+    """
+    leaves = map_column_blocks(X, _strip_gram, "gram-chunk")
+    return tree_reduce(leaves, _sum_parts, "gram-merge", split_every=MERGE_SPLIT_EVERY)
 
 
 def result_from_part(X, part: _GramPart, request: ComponentRequest, *, random_state=None, columns=None) -> SolverResult:

@@ -16,18 +16,24 @@ reads it:
 2. optionally padded at both ends with an exponential decay towards the linear trend (xeofs's
    ``padding="exp"``, ``decay_factor``), against the edge effects of the FFT's periodicity;
 3. transformed with an FFT (``scipy.signal.hilbert``), cut back, and the imaginary part centered;
-4. pass 1 adds ``Z_jZ_jᴴ`` to the n×n Hermitian Gram matrix; pass 2 forms the strip's rows of the
-   components ``Z_jᴴ·U_k·Λ_k^{-1/2}`` from the leading eigenvectors U_k of G.
+4. pass 1 adds ``Z_jZ_jᴴ`` to the n×n Hermitian Gram matrix (BLAS ``zherk``); pass 2 forms the
+   strip's rows of the components ``Z_jᴴ·U_k·Λ_k^{-1/2}`` from the leading eigenvectors U_k of G.
+
+Steps 2–4 run on a few columns of the strip at a time (:func:`analytic_blocks`, ~16 MiB of padded
+complex numbers): the transform of one feature does not involve any other, so this changes
+nothing in the result and keeps a task's scratch memory bounded whatever the strip's width.
 
 Eigenvalues of G over (n − 1) are the explained variances (of the complex data: the real and the
 imaginary parts' variances add, as in xeofs's ``HilbertEOF``); the components are the
 eigenvectors of the Hermitian covariance ``ZᴴZ/(n − 1)``.
 
 Passes: 2 (strips recompute the FFT in pass 2 rather than keeping n·d complex numbers).
-Flops: 8·n²·d (complex ``herk``) + O(n·d·log n) FFTs + 8·n·d·k. Memory per task: one strip, its
-padded complex transform (3n × d_j complex128 with padding) and n² complex128. Row-chunked storage
-is regrouped into column strips by dask's rechunk, which holds the row blocks a strip needs while
-it assembles it — store long time series in column strips (chunks spanning the time axis).
+Flops: 4·n²·d (complex ``herk``, one triangle) + O(n·d·log n) FFTs + 8·n·d·k. Memory per task
+(:func:`task_memory`): the strip as read, one float64 copy, a bounded FFT scratch and the n×n
+complex128 Gram matrix; a merge holds three Gram matrices (pairwise, like the covariance tree).
+Row-chunked storage is regrouped into column strips by dask's rechunk, which holds the row blocks
+a strip needs while it assembles it — store long time series in column strips (chunks spanning
+the time axis); the plan (``daskpca inspect``) says when it will rechunk.
 
 References
 ----------
@@ -45,14 +51,24 @@ import dask
 import numpy as np
 from scipy.signal import hilbert as _fft_hilbert
 
+from scipy.linalg.blas import zherk
+
 from .._graph import SizedByArrays, map_column_blocks, tree_reduce
 from .._linalg import client_blas_threads
+from .._moments import MERGE_SPLIT_EVERY
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 
 OPTIONS = ("padding", "decay_factor")
 N_PASSES = 2
 PADDINGS = ("exp", "none")
+#: Padded complex transform formed at a time inside a strip task (see :func:`analytic_blocks`).
+SCRATCH_BYTES = 16 * 2**20
+#: Peak scratch of one block in units of its padded complex transform (the FFT's output and
+#: input buffers and the padded real series), measured with tracemalloc at 3.0 over shapes from
+#: 100 × 20000 to 2000 × 400 (tests/test_hilbert.py checks the estimate against a real task).
+SCRATCH_COPIES = 3
+COMPLEX128 = 16
 
 
 def fuses_features(spec) -> bool:
@@ -79,6 +95,31 @@ def analytic_signal(strip: np.ndarray, *, padding: str = "exp", decay_factor: fl
     else:
         z = _fft_hilbert(x, axis=0)
     return z.real + 1j * (z.imag - z.imag.mean(axis=0))
+
+
+def analytic_blocks(x: np.ndarray, *, padding: str, decay_factor: float, center: bool):
+    """``(columns, z)`` for consecutive column blocks of ``x`` (n × d_j): each block's analytic signal.
+
+    Blocks hold ~:data:`SCRATCH_BYTES` of padded complex numbers (at least 8 columns): the
+    transform is per feature, so a block's ``z`` equals the same columns of
+    ``analytic_signal(x)`` and a task's scratch memory does not grow with its strip's width.
+    """
+    n, width = x.shape
+    padded_rows = 3 * n if padding == "exp" else n
+    step = max(8, SCRATCH_BYTES // max(COMPLEX128 * padded_rows, 1))
+    for start in range(0, width, step):
+        columns = slice(start, min(start + step, width))
+        yield columns, analytic_signal(x[:, columns], padding=padding, decay_factor=decay_factor, center=center)
+
+
+def task_memory(n_samples: int, strip_columns: int, itemsize: int, padding: str = "exp") -> int:
+    """Bytes of the largest task of a fit: a strip task (the strip as read, its float64 copy, one
+    block's FFT scratch, the n×n Gram) or a merge (two Gram matrices in, one out)."""
+    padded_rows = 3 * n_samples if padding == "exp" else n_samples
+    block = min(strip_columns, max(8, SCRATCH_BYTES // max(COMPLEX128 * padded_rows, 1)))
+    strip = n_samples * strip_columns * (itemsize + 8)
+    gram = COMPLEX128 * n_samples * n_samples
+    return max(strip + SCRATCH_COPIES * COMPLEX128 * padded_rows * block + gram, (MERGE_SPLIT_EVERY + 1) * gram)
 
 
 def _pad_exp(x: np.ndarray, decay_factor: float) -> np.ndarray:
@@ -123,13 +164,32 @@ def _prepare(strip: np.ndarray, col_offset: int, weights: np.ndarray):
 
 def _strip_gram(strip, col_offset, weights, padding, decay_factor) -> _HermitianPart:
     x, counts, nonfinite = _prepare(strip, col_offset, weights)
-    z = analytic_signal(x, padding=padding, decay_factor=decay_factor)
-    mean = x.mean(axis=0) if x.shape[0] else np.zeros(x.shape[1])
-    return _HermitianPart(z @ z.conj().T, [(col_offset, mean)], float(np.sum(np.abs(z) ** 2)),
-                          [(col_offset, counts)], nonfinite)
+    n = x.shape[0]
+    # zherk updates one triangle of a Fortran-ordered matrix in place: half of zgemm's flops
+    # (measured 3× faster than ``z @ z.conj().T`` at n = 2000); the other triangle is filled once.
+    upper = np.zeros((n, n), dtype=np.complex128, order="F")
+    squares = 0.0
+    for _, z in analytic_blocks(x, padding=padding, decay_factor=decay_factor, center=True):
+        upper = zherk(1.0, np.asfortranarray(z), beta=1.0, c=upper, overwrite_c=1)
+        squares += float(np.sum(z.real**2 + z.imag**2))
+    mean = x.mean(axis=0) if n else np.zeros(x.shape[1])
+    return _HermitianPart(_fill_lower(upper), [(col_offset, mean)], squares, [(col_offset, counts)], nonfinite)
+
+
+def _fill_lower(upper: np.ndarray, rows: int = 256) -> np.ndarray:
+    """Complete a Hermitian matrix from its upper triangle in place, ``rows`` rows at a time (the
+    temporaries stay a thin slice of it, not the three n×n copies ``triu`` + ``conj().T`` take)."""
+    n = upper.shape[0]
+    for start in range(0, n, rows):
+        stop = min(start + rows, n)
+        upper[start:stop, :start] = upper[:start, start:stop].conj().T
+        block = upper[start:stop, start:stop]
+        block[...] = np.triu(block) + np.triu(block, 1).conj().T
+    return upper
 
 
 def _sum_parts(parts: list[_HermitianPart]) -> _HermitianPart:
+    """Sum in one new n×n matrix (the inputs stay intact for a retried task)."""
     gram = parts[0].gram.copy()
     nonfinite = parts[0].nonfinite
     for part in parts[1:]:
@@ -142,8 +202,20 @@ def _sum_parts(parts: list[_HermitianPart]) -> _HermitianPart:
 def _strip_components(strip, col_offset, weights, padding, decay_factor, basis) -> np.ndarray:
     """(d_j, k) rows of Zᴴ·basis for one column strip (pass 2)."""
     x, _, _ = _prepare(strip, col_offset, weights)
-    z = analytic_signal(x, padding=padding, decay_factor=decay_factor)
-    return z.conj().T @ basis
+    rows = np.empty((x.shape[1], basis.shape[1]), dtype=np.complex128)
+    for columns, z in analytic_blocks(x, padding=padding, decay_factor=decay_factor, center=True):
+        rows[columns] = z.conj().T @ basis
+    return rows
+
+
+def gram_graph(X, weights: np.ndarray, padding: str, decay_factor: float):
+    """Delayed pass-1 summary (:class:`_HermitianPart`) of all column strips of ``X``: one read.
+
+    Pairwise merges (as the covariance tree): a merge holds three n×n complex matrices, a strip
+    task what :func:`task_memory` says.
+    """
+    leaves = map_column_blocks(X, _strip_gram, "hilbert-gram", weights, padding, decay_factor)
+    return tree_reduce(leaves, _sum_parts, "hilbert-merge", split_every=MERGE_SPLIT_EVERY)
 
 
 def solve(X, request: ComponentRequest, *, random_state=None, features=None, padding="exp", decay_factor=0.2) -> SolverResult:
@@ -172,7 +244,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
     n_samples, n_features = X.shape
     weights = np.ones(n_features) if features is None else features.weights
     options = (weights, padding, decay_factor)
-    (part,) = dask.compute(tree_reduce(map_column_blocks(X, _strip_gram, "hilbert-gram", *options), _sum_parts, "hilbert-merge"))
+    (part,) = dask.compute(gram_graph(X, *options))
     counts = part.in_column_order(part.counts)
     if features is None:
         raise_if_nonfinite(part.nonfinite)

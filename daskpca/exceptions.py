@@ -29,6 +29,11 @@ class AccuracyWarning(UserWarning):
     asked for at all): the bound is in ``error_bound_`` and ``solver_info_``."""
 
 
+class ChunkLayoutWarning(UserWarning):
+    """Labeled input chunked along a feature dimension other than the first: flattening the
+    feature dims into matrix columns makes dask regroup the chunks (memory, not extra reads)."""
+
+
 class OutputExistsError(FileExistsError):
     """Raised instead of overwriting an existing output."""
 
@@ -61,8 +66,22 @@ class NewerFormatError(ValueError):
     """Raised for a store written in a newer format than this daskpca reads."""
 
 
+def caller_stacklevel() -> int:
+    """``stacklevel`` for ``warnings.warn`` that points at the first frame outside daskpca (the
+    user's call), however deep inside the package the warning is raised."""
+    import os
+    import sys
+
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 __all__ = [
     "AccuracyWarning",
+    "ChunkLayoutWarning",
     "ConvergenceWarning",
     "DamagedModelError",
     "DamagedStoreError",

@@ -269,3 +269,26 @@ def test_a_misspelt_variable_in_a_weights_dict_is_refused_by_name():
     with pytest.raises(ValueError, match=r"\['stt'\].*\['sst', 'slp'\]"):
         PCA(2, weights={"stt": 2.0}).fit(ds, sample_dims="time")
     assert PCA(2, weights={"sst": 2.0}).fit(ds, sample_dims="time").n_components_ == 2
+
+
+def test_chunks_along_a_later_feature_dim_warn_with_the_regrouping_and_the_fix():
+    # dask's reshape collapses (lat, lon) chunk-for-chunk only when 'lon' is one chunk; tiles
+    # along 'lon' are regrouped into bands of whole rows, which a user on small workers must know.
+    import warnings
+
+    import dask.array as da
+
+    from daskpca.exceptions import ChunkLayoutWarning
+
+    values = np.random.default_rng(0).standard_normal((50, 8, 24))
+    dims = ("time", "lat", "lon")
+    tiles = xr.DataArray(da.from_array(values, chunks=(50, 4, 6)), dims=dims, name="sst")
+    with pytest.warns(ChunkLayoutWarning, match=r"'sst' is chunked along feature dimension 'lon' \(chunks of 6 of 24\).*"
+                      r"about 0 MiB held per task.*\.chunk\(\{'lon': -1\}\)") as caught:
+        tiled = PCA(2).fit(tiles, sample_dims="time")
+    assert caught[0].filename == __file__  # points at the user's call
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ChunkLayoutWarning)
+        strips = PCA(2).fit(tiles.chunk({"lon": -1}), sample_dims="time")  # the fix it names
+        PCA(2).fit(xr.DataArray(values, dims=dims), sample_dims="time")  # NumPy-backed: nothing to regroup
+    np.testing.assert_allclose(np.abs(tiled.components_), np.abs(strips.components_), atol=1e-12)

@@ -18,6 +18,7 @@ from typing import Hashable
 import numpy as np
 
 from .._validation import Positions, as_dask_matrix
+from ..exceptions import ChunkLayoutWarning, caller_stacklevel
 
 #: Name of the dimension that indexes components (modes), numbered from 1.
 MODE = "mode"
@@ -130,6 +131,8 @@ class Layout:
         for v in self.variables:
             data = ds[v.name].transpose(*self.sample_dims, *v.dims).data
             lazy = lazy or isinstance(data, da.Array)
+            if isinstance(data, da.Array):
+                _warn_if_reshape_regroups(v.name, (*self.sample_dims, *v.dims), data, len(self.sample_dims))
             pieces.append(data.reshape(n_samples, v.size))
         if lazy:
             matrix = da.concatenate([da.asarray(p) for p in pieces], axis=1) if len(pieces) > 1 else da.asarray(pieces[0])
@@ -336,3 +339,31 @@ def normalize_sample_dims(sample_dims) -> tuple:
 def as_dataset(X):
     """``(dataset, is_dataarray, name)`` of a DataArray or Dataset."""
     return _as_dataset(X)
+
+
+def _warn_if_reshape_regroups(name, dims: tuple, data, n_sample_dims: int) -> None:
+    """Warn when flattening ``data``'s sample dims and feature dims into rows and columns makes
+    dask rechunk it: a group of dims collapses chunk-for-chunk only if every dim after the group's
+    first is one chunk. Otherwise each task regroups whole bands of input chunks (e.g. strips of
+    longitude into rows of latitude), holding them all at once."""
+    import warnings
+
+    groups = ((0, n_sample_dims), (n_sample_dims, len(dims)))
+    for start, stop in groups:
+        split = [i for i in range(start + 1, stop) if len(data.chunks[i]) > 1]
+        if not split:
+            continue
+        first = dims[split[0]]
+        # An output chunk needs every input chunk of its band: whole later dims of the group.
+        band = [data.shape[i] if start < i < stop else max(data.chunks[i]) for i in range(len(dims))]
+        held = int(np.prod(band, dtype=np.int64)) * data.dtype.itemsize
+        kind = "sample" if start == 0 else "feature"
+        fix = ", ".join(f"{dims[i]!r}: -1" for i in split)
+        warnings.warn(
+            f"{'the array' if name == _UNNAMED else repr(name)} is chunked along {kind} dimension {first!r} "
+            f"(chunks of {max(data.chunks[split[0]])} of {data.shape[split[0]]}), which is not the first of its "
+            f"{kind} dims {dims[start:stop]}: flattening them makes dask regroup chunks into bands of whole "
+            f"{first!r} rows, about {held / 2**20:.0f} MiB held per task. Chunk the leading {kind} dim "
+            f"{dims[start]!r} instead, e.g. .chunk({{{fix}}}).",
+            ChunkLayoutWarning, stacklevel=caller_stacklevel(),
+        )

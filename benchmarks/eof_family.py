@@ -6,10 +6,12 @@ Run from the repository root::
     python -m benchmarks.eof_family --cluster 2x1GiB      # on a LocalCluster whose workers hold
                                                           # 1 GiB each (the field is larger)
 
-One synthetic field (float32 zarr, time × lat × lon, chunked along time *and* in column strips of
-longitude as Hilbert EOFs want them): an eastward travelling wave, a standing pattern and noise.
+One synthetic field (float32 zarr, time × lat × lon, in chunks of every time step and a band of
+latitudes: column strips, as Hilbert EOFs want them, that flatten into matrix columns without a
+rechunk): an eastward travelling wave, a standing pattern and noise.
 For each variant it prints the passes daskpca's model reports (the chunk-read tests in tests/
-prove those counts), the wall time, and the accuracy against an independent float64 NumPy computation on the same
+prove those counts), the bytes this process and its children (the cluster's workers) read during
+the fit divided by the field's stored size ("reads", measured: ~passes), the wall time, and the accuracy against an independent float64 NumPy computation on the same
 data held in memory: sin θ of the leading subspace (complex for Hilbert EOFs), or for rotated
 EOFs the largest distance of a rotated pattern from NumPy's (varimax written out on NumPy's
 loadings). xeofs runs on the same dask-backed DataArray with its defaults (what a user gets); a
@@ -28,15 +30,18 @@ from pathlib import Path
 
 import numpy as np
 
-from .runner import _busy_cpu_seconds, machine_info
+from .runner import _busy_cpu_seconds, _tree_read_chars, machine_info
 from .tables import markdown_table
 
 K = 3  # the travelling wave (a pair) and the standing pattern: well separated from the noise
 N_LAGS, LAG_STEP = 3, 2
 
 
-def make_field(path: Path, n_time: int, n_lat: int, n_lon: int, seed: int = 0):
-    """Write the benchmark field (float32) to ``path``; return it as a lazy DataArray."""
+def make_field(path: Path, n_time: int, n_lat: int, n_lon: int, seed: int = 0, lat_chunk: int | None = None):
+    """Write the benchmark field (float32) to ``path``; return it as a lazy DataArray.
+
+    Chunks: all time steps × ``lat_chunk`` latitudes (default an eighth) × all longitudes.
+    """
     import dask.array as da
     import xarray as xr
     import zarr
@@ -45,7 +50,7 @@ def make_field(path: Path, n_time: int, n_lat: int, n_lon: int, seed: int = 0):
     lat = np.linspace(-60, 60, n_lat)
     lon = np.linspace(0, 360, n_lon, endpoint=False)
     store = zarr.create_array(str(path), shape=(n_time, n_lat, n_lon), dtype="f4",
-                              chunks=(n_time, n_lat, max(1, n_lon // 8)), overwrite=True)
+                              chunks=(n_time, lat_chunk or max(1, n_lat // 8), n_lon), overwrite=True)
     envelope = np.exp(-(lat[:, None] / 30.0) ** 2)
     standing = np.cos(np.deg2rad(lat))[:, None] * np.sin(np.deg2rad(2 * lon))[None, :]
     for start in range(0, n_time, 256):
@@ -66,26 +71,46 @@ def _weighted_matrix(field) -> np.ndarray:
     return field.values.astype(np.float64).reshape(field.sizes["time"], -1) * weights.ravel()
 
 
-def _top_right_vectors(matrix: np.ndarray, k: int) -> np.ndarray:
-    """Top-k right singular vectors (rows) of a centered matrix through its n×n Gram matrix."""
-    gram = matrix @ matrix.conj().T
+#: Columns of the reference matrices formed at a time: the references hold the float64 field
+#: once (X) plus one block, so the cluster-sized field (~1 GiB float32) fits this machine.
+REFERENCE_COLUMNS = 4096
+
+
+def _top_right_vectors(block, n_columns: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k right singular vectors (rows) of a centered matrix given by ``block(columns)``,
+    through its n×n Gram matrix (formed with plain ``@``, in column blocks)."""
+    spans = [slice(j, min(j + REFERENCE_COLUMNS, n_columns)) for j in range(0, n_columns, REFERENCE_COLUMNS)]
+    gram = sum(b @ b.conj().T for b in map(block, spans))
     values, vectors = np.linalg.eigh(gram)
     top = np.argsort(values)[::-1][:k]
-    return (matrix.conj().T @ vectors[:, top] / np.sqrt(values[top])).T, values[top] / (matrix.shape[0] - 1)
+    basis = vectors[:, top] / np.sqrt(values[top])
+    rows = np.concatenate([(block(span).conj().T @ basis) for span in spans]).T
+    return rows, values[top] / (gram.shape[0] - 1)
 
 
 def references(field) -> dict:
     from scipy.signal import hilbert
 
     X = _weighted_matrix(field)
-    Xc = X - X.mean(axis=0)
-    plain, variance = _top_right_vectors(Xc, K)
-    Z = hilbert(Xc, axis=0)
-    Z = Z.real + 1j * (Z.imag - Z.imag.mean(axis=0))
-    complex_modes, _ = _top_right_vectors(Z, 2)
-    m = X.shape[0] - (N_LAGS - 1) * LAG_STEP
-    E = np.concatenate([X[lag * LAG_STEP : lag * LAG_STEP + m] for lag in range(N_LAGS)], axis=1)
-    extended, _ = _top_right_vectors(E - E.mean(axis=0), K)
+    n, d = X.shape
+    mean = X.mean(axis=0)
+    plain, variance = _top_right_vectors(lambda c: X[:, c] - mean[c], d, K)
+
+    def analytic(columns):  # scipy's FFT Hilbert transform, no padding; imaginary part centered
+        z = hilbert(X[:, columns] - mean[columns], axis=0)
+        return z.real + 1j * (z.imag - z.imag.mean(axis=0))
+
+    complex_modes, _ = _top_right_vectors(analytic, d, 2)
+    m = n - (N_LAGS - 1) * LAG_STEP
+
+    def embedded(columns):  # columns of [X(t), X(t + step), …] (lag-major), centered
+        lags = range(columns.start // d, (columns.stop - 1) // d + 1)
+        parts = [X[lag * LAG_STEP : lag * LAG_STEP + m, max(columns.start - lag * d, 0) : min(columns.stop - lag * d, d)]
+                 for lag in lags]
+        part = np.concatenate(parts, axis=1)
+        return part - part.mean(axis=0)
+
+    extended, _ = _top_right_vectors(embedded, N_LAGS * d, K)
     loadings = plain.T * np.sqrt(variance)
     return {"plain": plain, "hilbert": complex_modes, "extended": extended, "rotated": _varimax(loadings)}
 
@@ -178,19 +203,50 @@ def score(variant: str, components, exact) -> str:
     return f"{sin_theta(components, exact):.1e}"
 
 
+class PeakWorkerMemory:
+    """Largest resident memory of any child process (a LocalCluster's workers) while in use,
+    sampled every 0.1 s: the evidence that no worker held the field."""
+
+    def __enter__(self):
+        import threading
+
+        self.peak, self._stop = 0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self):
+        import psutil
+
+        me = psutil.Process()
+        while not self._stop.wait(0.1):
+            for child in me.children(recursive=True):
+                try:
+                    self.peak = max(self.peak, child.memory_info().rss)
+                except psutil.Error:
+                    pass
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.eof_family", description=__doc__.split("\n")[0])
     ap.add_argument("--n-time", type=int, default=1460)
     ap.add_argument("--n-lat", type=int, default=90)
     ap.add_argument("--n-lon", type=int, default=720)
+    ap.add_argument("--lat-chunk", type=int, help="latitudes per chunk (default n_lat // 8)")
     ap.add_argument("--cluster", metavar="WxMEM", help="run on a LocalCluster, e.g. 2x1GiB")
+    ap.add_argument("--variants", default="plain,hilbert,rotated,extended")
     ap.add_argument("--skip-peers", action="store_true")
     args = ap.parse_args(argv)
     import dask
 
     with tempfile.TemporaryDirectory(dir=".") as tmp:
-        field = make_field(Path(tmp) / "field.zarr", args.n_time, args.n_lat, args.n_lon)
+        field = make_field(Path(tmp) / "field.zarr", args.n_time, args.n_lat, args.n_lon, lat_chunk=args.lat_chunk)
         size = field.nbytes / 2**30
+        stored = sum(f.stat().st_size for f in (Path(tmp) / "field.zarr").rglob("*") if f.is_file())
         print(f"field {dict(field.sizes)} float32, {size:.2f} GiB; {machine_info()}")
         exact = references(field)
         client = None
@@ -203,28 +259,31 @@ def main(argv=None) -> int:
             client = Client(cluster)
             print(f"LocalCluster: {workers} workers × {memory} (the field is {size:.2f} GiB)")
         rows = []
-        for variant in ("plain", "hilbert", "rotated", "extended"):
+        for variant in args.variants.split(","):
             for library, run in (("daskpca", run_daskpca), ("xeofs", run_xeofs)):
                 if library == "xeofs" and args.skip_peers:
                     continue
-                busy, own, start = _busy_cpu_seconds(), time.process_time(), time.perf_counter()
+                read0, busy, own, start = _tree_read_chars(), _busy_cpu_seconds(), time.process_time(), time.perf_counter()
                 try:
-                    with warnings.catch_warnings():
+                    with warnings.catch_warnings(), PeakWorkerMemory() as watch:
                         warnings.simplefilter("ignore")
                         components, passes = run(variant, field)
                     wall = time.perf_counter() - start
                     accuracy = score(variant, components, exact[variant])
                 except Exception as error:  # a failing peer is a result, shown as such
                     wall, passes, accuracy = time.perf_counter() - start, "—", f"failed: {type(error).__name__}"
+                reads = f"{(_tree_read_chars() - read0) / stored:.2f}"
                 outside = (_busy_cpu_seconds() - busy) - (time.process_time() - own)
                 other = max(outside, 0.0) / max(wall, 1e-9) / os.cpu_count() * 100
-                rows.append([variant, library, str(passes), f"{wall:.2f}", accuracy, f"{other:.0f} %"])
+                worker = f"{watch.peak / 2**20:.0f} MiB" if client is not None else "—"
+                rows.append([variant, library, str(passes), reads, f"{wall:.2f}", accuracy, worker, f"{other:.0f} %"])
                 print(rows[-1], flush=True)
         if client is not None:
             client.close()
             cluster.close()
         dask.config.refresh()
-    print(markdown_table(["variant", "library", "passes", "wall s", "accuracy vs NumPy float64", "other CPU"], rows))
+    print(markdown_table(["variant", "library", "passes", "reads", "wall s", "accuracy vs NumPy float64",
+                          "peak worker RSS", "other CPU"], rows))
     return 0
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from . import _cli_args
 from ._cli_args import UsageError
+from ._cli_errors import failure_line
 
 log = logging.getLogger("daskpca")
 
@@ -515,36 +516,6 @@ def parse_args(argv):
     return _cli_args.parse_args(argv, COMMANDS)
 
 
-def _user_error_types() -> tuple:
-    from .exceptions import (DamagedStoreError, IncompleteStoreError, InvalidParameterError, NewerFormatError,
-                             NotFittedError, OutputClaimedError, OutputExistsError)
-
-    return (UsageError, OutputExistsError, OutputClaimedError, IncompleteStoreError, NewerFormatError,
-            DamagedStoreError, InvalidParameterError, NotFittedError, FileNotFoundError, PermissionError,
-            NotADirectoryError, IsADirectoryError)
-
-
-def _raised_by_daskpca(exc: BaseException) -> bool:
-    """Whether the innermost frame of ``exc``'s traceback is daskpca's own code: a deliberate
-    message about the input (a ValueError from numpy or zarr deep inside is not)."""
-    package = os.path.dirname(os.path.abspath(__file__))
-    tb = exc.__traceback__
-    if tb is None:
-        return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(package + os.sep)
-
-
-def exit_code(exc: BaseException) -> int:
-    """2 for the user's input or usage, 1 for a runtime or internal failure."""
-    if isinstance(exc, _user_error_types()):
-        return 2
-    if isinstance(exc, (ValueError, TypeError)) and not isinstance(exc, ConnectionError) and _raised_by_daskpca(exc):
-        return 2
-    return 1
-
-
 def main(argv=None) -> int:
     """Run one command; return the exit code (see the module docstring)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -567,12 +538,7 @@ def main(argv=None) -> int:
         print("daskpca: interrupted; nothing was published", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 — every failure ends as one line and an exit code
-        code = 1 if isinstance(exc, ConnectionError) else exit_code(exc)
-        message = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc).strip() or type(exc).__name__
-        first = message.splitlines()[0]
-        if code == 1 and not isinstance(exc, ConnectionError):
-            first = (f"`daskpca {args.command}` failed: {type(exc).__name__}: {first} (a runtime or internal "
-                     "failure, not a usage error; rerun with --verbose for the traceback)")
+        code, first = failure_line(exc, args.command)
         if args.verbose:
             log.error("daskpca %s failed", args.command, exc_info=exc)
         print(f"daskpca: error: {first}", file=sys.stderr)

@@ -133,7 +133,7 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
                   "Fit PCA on SOURCE (a zarr array, a zarr/NetCDF dataset with --var) and save the model to MODEL.")
     fit.add_argument("source", metavar="SOURCE", nargs="?", help="zarr store path/URL, or a NetCDF file")
     need = required(fit)
-    need.add_argument("--n-components", metavar="K", help="int, variance fraction in (0, 1), 'mle' or 'all'")
+    need.add_argument("-k", "--n-components", metavar="K", help="int, variance fraction in (0, 1), 'mle' or 'all'")
     need.add_argument("--out", metavar="MODEL", help="where to save the model (a zarr store)")
     source_options(fit)
     sample_dims(fit)
@@ -186,7 +186,7 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     inspect.add_argument("path", metavar="PATH", nargs="?")
     source_options(inspect)
     sample_dims(inspect, "labeled sources: dims that index samples (default: the first)")
-    inspect.add_argument("--n-components", default="20", metavar="K", help="for the plan (default: %(default)s)")
+    inspect.add_argument("-k", "--n-components", default="20", metavar="K", help="for the plan (default: %(default)s)")
     inspect.add_argument("--all", action="store_true", help="print every mode of a model's variance table")
 
     report = command("report", "plots and a summary of a saved model",
@@ -217,7 +217,7 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     demo.add_argument("--n-samples", type=positive_int, default=200_000, help="rows of the sample array (default: %(default)s)")
     demo.add_argument("--n-features", type=positive_int, default=200, help="columns of the sample array (default: %(default)s)")
     demo.add_argument("--chunk-rows", type=positive_int, default=20_000, help="rows per chunk (default: %(default)s)")
-    demo.add_argument("--n-components", type=positive_int, default=10, help="components to keep (default: %(default)s)")
+    demo.add_argument("-k", "--n-components", type=positive_int, default=10, help="components to keep (default: %(default)s)")
     demo.add_argument("--all", action="store_true", help="print every mode of the variance table")
     cluster_options(demo)
     demo.set_defaults(memory_limit=2 * 2**30)

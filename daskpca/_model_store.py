@@ -37,11 +37,19 @@ class SavedModelMixin:
         :meth:`load` checks it; an existing store is replaced only with ``overwrite=True``, and
         the replaced model is kept in the store's history (``daskpca.io.history``, the last
         ``daskpca.io.MODEL_HISTORY``). See :meth:`to_dataset` for the format.
+
+        A model saved back where it was loaded from (``load`` → ``update`` → ``save``) replaces
+        only the version it was loaded from: if another process saved there in between,
+        :class:`~daskpca.exceptions.StoreChangedError` instead of silently dropping that update.
         """
         self._check_fitted()
-        return io.write_dataset(self.to_dataset(), store, overwrite=overwrite,
-                                marker={"format": io.MODEL_FORMAT, "note": f"{self.n_samples_} samples"},
-                                keep_history=io.MODEL_HISTORY)
+        origin, version = getattr(self, "_loaded_from", (None, None))
+        replaces = version if overwrite and origin == _store_identity(store) else None
+        written = io.write_dataset(self.to_dataset(), store, overwrite=overwrite,
+                                   marker={"format": io.MODEL_FORMAT, "note": f"{self.n_samples_} samples"},
+                                   keep_history=io.MODEL_HISTORY, replaces_version=replaces)
+        self._loaded_from = (_store_identity(store), io.store_version(store))
+        return written
 
     @classmethod
     def load(cls, store):
@@ -56,11 +64,16 @@ class SavedModelMixin:
         model's.
         """
         source = os.fspath(store)
+        # The version is read first: if the store is replaced while it is read, the recorded
+        # version is the older one, and a later save there is refused (the safe direction).
+        version = io.store_version(store)
         try:
             ds = io.read_dataset(store, expected_format=io.MODEL_FORMAT, error=DamagedModelError)
         except IncompleteStoreError as exc:
             raise IncompleteStoreError(_not_a_model(source) or str(exc)) from None
-        return cls.from_dataset(ds, source=source)
+        model = cls.from_dataset(ds, source=source)
+        model._loaded_from = (_store_identity(store), version)
+        return model
 
     def to_dataset(self):
         """The fitted model as one ``xarray.Dataset`` (format ``daskpca-model`` version 1).
@@ -199,3 +212,9 @@ def _is_json(value) -> bool:
         return True
     except TypeError:
         return False
+
+
+def _store_identity(store) -> str:
+    """One spelling per store: the resolved local path, or the URL without a trailing slash."""
+    path = os.fspath(store)
+    return path.rstrip("/") if "://" in path else os.path.realpath(path)

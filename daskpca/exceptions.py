@@ -38,6 +38,11 @@ class OutputExistsError(FileExistsError):
     """Raised instead of overwriting an existing output."""
 
 
+class StoreChangedError(OutputExistsError):
+    """Raised instead of replacing a store that another writer replaced after it was read: a
+    loaded model saved back to where it came from would silently drop their update."""
+
+
 class OutputClaimedError(FileExistsError):
     """Raised when another job holds the claim on an output (or published it first): two writers
     of one target never both succeed. The message names the other job (pid, host, start time)
@@ -93,4 +98,5 @@ __all__ = [
     "NotFittedError",
     "OutputClaimedError",
     "OutputExistsError",
+    "StoreChangedError",
 ]

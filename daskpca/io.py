@@ -129,19 +129,23 @@ def transaction():
 
 @contextmanager
 def atomic_store(path, *, overwrite: bool = False, marker: dict | None, keep_history: int = 0,
-                 record: bool = True):
+                 record: bool = True, replaces_version: str | None = None):
     """Yield a temporary store location (str) that becomes ``path`` only if the block completes.
 
     The target is claimed for the block (unless the caller holds its claim), written at the
     yielded location, recorded (:func:`daskpca._integrity.store_record`) and published
     (:mod:`daskpca._publish`) with ``marker`` (``None``: a plain folder without one) — at the end of the enclosing :func:`transaction`
-    if there is one.
+    if there is one. ``replaces_version``: the version the caller read from ``path``; if the
+    store there is another one now, :class:`StoreChangedError` (checked under the claim, so no
+    daskpca writer can slip in between: a compare-and-swap).
     """
     active = _TRANSACTION.get()
     check_folder(path)
     with ExitStack() as local:
         stack = active[1] if active else local
         claim = stack.enter_context(_claims.claimed(os.fspath(path)))
+        if replaces_version is not None:
+            _check_unchanged(path, replaces_version)
         publication = _publish.start(path, overwrite=overwrite, keep_history=keep_history, claim=claim)
         try:
             yield publication.location
@@ -159,6 +163,27 @@ def atomic_store(path, *, overwrite: bool = False, marker: dict | None, keep_his
         except BaseException:
             publication.abort()
             raise
+
+
+def store_version(path) -> str | None:
+    """The version id of the complete store at ``path`` (None where there is none)."""
+    try:
+        return read_marker(path).get("version")
+    except (FileNotFoundError, IncompleteStoreError):
+        return None
+
+
+def _check_unchanged(path, version: str) -> None:
+    from .exceptions import StoreChangedError
+
+    current = store_version(path)
+    if current != version:
+        now = "no longer exists" if current is None else f"now holds version {current}"
+        raise StoreChangedError(
+            f"{os.fspath(path)!r} was replaced after this model was loaded from it (version {version}; it {now}): "
+            "saving would silently drop that update. Load it again, re-apply your change and save, or save "
+            "to another path."
+        )
 
 
 def write_array(array, path, *, overwrite: bool = False, name: str | None = None) -> str:
@@ -306,12 +331,15 @@ def _quiet_marker():
 # ------------------------------------------------------------------------------ datasets
 
 
-def write_dataset(ds, path, *, overwrite: bool = False, marker: dict, keep_history: int = 0) -> str:
-    """Write a small in-memory ``xarray.Dataset`` (e.g. a saved model) to zarr, atomically."""
+def write_dataset(ds, path, *, overwrite: bool = False, marker: dict, keep_history: int = 0,
+                  replaces_version: str | None = None) -> str:
+    """Write a small in-memory ``xarray.Dataset`` (e.g. a saved model) to zarr, atomically
+    (``replaces_version``: see :func:`atomic_store`)."""
     ds = ds.copy(deep=False)
     for variable in ds.variables.values():
         variable.encoding = {}
-    with atomic_store(path, overwrite=overwrite, marker=marker, keep_history=keep_history) as temporary:
+    with atomic_store(path, overwrite=overwrite, marker=marker, keep_history=keep_history,
+                      replaces_version=replaces_version) as temporary:
         if not _is_url(temporary):
             ds.to_zarr(temporary, mode="w", zarr_format=3, consolidated=False)
             return os.fspath(path)

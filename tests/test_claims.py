@@ -213,3 +213,58 @@ def test_sigkill_at_every_local_publish_step_leaves_a_complete_model(tmp_path, c
     for step in ("data-written", "switched"):
         PCA(3).fit(Y).save(targets[step], overwrite=True)
         assert daskpca.load(targets[step]).n_components_ == 3
+
+
+# ----------------------------------------------------------------------------- load → update → save
+
+
+def test_saving_a_loaded_model_back_refuses_a_store_replaced_since(tmp_path):
+    from daskpca.exceptions import StoreChangedError
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "m.zarr"
+    PCA(3, solver="covariance").fit(rng.standard_normal((200, 6))).save(path)
+    mine, theirs = daskpca.load(path), daskpca.load(path)
+    theirs.update(rng.standard_normal((50, 6))).save(path, overwrite=True)
+    mine.update(rng.standard_normal((70, 6)))
+    with pytest.raises(StoreChangedError, match=r"was replaced after this model was loaded from it.*Load it again"):
+        mine.save(path, overwrite=True)
+    assert daskpca.load(path).n_samples_ == 250  # their update kept
+    mine.save(tmp_path / "other.zarr")  # elsewhere: nothing to compare with
+    again = daskpca.load(path).update(rng.standard_normal((70, 6)))
+    again.save(path, overwrite=True)
+    again.update(rng.standard_normal((10, 6))).save(path, overwrite=True)  # its own save is the new base
+    assert daskpca.load(path).n_samples_ == 330
+
+
+_UPDATER = """
+import sys, time
+import numpy as np
+import daskpca
+from daskpca.exceptions import OutputClaimedError, StoreChangedError
+path, seed, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = np.random.default_rng(seed)
+retries = 0
+for _ in range(rounds):
+    rows = rng.standard_normal((10, 6))
+    while True:
+        model = daskpca.load(path).update(rows)
+        try:
+            model.save(path, overwrite=True)
+            break
+        except (StoreChangedError, OutputClaimedError):
+            retries += 1
+print(retries)
+"""
+
+
+def test_two_processes_updating_one_model_lose_no_update(tmp_path):
+    # Real processes, each load → update → save in a loop: every update lands exactly once.
+    path = tmp_path / "m.zarr"
+    PCA(3, solver="covariance").fit(np.random.default_rng(0).standard_normal((100, 6))).save(path)
+    rounds = 6
+    processes = [subprocess.Popen([sys.executable, "-c", _UPDATER, str(path), str(seed), str(rounds)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
+    results = [(p.wait(timeout=240), p.stdout.read(), p.stderr.read()) for p in processes]
+    assert all(code == 0 for code, _, _ in results), results
+    assert daskpca.load(path).n_samples_ == 100 + 2 * rounds * 10

@@ -248,6 +248,18 @@ def test_help_shows_required_options_as_required():
     assert "--n-components K" in required and "--out MODEL" in required
 
 
+def test_k_is_short_for_n_components_and_job_files_keep_the_long_name(sources, tmp_path):
+    # scikit-learn users type -k; the TOML key stays "n-components".
+    from daskpca import load
+
+    root, _ = sources
+    assert cli.main(["fit", str(root / "matrix.zarr"), "-k", "2", "--out", str(tmp_path / "a.zarr"), "--quiet"]) == 0
+    (tmp_path / "job.toml").write_text('n-components = 2\n')
+    assert cli.main(["fit", str(root / "matrix.zarr"), "--config", str(tmp_path / "job.toml"), "--out",
+                     str(tmp_path / "b.zarr"), "--quiet"]) == 0
+    assert load(tmp_path / "a.zarr").n_components_ == load(tmp_path / "b.zarr").n_components_ == 2
+
+
 def test_small_input_runs_threaded_says_where_it_wrote_and_keeps_history(sources, tmp_path, capsys):
     root, X = sources
     model, scores = tmp_path / "m.zarr", tmp_path / "s.zarr"

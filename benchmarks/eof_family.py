@@ -111,6 +111,11 @@ def _top_right_vectors(block, n_columns: int, k: int) -> tuple[np.ndarray, np.nd
     """Top-k right singular vectors (rows) of a centered matrix given by ``block(columns)``,
     through its n×n Gram matrix (formed with plain ``@``, in column blocks)."""
     spans = [slice(j, min(j + REFERENCE_COLUMNS, n_columns)) for j in range(0, n_columns, REFERENCE_COLUMNS)]
+    whole = block(slice(0, n_columns)) if n_columns < block(slice(0, 1)).shape[0] else None
+    if whole is not None:  # more samples than features (long series): the d×d covariance instead
+        values, vectors = np.linalg.eigh(whole.conj().T @ whole)
+        top = np.argsort(values)[::-1][:k]
+        return vectors[:, top].T, values[top] / (whole.shape[0] - 1)
     gram = sum(b @ b.conj().T for b in map(block, spans))
     values, vectors = np.linalg.eigh(gram)
     top = np.argsort(values)[::-1][:k]
@@ -119,19 +124,23 @@ def _top_right_vectors(block, n_columns: int, k: int) -> tuple[np.ndarray, np.nd
     return rows, values[top] / (gram.shape[0] - 1)
 
 
-def references(field) -> dict:
+def references(field, variants=("plain", "hilbert", "rotated", "extended")) -> dict:
     from scipy.signal import hilbert
 
     X = _weighted_matrix(field)
     n, d = X.shape
     mean = X.mean(axis=0)
-    plain, variance = _top_right_vectors(lambda c: X[:, c] - mean[c], d, K)
+    out = {}
+    if {"plain", "rotated"} & set(variants):
+        plain, variance = _top_right_vectors(lambda c: X[:, c] - mean[c], d, K)
+        out.update(plain=plain, rotated=_varimax(plain.T * np.sqrt(variance)))
 
     def analytic(columns):  # scipy's FFT Hilbert transform, no padding; imaginary part centered
         z = hilbert(X[:, columns] - mean[columns], axis=0)
         return z.real + 1j * (z.imag - z.imag.mean(axis=0))
 
-    complex_modes, _ = _top_right_vectors(analytic, d, 2)
+    if {"hilbert", "hilbert-krylov"} & set(variants):
+        out["hilbert"] = out["hilbert-krylov"] = _top_right_vectors(analytic, d, 2)[0]
     m = n - (N_LAGS - 1) * LAG_STEP
 
     def embedded(columns):  # columns of [X(t), X(t + step), …] (lag-major), centered
@@ -141,9 +150,9 @@ def references(field) -> dict:
         part = np.concatenate(parts, axis=1)
         return part - part.mean(axis=0)
 
-    extended, _ = _top_right_vectors(embedded, N_LAGS * d, K)
-    loadings = plain.T * np.sqrt(variance)
-    return {"plain": plain, "hilbert": complex_modes, "extended": extended, "rotated": _varimax(loadings)}
+    if "extended" in variants:
+        out["extended"] = _top_right_vectors(embedded, N_LAGS * d, K)[0]
+    return out
 
 
 def _varimax(L: np.ndarray, iterations: int = 20000, eps: float = 1e-15) -> np.ndarray:
@@ -195,8 +204,9 @@ def run_daskpca(variant: str, field):
     if variant == "plain":
         model = PCA(K, weights="coslat").fit(field, sample_dims="time")
         return model.components_, model.n_passes_
-    if variant == "hilbert":
-        model = HilbertPCA(2, weights="coslat", padding="none").fit(field, sample_dims="time")
+    if variant.startswith("hilbert"):  # "hilbert": exact (Gram); "hilbert-krylov": block Krylov to 1e-6
+        options = {"solver": "krylov", "tol": 1e-6, "random_state": 0} if variant == "hilbert-krylov" else {"solver": "gram"}
+        model = HilbertPCA(2, weights="coslat", padding="none", **options).fit(field, sample_dims="time")
         return model.components_, model.n_passes_
     if variant == "rotated":
         model = PCA(K, weights="coslat").fit(field, sample_dims="time")
@@ -296,7 +306,7 @@ def main(argv=None) -> int:
         read_log = Path(tmp) / "field.zarr.reads"
         size = field.nbytes / 2**30
         print(f"field {dict(field.sizes)} float32, {size:.2f} GiB; {machine_info()}")
-        exact = references(field)
+        exact = references(field, args.variants.split(","))
         client = None
         if args.cluster:
             from distributed import Client, LocalCluster
@@ -309,7 +319,7 @@ def main(argv=None) -> int:
         rows = []
         for variant in args.variants.split(","):
             for library, run in (("daskpca", run_daskpca), ("xeofs", run_xeofs)):
-                if library == "xeofs" and args.skip_peers:
+                if library == "xeofs" and (args.skip_peers or variant == "hilbert-krylov"):
                     continue
                 read0, busy, own, start = chunk_reads(read_log), _busy_cpu_seconds(), _own_cpu_seconds(), time.perf_counter()
                 try:

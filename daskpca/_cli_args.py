@@ -314,10 +314,12 @@ def check_eof_options(args) -> None:
     """Combinations of --hilbert / --rotation / --lags that cannot work, refused before any read."""
     if args.hilbert and args.rotation:
         raise UsageError("--rotation rotates real EOFs; Hilbert EOFs are complex. Drop one of --hilbert and --rotation.")
-    if args.hilbert and args.solver != "auto":
-        raise UsageError(f"--hilbert has its own solver (the Hermitian Gram matrix); drop --solver {args.solver}.")
-    if args.hilbert and (args.tol is not None or args.max_iter is not None):
-        raise UsageError("--tol and --max-iter apply to approximate solvers; Hilbert EOFs are exact. Drop them.")
+    if args.hilbert and args.solver not in ("auto", "gram", "krylov"):
+        raise UsageError(f"--hilbert takes --solver auto, gram (exact) or krylov (long series, with an error bound); "
+                         f"not {args.solver}.")
+    if args.hilbert and args.max_iter is not None:
+        raise UsageError("--max-iter applies to ALS and probabilistic PCA, not to Hilbert EOFs: drop it "
+                         "(--tol sets the accuracy of --solver krylov).")
     if args.rotation != "promax" and args.power != 4:
         raise UsageError("--power is promax's exponent: add --rotation promax, or drop --power.")
     if args.lag_step != 1 and not args.lags:

@@ -277,7 +277,8 @@ def cmd_fit(args) -> dict:
         if args.lags:
             data = _embedded(data, args.lags, args.lag_step, sample_dims)
         if args.hilbert:
-            pca = HilbertPCA(n_components, whiten=args.whiten, weights=args.weights, random_state=args.random_state)
+            pca = HilbertPCA(n_components, solver=args.solver, tol=args.tol, whiten=args.whiten, weights=args.weights,
+                             random_state=args.random_state)
         else:
             pca = PCA(n_components=n_components, solver=args.solver, whiten=args.whiten,
                       random_state=args.random_state, weights=args.weights,

@@ -33,8 +33,12 @@ from ._validation import check_nan_policy, find_nonfinite
 from .exceptions import InvalidParameterError
 from .pca import PCA
 from .solvers import hilbert as hilbert_solver
+from .solvers import hilbert_krylov
+from .solvers import krylov as krylov_solver
 
-SOLVER = "hilbert"
+SOLVER, KRYLOV = "hilbert", "hilbert-krylov"
+#: ``solver=`` → (the fitted ``solver_`` name, the solver module).
+HILBERT_SOLVERS = {"gram": (SOLVER, hilbert_solver), "krylov": (KRYLOV, hilbert_krylov)}
 _NO_LIKELIHOOD = ("HilbertPCA has complex components: probabilistic PCA's Gaussian likelihood (score, "
                   "score_samples, get_covariance, get_precision) is defined for real data. Use PCA for it.")
 
@@ -46,6 +50,17 @@ class HilbertPCA(PCA):
     ----------
     n_components : int, float or None, default=None
         As for :class:`PCA` (a variance fraction of the complex signal's variance works).
+    solver : {"auto", "gram", "krylov"}, default="auto"
+        ``"gram"``: exact, through the n×n Hermitian Gram matrix (2 passes; 16·n² bytes per task,
+        three in a merge). ``"krylov"``: block Krylov on that matrix applied strip by strip, never
+        formed — for long series whose Gram matrix does not fit a task — with an error bound
+        (``error_bound_``); passes: as many as ``tol`` needs, + 1. ``"auto"``: the exact one
+        where it fits the per-task memory budget, else Krylov.
+    tol : float in (0, 1) or None, default=None
+        Krylov only: stop when the bound on sin θ of the components' span is ≤ ``tol``.
+    max_passes : int or None, default=None
+        Krylov only: the read budget (an :class:`~daskpca.exceptions.AccuracyWarning` when it is
+        spent before ``tol`` is met).
     padding : {"exp", "none"}, default="exp"
         Exponential padding of each series before the FFT, against edge effects (xeofs's).
     decay_factor : float, default=0.2
@@ -56,8 +71,10 @@ class HilbertPCA(PCA):
 
     Notes
     -----
-    Rows must be consecutive time steps: the Hilbert transform runs along them. Passes: 2 (3 with
-    ``standardize``). See :mod:`daskpca.solvers.hilbert` for flops and memory.
+    Rows must be consecutive time steps: the Hilbert transform runs along them. Passes: 2 with the
+    Gram solver, Krylov passes + 1 with Krylov (one more with ``standardize``); ``plan(X)`` shows
+    both. See :mod:`daskpca.solvers.hilbert` and :mod:`daskpca.solvers.hilbert_krylov` for flops
+    and memory.
 
     Examples
     --------
@@ -65,13 +82,12 @@ class HilbertPCA(PCA):
     >>> np.angle(hpca.to_xarray()["components"])                                # doctest: +SKIP
     """
 
-    #: Fixed, not parameters: the solver is always the Hermitian Gram one, and it is exact.
-    solver = SOLVER
-    tol = None
-
-    def __init__(self, n_components=None, *, padding="exp", decay_factor=0.2, whiten=False, weights=None,
-                 standardize=False, random_state=None):
+    def __init__(self, n_components=None, *, solver="auto", tol=None, max_passes=None, padding="exp",
+                 decay_factor=0.2, whiten=False, weights=None, standardize=False, random_state=None):
         self.n_components = n_components
+        self.solver = solver
+        self.tol = tol
+        self.max_passes = max_passes
         self.padding = padding
         self.decay_factor = decay_factor
         self.whiten = whiten
@@ -80,6 +96,9 @@ class HilbertPCA(PCA):
         self.random_state = random_state
 
     def _fit(self, X, sample_dims) -> None:
+        if not (isinstance(self.solver, str) and (self.solver in HILBERT_SOLVERS or self.solver == "auto")):
+            raise InvalidParameterError(f"solver={self.solver!r}: HilbertPCA takes 'auto', 'gram' (exact, the n×n "
+                                        "Hermitian Gram matrix) or 'krylov' (block Krylov, any n, with an error bound).")
         if self.padding not in hilbert_solver.PADDINGS:
             raise InvalidParameterError(f"padding={self.padding!r}: expected one of {hilbert_solver.PADDINGS}.")
         if isinstance(self.decay_factor, bool) or not isinstance(self.decay_factor, (int, float)) or not 0 < self.decay_factor <= 1:
@@ -88,9 +107,11 @@ class HilbertPCA(PCA):
 
     def _choose_solver(self, array, request):
         plan = self._make_plan(array, request)
-        if not plan.estimate(SOLVER).feasible:
-            raise ValueError(self._strip_advice(plan, array))
-        return hilbert_solver, SOLVER, plan.reason
+        name = plan.solver if self.solver == "auto" else HILBERT_SOLVERS[self.solver][0]
+        if not plan.estimate(name).feasible:
+            raise ValueError(self._strip_advice(plan, array, name))
+        module = dict(HILBERT_SOLVERS.values())[name]
+        return module, name, plan.reason if self.solver == "auto" else "requested by the caller"
 
     def _make_plan(self, array, request) -> _plan.Plan:
         n, d = array.shape
@@ -98,40 +119,64 @@ class HilbertPCA(PCA):
         budget, source = _plan.task_memory_budget()
         strip = max(array.chunks[1]) if array.chunks[1] else d
         row_blocks = len(array.chunks[0])
-        task = hilbert_solver.task_memory(n, strip, array.dtype.itemsize, self.padding)
         warnings = []
         if row_blocks > 1:
-            # dask's rechunk concatenates a strip's row blocks: no extra read, the strip twice.
-            task += n * strip * array.dtype.itemsize
             warnings.append(
                 f"X is stored in {row_blocks} row blocks: each column strip (all {n} samples) is assembled "
                 "from them by a rechunk — no extra read, but the strip is held twice while it is built. "
                 "Chunks that span the sample dimension avoid it."
             )
-        estimate = _plan.SolverEstimate(
-            SOLVER, hilbert_solver.N_PASSES + int(bool(self.standardize)), 4.0 * n * n * d + 8.0 * n * d * k,
-            task, budget is None or task <= budget, True, f"column strips of ≤ {strip} features",
-        )
-        reason = (f"complex EOFs of the analytic signal along the {n} samples: a Hermitian {n}×{n} Gram "
-                  "matrix from column strips (the Hilbert transform needs each feature's whole series)")
-        return _plan.Plan(SOLVER, reason, None, n, d, k, budget, source, [estimate], warnings)
+        extra_pass = int(bool(self.standardize))
+        krylov_passes = krylov_solver.predicted_passes(self.tol, self.max_passes) + 1
+        ell = min(k + hilbert_krylov.N_OVERSAMPLES, n, d)
+        estimates = []
+        for name, passes, flops, note in (
+            (SOLVER, hilbert_solver.N_PASSES, 4.0 * n * n * d + 8.0 * n * d * k, f"column strips of ≤ {strip} features"),
+            (KRYLOV, krylov_passes, krylov_passes * 16.0 * n * d * ell, f"ℓ = {ell}; error bound reported"),
+        ):
+            task = self._task_bytes(name, n, strip, array.dtype.itemsize, k, row_blocks > 1)
+            estimates.append(_plan.SolverEstimate(name, passes + extra_pass, flops, task, budget is None or task <= budget,
+                                                  name == SOLVER, note))
+        exact, approximate = estimates
+        if exact.feasible or request.needs_spectrum or not approximate.feasible:
+            solver = SOLVER
+            reason = (f"complex EOFs of the analytic signal along the {n} samples: a Hermitian {n}×{n} Gram "
+                      "matrix from column strips (the Hilbert transform needs each feature's whole series)")
+        else:
+            solver = KRYLOV
+            reason = (f"the {n}×{n} complex Gram matrix ({_plan._bytes(16 * n * n)}, a merge holds three) exceeds the "
+                      "per-task budget: block Krylov applies it to n×ℓ blocks strip by strip, with an error bound")
+            if self.tol is None:
+                warnings.append("no tol given and an approximate solver chosen: the fit reports its error bound "
+                                "(error_bound_); pass tol= to ask for an accuracy")
+        runner_up = next((e.name for e in estimates if e.name != solver and e.feasible), None)
+        return _plan.Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, self.tol)
 
-    def _strip_advice(self, plan: _plan.Plan, array) -> str:
+    def _task_bytes(self, name, n, strip, itemsize, k, rechunked) -> int:
+        """The largest task of solver ``name`` on strips of ``strip`` features (+ the rechunk's
+        second copy of a strip when the input is stored in row blocks)."""
+        if name == SOLVER:
+            task = hilbert_solver.task_memory(n, strip, itemsize, self.padding)
+        else:
+            task = hilbert_krylov.block_task_memory(n, strip, itemsize, k, self.padding)
+        return task + rechunked * n * strip * itemsize
+
+    def _strip_advice(self, plan: _plan.Plan, array, name: str) -> str:
         """The error for a strip that does not fit: how wide strips may be, and how to get them."""
-        n, budget = plan.n_samples, plan.task_memory_budget
-        itemsize, extra = array.dtype.itemsize, int(len(array.chunks[0]) > 1)
+        n, budget, k = plan.n_samples, plan.task_memory_budget, plan.n_components
+        itemsize, rechunked = array.dtype.itemsize, len(array.chunks[0]) > 1
         widest = 0
         for width in (2**p for p in range(40)):
-            need = hilbert_solver.task_memory(n, width, itemsize, self.padding) + extra * n * width * itemsize
-            if need > budget or width >= plan.n_features:
+            if self._task_bytes(name, n, width, itemsize, k, rechunked) > budget or width >= plan.n_features:
                 break
             widest = width
-        merge = _plan._bytes(3 * 16 * n * n)
+        merge = _plan._bytes(3 * 16 * n * (n if name == SOLVER else k + hilbert_krylov.N_OVERSAMPLES))
         fix = (f"chunk the feature dimensions so each chunk holds at most ~{widest} features (all samples), "
                "e.g. data.chunk({'lat': ..., 'time': -1})" if widest else
-               f"even one feature per strip does not fit: merging the {n}×{n} complex Gram matrices takes "
-               f"{merge} per task. Use workers with more memory per thread, or fewer samples")
-        return (f"HilbertPCA needs about {_plan._bytes(plan.estimate(SOLVER).task_bytes)} in one task: the widest "
+               f"even one feature per strip does not fit: merging the {n}-row blocks takes {merge} per task. "
+               + ("Use solver='krylov' (n×ℓ blocks instead of the n×n matrix), workers with more memory per "
+                  "thread, or fewer samples" if name == SOLVER else "Use workers with more memory per thread"))
+        return (f"HilbertPCA ({name}) needs about {_plan._bytes(plan.estimate(name).task_bytes)} in one task: the widest "
                 f"column strip of X holds {max(array.chunks[1])} features of all {n} samples, more than the "
                 f"budget of {_plan._bytes(budget)} ({plan.memory_source}). Fix: {fix}.")
 

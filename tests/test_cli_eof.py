@@ -32,7 +32,8 @@ def _fit(field, tmp_path, *extra):
     return code, out, scores
 
 
-@pytest.mark.parametrize("extra, kind", [(["--hilbert"], HilbertPCA), (["--rotation", "promax", "--power", "2"], Rotator),
+@pytest.mark.parametrize("extra, kind", [(["--hilbert"], HilbertPCA), (["--hilbert", "--solver", "krylov", "--tol", "1e-6"], HilbertPCA),
+                                         (["--rotation", "promax", "--power", "2"], Rotator),
                                          (["--lags", "3", "--lag-step", "2"], None)])
 def test_each_variant_fits_saves_and_transforms_as_it_scored(field, tmp_path, extra, kind):
     code, out, scores = _fit(field, tmp_path, *extra)
@@ -43,6 +44,8 @@ def test_each_variant_fits_saves_and_transforms_as_it_scored(field, tmp_path, ex
     else:
         model = load(out)
         assert kind is None or isinstance(model, kind)
+        if "krylov" in extra:
+            assert model.solver_ == "hilbert-krylov" and model.error_bound_ <= 1e-6 and model.tol == 1e-6
     assert main(["transform", str(out), field, "--var", "sst", "--out", str(tmp_path / "again.zarr"), "--quiet"]) == 0
     written, again = open_xarray(scores).scores, open_xarray(tmp_path / "again.zarr").scores
     np.testing.assert_array_equal(written.values, again.values)
@@ -52,7 +55,8 @@ def test_each_variant_fits_saves_and_transforms_as_it_scored(field, tmp_path, ex
 
 @pytest.mark.parametrize("extra, message", [
     (["--hilbert", "--rotation", "varimax"], "Drop one of --hilbert and --rotation"),
-    (["--hilbert", "--solver", "tsqr"], "drop --solver tsqr"),
+    (["--hilbert", "--solver", "tsqr"], "--hilbert takes --solver auto, gram (exact) or krylov"),
+    (["--hilbert", "--max-iter", "5"], "--max-iter applies to ALS"),
     (["--power", "3"], "add --rotation promax"),
     (["--lag-step", "2"], "needs --lags"),
     (["--lags", "200"], "no window fits"),

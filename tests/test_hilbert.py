@@ -10,7 +10,7 @@ import xarray as xr
 from scipy.linalg import subspace_angles
 from scipy.signal import hilbert
 
-from daskpca.exceptions import InvalidParameterError
+from daskpca.exceptions import AccuracyWarning, InvalidParameterError
 from daskpca.hilbert import HilbertPCA
 from daskpca.solvers.hilbert import analytic_signal
 
@@ -182,7 +182,63 @@ def test_the_plan_names_the_rechunk_and_a_strip_too_wide_for_the_budget(monkeypa
     monkeypatch.setattr(_plan, "task_memory_budget", lambda: (int(0.8 * need), "test"))
     with pytest.raises(ValueError, match=r"widest column strip of X holds 2000 features.*at most ~1024 features"):
         HilbertPCA(2).fit(wide)
-    # Where the Gram matrices' merge alone is over the budget, narrower strips are not the fix.
-    with pytest.raises(ValueError, match=r"even one feature per strip does not fit: merging the 240×240"):
-        monkeypatch.setattr(_plan, "task_memory_budget", lambda: (2 * 16 * 240 * 240, "test"))
-        HilbertPCA(2).fit(X)
+    # Where the Gram matrices' merge alone is over the budget, narrower strips are not the fix:
+    # solver="gram" says so and names Krylov, which "auto" then runs (n×ℓ blocks, not n×n).
+    monkeypatch.setattr(_plan, "task_memory_budget", lambda: (2 * 16 * 240 * 240, "test"))
+    narrow = X.rechunk((240, 12))
+    with pytest.raises(ValueError, match=r"even one feature per strip does not fit: merging the 240-row blocks.*"
+                                         r"Use solver='krylov'"):
+        HilbertPCA(2, solver="gram").fit(narrow)
+    plan = HilbertPCA(2).plan(narrow)
+    assert plan.solver == "hilbert-krylov" and "exceeds the per-task budget" in plan.reason, str(plan)
+    assert not plan.estimate("hilbert").feasible and plan.estimate("hilbert-krylov").feasible
+    with pytest.warns(AccuracyWarning, match="error bound"):  # auto answered approximately, unasked
+        model = HilbertPCA(2, random_state=0).fit(narrow)
+    assert model.solver_ == "hilbert-krylov" and 0 < model.error_bound_ < 1e-6
+
+
+def _modes_above_noise(n=400, d=360, seed=0, ratios=(1.6, 1.3, 1.15)):
+    """Travelling waves whose complex-mode variances sit just above white noise's continuum
+    (λ_k ≈ ratio × the noise edge (1 + √(d/n))²·σ²·2 of the analytic signal's Gram operator)."""
+    rng = np.random.default_rng(seed)
+    t, x = np.arange(n)[:, None], np.arange(d)[None, :]
+    edge = (1 + np.sqrt(d / n)) ** 2
+    field = rng.standard_normal((n, d))
+    for i, ratio in enumerate(ratios):
+        period, wavelength = 23.0 + 11 * i, d / (i + 1)
+        envelope = np.exp(-((x - d * (i + 1) / (len(ratios) + 1)) / (d / 5)) ** 2)
+        amplitude = np.sqrt(2 * ratio * edge * d / np.sum(envelope**2))
+        field += amplitude * envelope * np.cos(2 * np.pi * (t / period - x / wavelength) + rng.uniform(0, 2 * np.pi))
+    return field
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("tol", [1e-2, 1e-5])
+def test_krylov_bound_holds_against_the_exact_solver_just_above_the_noise(seed, tol, tmp_path):
+    # The bound on sin θ of the components' span is never below the true angle to the exact
+    # (Gram) answer, tol is met, and the passes the model reports are the chunk reads.
+    X = _modes_above_noise(seed=seed)
+    exact = HilbertPCA(3, solver="gram").fit(X)
+    array, store = write_zarr(tmp_path / "x.zarr", X, (X.shape[0], 90))
+    model = HilbertPCA(3, solver="krylov", tol=tol, random_state=seed).fit(da.from_zarr(array))
+    true = _complex_sin_theta(model.components_, exact.components_)
+    assert model.solver_ == "hilbert-krylov" and model.solver_info_["converged"]
+    assert true <= model.error_bound_ <= tol, (true, model.error_bound_)
+    np.testing.assert_allclose(model.explained_variance_, exact.explained_variance_, rtol=10 * model.error_bound_)
+    np.testing.assert_allclose(model.explained_variance_ratio_, exact.explained_variance_ratio_, rtol=10 * model.error_bound_)
+    assert set(store.chunk_reads().values()) == {model.n_passes_} and model.n_passes_ == model.n_iter_ + 1
+    # Scores through the same transform; the components are orthonormal.
+    np.testing.assert_allclose(model.components_.conj() @ model.components_.T, np.eye(3), atol=1e-12)
+    top = model.components_[np.arange(3), np.argmax(np.abs(model.components_), axis=1)]
+    np.testing.assert_allclose(top.imag, 0, atol=1e-14)
+
+
+def test_krylov_warns_when_the_read_budget_is_spent_and_is_refused_a_variance_fraction():
+    X = _modes_above_noise(ratios=(1.05, 1.02, 1.01))
+    with pytest.warns(AccuracyWarning, match="read budget of 3 passes"):
+        model = HilbertPCA(3, solver="krylov", tol=1e-12, max_passes=3, random_state=0).fit(X)
+    assert model.n_passes_ == 3 and not model.solver_info_["converged"] and model.error_bound_ > 1e-12
+    with pytest.raises(ValueError, match="variance fraction.*solver='gram'"):
+        HilbertPCA(0.5, solver="krylov").fit(X)
+    with pytest.raises(InvalidParameterError, match="HilbertPCA takes 'auto', 'gram'"):
+        HilbertPCA(2, solver="covariance").fit(X)

@@ -112,14 +112,19 @@ def analytic_blocks(x: np.ndarray, *, padding: str, decay_factor: float, center:
         yield columns, analytic_signal(x[:, columns], padding=padding, decay_factor=decay_factor, center=center)
 
 
-def task_memory(n_samples: int, strip_columns: int, itemsize: int, padding: str = "exp") -> int:
-    """Bytes of the largest task of a fit: a strip task (the strip as read, its float64 copy, one
-    block's FFT scratch, the n×n Gram) or a merge (two Gram matrices in, one out)."""
+def strip_bytes(n_samples: int, strip_columns: int, itemsize: int, padding: str = "exp") -> int:
+    """Bytes a strip task holds besides its result: the strip as read, its float64 copy and one
+    column block's FFT scratch (:data:`SCRATCH_COPIES` padded complex transforms)."""
     padded_rows = 3 * n_samples if padding == "exp" else n_samples
     block = min(strip_columns, max(8, SCRATCH_BYTES // max(COMPLEX128 * padded_rows, 1)))
-    strip = n_samples * strip_columns * (itemsize + 8)
+    return n_samples * strip_columns * (itemsize + 8) + SCRATCH_COPIES * COMPLEX128 * padded_rows * block
+
+
+def task_memory(n_samples: int, strip_columns: int, itemsize: int, padding: str = "exp") -> int:
+    """Bytes of the largest task of a fit: a strip task (:func:`strip_bytes` and the n×n Gram)
+    or a merge (two Gram matrices in, one out)."""
     gram = COMPLEX128 * n_samples * n_samples
-    return max(strip + SCRATCH_COPIES * COMPLEX128 * padded_rows * block + gram, (MERGE_SPLIT_EVERY + 1) * gram)
+    return max(strip_bytes(n_samples, strip_columns, itemsize, padding) + gram, (MERGE_SPLIT_EVERY + 1) * gram)
 
 
 def _pad_exp(x: np.ndarray, decay_factor: float) -> np.ndarray:
@@ -141,7 +146,7 @@ def _pad_exp(x: np.ndarray, decay_factor: float) -> np.ndarray:
 class _HermitianPart(SizedByArrays):
     """Pass-1 summary of some column strips."""
 
-    gram: np.ndarray  # (n, n) complex128
+    gram: np.ndarray  # (n, n) complex128 (or the (n, b) product ZZᴴ·block)
     means: list  # [(col_offset, (d_j,) float64)]: weighted column means
     squares: float  # Σ|z|² (the trace of G)
     counts: list  # [(col_offset, (d_j,) int64)]: finite entries per column
@@ -162,18 +167,29 @@ def _prepare(strip: np.ndarray, col_offset: int, weights: np.ndarray):
     return x, counts, nonfinite
 
 
-def _strip_gram(strip, col_offset, weights, padding, decay_factor) -> _HermitianPart:
+def _strip_gram(strip, col_offset, weights, padding, decay_factor, block=None) -> _HermitianPart:
+    """One strip's pass-1 summary: ``Z_jZ_jᴴ`` (n×n) — or, given an n×b ``block``, the product
+    ``Z_j(Z_jᴴ·block)`` (n×b: the Gram operator applied without forming it, see
+    :mod:`.hilbert_krylov`) — with the strip's means, Σ|z|², finite counts and NaN report."""
     x, counts, nonfinite = _prepare(strip, col_offset, weights)
     n = x.shape[0]
-    # zherk updates one triangle of a Fortran-ordered matrix in place: half of zgemm's flops
-    # (measured 3× faster than ``z @ z.conj().T`` at n = 2000); the other triangle is filled once.
-    upper = np.zeros((n, n), dtype=np.complex128, order="F")
+    if block is None:
+        # zherk updates one triangle of a Fortran-ordered matrix in place: half of zgemm's flops
+        # (measured 3× faster than ``z @ z.conj().T`` at n = 2000); the other is filled once.
+        product = np.zeros((n, n), dtype=np.complex128, order="F")
+    else:
+        product = np.zeros((n, block.shape[1]), dtype=np.complex128)
     squares = 0.0
     for _, z in analytic_blocks(x, padding=padding, decay_factor=decay_factor, center=True):
-        upper = zherk(1.0, np.asfortranarray(z), beta=1.0, c=upper, overwrite_c=1)
+        if block is None:
+            product = zherk(1.0, np.asfortranarray(z), beta=1.0, c=product, overwrite_c=1)
+        else:
+            product += z @ (z.conj().T @ block)
         squares += float(np.sum(z.real**2 + z.imag**2))
+    if block is None:
+        product = _fill_lower(product)
     mean = x.mean(axis=0) if n else np.zeros(x.shape[1])
-    return _HermitianPart(_fill_lower(upper), [(col_offset, mean)], squares, [(col_offset, counts)], nonfinite)
+    return _HermitianPart(product, [(col_offset, mean)], squares, [(col_offset, counts)], nonfinite)
 
 
 def _fill_lower(upper: np.ndarray, rows: int = 256) -> np.ndarray:
@@ -208,13 +224,14 @@ def _strip_components(strip, col_offset, weights, padding, decay_factor, basis) 
     return rows
 
 
-def gram_graph(X, weights: np.ndarray, padding: str, decay_factor: float):
+def gram_graph(X, weights: np.ndarray, padding: str, decay_factor: float, block=None):
     """Delayed pass-1 summary (:class:`_HermitianPart`) of all column strips of ``X``: one read.
 
     Pairwise merges (as the covariance tree): a merge holds three n×n complex matrices, a strip
-    task what :func:`task_memory` says.
+    task what :func:`task_memory` says. With an n×b ``block``: the summed products ZZᴴ·block
+    (n×b) in place of the Gram matrix.
     """
-    leaves = map_column_blocks(X, _strip_gram, "hilbert-gram", weights, padding, decay_factor)
+    leaves = map_column_blocks(X, _strip_gram, "hilbert-gram", weights, padding, decay_factor, block)
     return tree_reduce(leaves, _sum_parts, "hilbert-merge", split_every=MERGE_SPLIT_EVERY)
 
 

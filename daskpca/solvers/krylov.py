@@ -185,8 +185,14 @@ def pass_budget(tol, max_passes) -> int:
 # ---- the basis: orthonormal blocks and their images under C -------------------------------------
 
 
+def _h(a: np.ndarray) -> np.ndarray:
+    """Conjugate transpose (the transpose for real arrays, without a copy): the basis code below
+    serves real C = X̃ᵀX̃ and the Hermitian Gram operator of Hilbert EOFs alike."""
+    return a.conj().T if np.iscomplexobj(a) else a.T
+
+
 def _orthonormal_extension(V: np.ndarray, block: np.ndarray) -> np.ndarray:
-    """Orthonormal columns spanning ``(I − VVᵀ)·block``, without directions already in span V.
+    """Orthonormal columns spanning ``(I − VVᴴ)·block``, without directions already in span V.
 
     Projected twice (block CGS2), then a rank-revealing factorisation (thin QR, SVD of its ℓ×ℓ
     R) keeps the directions above DEFLATION_RTOL of the block's norm, and one more projection
@@ -196,11 +202,11 @@ def _orthonormal_extension(V: np.ndarray, block: np.ndarray) -> np.ndarray:
     if scale == 0.0:
         return block[:, :0]
     for _ in range(2):
-        block = block - V @ (V.T @ block)
+        block = block - V @ (_h(V) @ block)
     q, r = np.linalg.qr(block)
     left, values, _ = svd(r, check_finite=False)
     fresh = q @ left[:, values > DEFLATION_RTOL * scale]
-    fresh = fresh - V @ (V.T @ fresh)
+    fresh = fresh - V @ (_h(V) @ fresh)
     q, _ = np.linalg.qr(fresh)
     return q
 
@@ -216,8 +222,8 @@ class Basis:
     P: np.ndarray
 
     @classmethod
-    def empty(cls, n_features: int) -> "Basis":
-        return cls(np.zeros((n_features, 0)), np.zeros((n_features, 0)), np.zeros((0, 0)), np.zeros((0, 0)))
+    def empty(cls, n_features: int, dtype=np.float64) -> "Basis":
+        return cls(*(np.zeros(shape, dtype=dtype) for shape in ((n_features, 0), (n_features, 0), (0, 0), (0, 0))))
 
     @property
     def size(self) -> int:
@@ -225,22 +231,22 @@ class Basis:
 
     def extend(self, block: np.ndarray, image: np.ndarray) -> "Basis":
         """Append a block V_j (orthonormal, ⟂ V) and its image W_j = C·V_j."""
-        cross_t = self.V.T @ image  # (m, b); block.T @ W is its transpose up to round-off
-        cross_p = self.W.T @ image
-        T = np.block([[self.T, cross_t], [block.T @ self.W, block.T @ image]])
-        P = np.block([[self.P, cross_p], [cross_p.T, image.T @ image]])
+        cross_t = _h(self.V) @ image  # (m, b); blockᴴ·W is its conjugate transpose up to round-off
+        cross_p = _h(self.W) @ image
+        T = np.block([[self.T, cross_t], [_h(block) @ self.W, _h(block) @ image]])
+        P = np.block([[self.P, cross_p], [_h(cross_p), _h(image) @ image]])
         return Basis(np.hstack([self.V, block]), np.hstack([self.W, image]), T, P)
 
     def ritz(self) -> tuple[np.ndarray, np.ndarray]:
         """Ritz values (descending) and the eigenvectors Y of the symmetrised T."""
-        theta, Y = eigh((self.T + self.T.T) / 2, check_finite=False)
+        theta, Y = eigh((self.T + _h(self.T)) / 2, check_finite=False)
         return theta[::-1], Y[:, ::-1]
 
     def restart(self, keep: int) -> "Basis":
         """Thick restart: the ``keep`` leading Ritz vectors VY and their images WY (known exactly)."""
         _, Y = self.ritz()
         Y = Y[:, :keep]
-        return Basis(self.V @ Y, self.W @ Y, Y.T @ self.T @ Y, Y.T @ self.P @ Y)
+        return Basis(self.V @ Y, self.W @ Y, _h(Y) @ self.T @ Y, _h(Y) @ self.P @ Y)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,154 @@
+r"""Hilbert EOFs of long series: block Krylov on the Hermitian Gram operator, never forming it.
+
+The exact Hilbert solver (:mod:`.hilbert`) forms the n×n Hermitian Gram matrix G = ZZᴴ of the
+analytic signal Z (n samples × d features): 16·n² bytes, and a merge holds three. Daily data over
+four decades (n ≈ 15 000) needs 3.4 GB per matrix — more than a worker has. This solver applies G
+to an n×ℓ block instead, per column strip, in the task that reads the strip:
+
+    G·V = Σ_j Z_j·(Z_jᴴ·V)        (Z_j: the strip's analytic signal, formed a few columns at a time)
+
+so a task holds its strip, the FFT scratch and two n×ℓ complex blocks. Each pass is one such
+product; the kept Krylov basis, the Rayleigh–Ritz step and the error bound are those of
+:mod:`.krylov` (its ``Basis``, conjugate transposes throughout): U_k, the leading Ritz vectors of
+G, approximate its top-k eigenvectors with a Davis–Kahan bound ‖R_k‖/δ̂ on sin θ (δ̂ an estimate
+of the gap, see :mod:`.krylov`). One more pass forms the components from the strips:
+M = ZᴴU_k (d×k), whose SVD gives orthonormal components and their variances.
+
+Bound on the components: with U_k = U A + U_⊥ B (U the exact top-k eigenvectors, ‖B‖ = sin θ),
+ZᴴU_k = V Σ A + V_⊥ Σ_⊥ B, so tan θ(span M, V) ≤ (σ_{k+1}/σ_k)·tan θ(U_k, U) ≤ tan θ(U_k, U): the
+reported ``error_bound`` is the Ritz bound b turned into b/√(1 − b²) (≥ the sine it bounds).
+
+Passes: Krylov passes (until the bound meets ``tol``, at most ``max_passes`` − 1) + 1 for the
+components. Flops per pass: 16·n·d·ℓ (two complex products per strip) + the FFTs. Memory per task:
+the strip as read, its float64 copy, the FFT scratch and 2·n·ℓ complex128; a merge 3·n·ℓ. On the
+client: the basis, 2·n·m complex128 (m = ℓ·passes).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import replace
+
+import dask
+import numpy as np
+
+from .._graph import map_column_blocks
+from ..exceptions import AccuracyWarning
+from ._base import ComponentRequest, SolverResult
+from ._iterative import as_generator
+from .._moments import MERGE_SPLIT_EVERY
+from .._validation import raise_if_nonfinite
+from .hilbert import COMPLEX128, PADDINGS, _strip_components, gram_graph, strip_bytes
+from .krylov import Basis, _orthonormal_extension, _plain_ritz, check_accuracy_options, pass_budget
+
+OPTIONS = ("padding", "decay_factor", "tol", "max_passes")
+#: Block size ℓ = k + N_OVERSAMPLES (as the real Krylov solver's default).
+N_OVERSAMPLES = 10
+#: Without a tolerance, stop early once the bound is this small.
+ROUNDOFF_BOUND = 1e-10
+
+
+def fuses_features(spec) -> bool:
+    """Masks and weights ride in the first pass; standardizing needs the variances before it."""
+    return not spec.standardize
+
+
+def block_task_memory(n_samples: int, strip_columns: int, itemsize: int, n_components: int, padding: str = "exp") -> int:
+    """Bytes of the largest task of a pass: a strip task with two n×ℓ complex blocks in place
+    of the Gram matrix, or a merge of three n×ℓ blocks."""
+    blocks = COMPLEX128 * n_samples * (n_components + N_OVERSAMPLES)
+    return max(strip_bytes(n_samples, strip_columns, itemsize, padding) + 2 * blocks, (MERGE_SPLIT_EVERY + 1) * blocks)
+
+
+def _tangent(sine: float) -> float:
+    return 1.0 if sine >= 1.0 else min(1.0, sine / np.sqrt(1.0 - sine * sine))
+
+
+def solve(X, request: ComponentRequest, *, random_state=None, features=None, padding="exp", decay_factor=0.2,
+          tol=None, max_passes=None) -> SolverResult:
+    """Hilbert EOFs of ``X`` (n × d, real; rows are time steps in order) by block Krylov.
+
+    Parameters
+    ----------
+    X : dask.array.Array of shape (n_samples, n_features)
+    request : ComponentRequest
+        Must fix k (a variance fraction needs every eigenvalue: the exact solver).
+    random_state : seed of the complex Gaussian start block (n×ℓ).
+    features : FeatureSpec, optional
+        Weights and the mask of wholly-missing features, resolved in the first pass.
+    padding, decay_factor : as :func:`daskpca.solvers.hilbert.solve`.
+    tol : float in (0, 1) or None
+        Stop when the bound on sin θ of the components' span is ≤ ``tol``.
+    max_passes : int or None
+        Most reads, the components' pass included (default: :func:`.krylov.pass_budget`).
+
+    Returns
+    -------
+    SolverResult
+        ``components`` complex (k, d_kept), ``spectrum`` None; ``info["error_bound"]`` the
+        bound, ``bound_history`` its value after each Krylov pass, ``converged``.
+    """
+    if padding not in PADDINGS:
+        raise ValueError(f"padding={padding!r}: expected one of {PADDINGS}.")
+    if request.needs_spectrum:
+        raise ValueError("a variance fraction (or 'mle') for n_components needs every eigenvalue: use the exact "
+                         "Gram solver (solver='gram'), or give an int.")
+    tol, max_passes = check_accuracy_options(tol, max_passes)
+    budget = max(pass_budget(tol, max_passes), 2)
+    target = ROUNDOFF_BOUND if tol is None else tol
+    n_samples, n_features = X.shape
+    k = request.fixed()
+    ell = min(k + N_OVERSAMPLES, n_samples, n_features)
+    weights = np.ones(n_features) if features is None else features.weights
+    options = (weights, padding, decay_factor)
+    rng = as_generator(random_state)
+    start = rng.standard_normal((n_samples, ell)) + 1j * rng.standard_normal((n_samples, ell))
+    block = np.linalg.qr(start)[0]
+    basis, history, stage, first = Basis.empty(n_samples, np.complex128), [], None, None
+    while True:
+        (part,) = dask.compute(gram_graph(X, *options, block))
+        if first is None:
+            first = part
+            if features is not None:
+                stage = features.resolve(part.in_column_order(part.counts), n_samples)
+                request = stage.narrow(request)
+                k = request.fixed()
+            else:
+                raise_if_nonfinite(part.nonfinite)
+        basis = basis.extend(block, part.gram)
+        theta, Y = basis.ritz()
+        ritz, values, norms, ritz_bound, _, gap = _plain_ritz(basis, k, theta, Y, n_samples)
+        bound = _tangent(ritz_bound)
+        history.append(bound)
+        if bound <= target or len(history) + 1 >= budget:
+            break
+        block = _orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:])
+        if block.shape[1] == 0:  # span V is invariant under G: the Ritz vectors are exact
+            break
+    if tol is not None and bound > tol:
+        warnings.warn(
+            f"hilbert-krylov: the read budget of {budget} passes was spent with an error bound of {bound:.2g} on "
+            f"sin θ, above tol={tol:g}. Raise max_passes, or use the exact Gram solver where its n×n matrix fits.",
+            AccuracyWarning, stacklevel=3,
+        )
+    keep = np.ones(n_features, dtype=bool) if stage is None else stage.keep
+    positive = np.clip(values, np.finfo(np.float64).tiny, None)
+    pieces = map_column_blocks(X, _strip_components, "hilbert-krylov-components", *options, ritz / np.sqrt(positive))
+    M = np.concatenate(dask.compute(*pieces), axis=0)[keep]  # (d_kept, k) = Zᴴ·U_k·Θ^{-½}
+    # ZᴴU_k = P·S·Qᴴ: S² are the Ritz values (U_kᴴGU_k = Θ), P the orthonormal components.
+    left, singular, _ = np.linalg.svd(M * np.sqrt(positive), full_matrices=False)
+    ddof = max(n_samples - 1, 1)
+    result = SolverResult(
+        components=left.T,
+        explained_variance=singular**2 / ddof,
+        mean=first.in_column_order(first.means)[keep],
+        n_samples=n_samples,
+        total_variance=float(first.squares / ddof),
+        n_passes=len(history) + 1,
+        spectrum=None,
+        info={"padding": padding, "decay_factor": float(decay_factor), "error_bound": float(bound),
+              "bound_history": [float(b) for b in history], "tol": tol, "converged": bool(bound <= target),
+              "residual_norms": norms / ddof, "gap": float(gap / ddof), "sketch_size": ell,
+              "max_passes": budget, "n_iter": len(history)},
+    )
+    return replace(result, features=stage)

@@ -99,6 +99,9 @@ class HilbertPCA(PCA):
         if not (isinstance(self.solver, str) and (self.solver in HILBERT_SOLVERS or self.solver == "auto")):
             raise InvalidParameterError(f"solver={self.solver!r}: HilbertPCA takes 'auto', 'gram' (exact, the n×n "
                                         "Hermitian Gram matrix) or 'krylov' (block Krylov, any n, with an error bound).")
+        if isinstance(self.max_passes, int) and not isinstance(self.max_passes, bool) and self.max_passes < 2:
+            raise InvalidParameterError(f"max_passes={self.max_passes}: Hilbert EOFs by Krylov read the data at least "
+                                        "twice (one Krylov pass, then the components' pass); give 2 or more, or None.")
         if self.padding not in hilbert_solver.PADDINGS:
             raise InvalidParameterError(f"padding={self.padding!r}: expected one of {hilbert_solver.PADDINGS}.")
         if isinstance(self.decay_factor, bool) or not isinstance(self.decay_factor, (int, float)) or not 0 < self.decay_factor <= 1:
@@ -127,7 +130,8 @@ class HilbertPCA(PCA):
                 "Chunks that span the sample dimension avoid it."
             )
         extra_pass = int(bool(self.standardize))
-        krylov_passes = krylov_solver.predicted_passes(self.tol, self.max_passes) + 1
+        krylov_passes = min(krylov_solver.predicted_passes(self.tol, self.max_passes) + 1,
+                            krylov_solver.pass_budget(self.tol, self.max_passes))
         ell = min(k + hilbert_krylov.N_OVERSAMPLES, n, d)
         estimates = []
         for name, passes, flops, note in (

@@ -240,5 +240,7 @@ def test_krylov_warns_when_the_read_budget_is_spent_and_is_refused_a_variance_fr
     assert model.n_passes_ == 3 and not model.solver_info_["converged"] and model.error_bound_ > 1e-12
     with pytest.raises(ValueError, match="variance fraction.*solver='gram'"):
         HilbertPCA(0.5, solver="krylov").fit(X)
+    with pytest.raises(ValueError, match="max_passes=1: .* at least twice"):
+        HilbertPCA(3, solver="krylov", max_passes=1).fit(X)
     with pytest.raises(InvalidParameterError, match="HilbertPCA takes 'auto', 'gram'"):
         HilbertPCA(2, solver="covariance").fit(X)

@@ -79,7 +79,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
     padding, decay_factor : as :func:`daskpca.solvers.hilbert.solve`.
     tol : float in (0, 1) or None
         Stop when the bound on sin θ of the components' span is ≤ ``tol``.
-    max_passes : int or None
+    max_passes : int ≥ 2 or None
         Most reads, the components' pass included (default: :func:`.krylov.pass_budget`).
 
     Returns
@@ -94,7 +94,10 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
         raise ValueError("a variance fraction (or 'mle') for n_components needs every eigenvalue: use the exact "
                          "Gram solver (solver='gram'), or give an int.")
     tol, max_passes = check_accuracy_options(tol, max_passes)
-    budget = max(pass_budget(tol, max_passes), 2)
+    if max_passes is not None and max_passes < 2:
+        raise ValueError(f"max_passes={max_passes}: Hilbert EOFs by Krylov read the data at least twice (one Krylov "
+                         "pass, then the components' pass); give 2 or more.")
+    budget = pass_budget(tol, max_passes)
     target = ROUNDOFF_BOUND if tol is None else tol
     n_samples, n_features = X.shape
     k = request.fixed()

@@ -6,7 +6,9 @@ until it does.
 swapped with one ``renameat2(RENAME_EXCHANGE)`` (Linux ≥ 3.15; elsewhere two renames, with a
 window between them), so a reader — or a job killed at any step — sees either the previous
 complete store or the new complete one at ``TARGET``. The previous store is then moved to the
-history folder ``.NAME.history/VERSION`` (model stores keep the last ``keep_history``) or deleted.
+history folder ``.NAME.history/VERSION`` (model stores keep the last ``keep_history``) or deleted;
+if a job is killed between the swap and that move, the next writer finds the swapped-out store
+beside the target and moves it there (:func:`recover_leftovers`).
 
 **Object stores** (``s3://``, any fsspec URL) have no rename: copying a store object by object is
 not atomic. Every publish writes a complete new version under a fresh prefix
@@ -101,6 +103,7 @@ class LocalPublication:
         if self.target.exists() and not overwrite:
             raise OutputExistsError(_exists_message(target))
         self.target.parent.mkdir(parents=True, exist_ok=True)
+        recover_leftovers(self.target, keep_history)
         self.version = new_version()
         self.temporary = self.target.parent / f".{self.target.name}.partial-{self.version}"
         self.location = str(self.temporary)
@@ -142,6 +145,21 @@ class LocalPublication:
                 if quiet >= 2:
                     return
             time.sleep(0.05)
+
+
+def recover_leftovers(target: Path, keep: int) -> None:
+    """Tidy what killed writers of ``target`` left beside it (called under its claim, so no live
+    writer owns them): a ``.partial-V`` folder holding a store of *another* version is the model
+    a writer swapped out and was killed before it retired (killed at "switched") — moved to the
+    history, as the retire would have; any other partial (unfinished, or complete but never
+    switched in) is deleted."""
+    prefix = f".{target.name}.partial-"
+    for leftover in sorted(target.parent.glob(prefix + "*")):
+        marker = _local_marker(leftover)
+        if marker is not None and marker.get("version") not in (None, leftover.name[len(prefix):]):
+            retire_local(target, leftover, keep)
+        else:
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def history_folder(target: Path) -> Path:

@@ -213,6 +213,15 @@ def test_sigkill_at_every_local_publish_step_leaves_a_complete_model(tmp_path, c
     for step in ("data-written", "switched"):
         PCA(3).fit(Y).save(targets[step], overwrite=True)
         assert daskpca.load(targets[step]).n_components_ == 3
+    # The model swapped out by the job killed at "switched" was not yet retired: the next writer
+    # moves it into the history (nothing lost) and leaves no partial folder behind.
+    from daskpca._publish import history_folder
+
+    entries = io.history(targets["switched"])
+    assert [e["current"] for e in entries] == [True, False, False]
+    kept = [daskpca.load(history_folder(targets["switched"]) / e["version"]).n_components_ for e in entries[1:]]
+    assert kept == [4, 2], kept  # the killed job's model (swapped in), then the one it swapped out
+    assert not [p for step in ("data-written", "switched") for p in os.listdir(targets[step].parent) if "partial" in p]
 
 
 # ----------------------------------------------------------------------------- load → update → save

@@ -38,9 +38,11 @@ class SavedModelMixin:
         the replaced model is kept in the store's history (``daskpca.io.history``, the last
         ``daskpca.io.MODEL_HISTORY``). See :meth:`to_dataset` for the format.
 
-        A model saved back where it was loaded from (``load`` → ``update`` → ``save``) replaces
-        only the version it was loaded from: if another process saved there in between,
-        :class:`~daskpca.exceptions.StoreChangedError` instead of silently dropping that update.
+        A loaded model saved back where it was loaded from (``load`` → ``update`` → ``save``)
+        replaces only the version it was loaded from (or last saved there): if another process
+        saved there in between, :class:`~daskpca.exceptions.StoreChangedError` instead of silently
+        dropping that update. A model fitted here (``fit`` also ends a loaded model's tie to its
+        store) replaces whatever is there when ``overwrite=True``.
         """
         self._check_fitted()
         origin, version = getattr(self, "_loaded_from", (None, None))
@@ -48,7 +50,8 @@ class SavedModelMixin:
         written = io.write_dataset(self.to_dataset(), store, overwrite=overwrite,
                                    marker={"format": io.MODEL_FORMAT, "note": f"{self.n_samples_} samples"},
                                    keep_history=io.MODEL_HISTORY, replaces_version=replaces)
-        self._loaded_from = (_store_identity(store), io.store_version(store))
+        if hasattr(self, "_loaded_from"):  # its own save is the version a next save replaces
+            self._loaded_from = (_store_identity(store), io.store_version(store))
         return written
 
     @classmethod

@@ -17,8 +17,11 @@ not atomic. Every publish writes a complete new version under a fresh prefix
 ``If-None-Match: *`` for a new target; :mod:`daskpca._objects`). Until that one PUT succeeds,
 readers resolve the pointer to the previous complete version; a writer that finds the pointer
 changed under it fails and deletes its own version. The pointer lists the versions kept
-(newest first): :func:`history` and :func:`rollback` read and switch it. Versions not in the
-pointer (left by killed writers) are deleted by the next publish.
+(newest first): :func:`history` and :func:`rollback` read and switch it. A version that leaves
+the history (with ``keep_history=0``, the one just replaced) stays readable for
+:data:`RETIRE_GRACE_SECONDS` — a reader that resolved the pointer before the switch can finish —
+and is deleted by the first publish after that; versions in no list (left by killed writers) are
+deleted by the next publish.
 
 Why not a transactional store (icechunk)? Measured on moto's S3 server on loopback (a 6-feature
 model, a loaded 2-core machine): icechunk wrote + committed in 0.2–1.3 s and read in 0.1–0.3 s;
@@ -244,6 +247,12 @@ def resolve(path) -> str:
     return f"{path.rstrip('/')}/versions/{pointer['current']}"
 
 
+#: Seconds a version dropped from an object store's history stays readable before a later
+#: publish deletes it (``$DASKPCA_RETIRE_GRACE_SECONDS``): readers that resolved the pointer just
+#: before the switch finish reading it.
+RETIRE_GRACE_SECONDS = float(os.environ.get("DASKPCA_RETIRE_GRACE_SECONDS", 3600))
+
+
 class ObjectPublication:
     def __init__(self, target: str, *, overwrite: bool, keep_history: int, claim):
         self.url = target.rstrip("/")
@@ -268,7 +277,13 @@ class ObjectPublication:
         entry["note"] = marker.get("note", "")
         previous = list(self.pointer["history"]) if self.pointer else []
         kept = [entry, *previous][: self.keep + 1]
-        pointer = {"format": "daskpca-pointer", "current": self.version, "history": kept}
+        # Versions leaving the history stay readable for RETIRE_GRACE_SECONDS: a reader that
+        # resolved the pointer a moment ago may still be reading one (history 0: the replaced one).
+        now = time.time()
+        leaving = [e["version"] for e in previous if e["version"] not in {k["version"] for k in kept}]
+        retired = [*(self.pointer or {}).get("retired", []), *({"version": v, "since": now} for v in leaving)]
+        retired = [r for r in retired if now - r["since"] < RETIRE_GRACE_SECONDS]
+        pointer = {"format": "daskpca-pointer", "current": self.version, "history": kept, "retired": retired}
         if not _objects.replace(self.fs, f"{self.root}/{POINTER}", json.dumps(pointer).encode(), self.tag):
             raise OutputClaimedError(
                 f"{self.url!r} was published by another job while this one ran (its version pointer "
@@ -276,7 +291,7 @@ class ObjectPublication:
             )
         self.done = True
         fault_point("switched")
-        _collect_garbage(self.fs, self.root, {e["version"] for e in kept})
+        _collect_garbage(self.fs, self.root, {e["version"] for e in [*kept, *retired]})
         fault_point("retired")
 
     def abort(self) -> None:

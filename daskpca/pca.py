@@ -235,6 +235,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
     def _fit(self, X, sample_dims) -> None:
         """The one fit road: matrix → feature stage → plan → solver → fitted attributes."""
         check_params(self, solvers=SOLVERS)
+        self.__dict__.pop("_loaded_from", None)  # a new fit replaces, it does not modify, a loaded model
         matrix, layout, spec = self._fit_input(X, sample_dims)
         request = self._request(matrix)
         module, name, reason = self._choose_solver(matrix, request)

@@ -244,6 +244,11 @@ def test_saving_a_loaded_model_back_refuses_a_store_replaced_since(tmp_path):
     again.save(path, overwrite=True)
     again.update(rng.standard_normal((10, 6))).save(path, overwrite=True)  # its own save is the new base
     assert daskpca.load(path).n_samples_ == 330
+    # A new fit replaces rather than modifies: overwrite=True means it, for a loaded model too.
+    refit = daskpca.load(path)
+    PCA(2).fit(rng.standard_normal((40, 6))).save(path, overwrite=True)
+    refit.fit(rng.standard_normal((90, 6))).save(path, overwrite=True)
+    assert daskpca.load(path).n_samples_ == 90
 
 
 _UPDATER = """

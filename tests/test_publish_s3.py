@@ -18,6 +18,7 @@ pytest.importorskip("s3fs")
 import daskpca  # noqa: E402
 from daskpca import PCA, cli, io  # noqa: E402
 from daskpca._claims import acquire  # noqa: E402
+from daskpca import _publish  # noqa: E402
 from daskpca._publish import POINTER, STEPS, start  # noqa: E402
 from daskpca.exceptions import DamagedModelError, DamagedStoreError, OutputClaimedError, OutputExistsError  # noqa: E402
 
@@ -88,8 +89,27 @@ def test_save_load_overwrite_history_rollback(s3, monkeypatch):
     assert cli.main(["rollback", target, "--to", versions[1]["version"], "--quiet"]) == 0
     assert daskpca.load(target).n_components_ == 2
     assert cli.main(["rollback", target, "--to", "nope", "--quiet"]) == 2
-    first.save(target, overwrite=True)  # the oldest version beyond the history is collected
+    first.save(target, overwrite=True)  # the oldest version leaves the history, readable for the grace period
+    assert len(_versions(target)) == io.MODEL_HISTORY + 2 and len(io.history(target)) == io.MODEL_HISTORY + 1
+    monkeypatch.setattr(_publish, "RETIRE_GRACE_SECONDS", 0.0)
+    second.save(target, overwrite=True)  # past its grace: collected
     assert len(_versions(target)) == io.MODEL_HISTORY + 1 == len(io.history(target))
+
+
+def test_a_reader_of_the_replaced_version_finishes_reading_it(s3, monkeypatch):
+    # A results store keeps no history: the version a reader opened just before the switch is
+    # still whole until its grace period has passed, then the next publish deletes it.
+    target = url("scores.zarr")
+    old = xr.DataArray(np.arange(200.0).reshape(50, 4), dims=("time", "mode"), name="scores").chunk(time=10)
+    io.write_xarray(old, target)
+    reader = io.open_xarray(target)["scores"]  # lazy: resolved to the current version, nothing read yet
+    io.write_xarray(old + 1000, target, overwrite=True)
+    np.testing.assert_array_equal(reader.values, old.values)  # every chunk of the old version still there
+    np.testing.assert_array_equal(io.open_xarray(target)["scores"].values, old.values + 1000)
+    assert len(_versions(target)) == 2 and len(io.history(target)) == 1
+    monkeypatch.setattr(_publish, "RETIRE_GRACE_SECONDS", 0.0)
+    io.write_xarray(old + 2000, target, overwrite=True)
+    assert len(_versions(target)) == 1
 
 
 def test_scores_written_by_dask_and_a_missing_chunk_is_refused(s3):

@@ -13,12 +13,13 @@ _DECODING_MODULES = (os.sep + os.path.join("zarr", "codecs") + os.sep, os.sep + 
 
 
 def _user_error_types() -> tuple:
-    from .exceptions import (DamagedStoreError, IncompleteStoreError, InvalidParameterError, NewerFormatError,
-                             NotFittedError, OutputClaimedError, OutputExistsError)
+    from .exceptions import (DamagedStoreError, DataRangeError, IncompleteStoreError, InvalidParameterError,
+                             NewerFormatError, NonFiniteInputError, NotFittedError, OutputClaimedError,
+                             OutputExistsError)
 
     return (UsageError, OutputExistsError, OutputClaimedError, IncompleteStoreError, NewerFormatError,
-            DamagedStoreError, InvalidParameterError, NotFittedError, FileNotFoundError, PermissionError,
-            NotADirectoryError, IsADirectoryError)
+            DamagedStoreError, InvalidParameterError, NotFittedError, NonFiniteInputError, DataRangeError,
+            FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)
 
 
 def _innermost_file(exc: BaseException) -> str | None:

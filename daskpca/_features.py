@@ -35,6 +35,7 @@ import dask
 import numpy as np
 
 from ._graph import map_row_blocks, tree_reduce
+from .exceptions import NonFiniteInputError
 from .solvers._base import ComponentRequest, SolverResult
 from .solvers._iterative import ColumnMoments, column_moments, combine_column_moments
 
@@ -145,7 +146,7 @@ def kept_features(finite_count: np.ndarray, n_samples: int, *, missing_ok: bool)
     finite_count = np.asarray(finite_count)
     keep = finite_count > 0
     if not keep.any():
-        raise ValueError(
+        raise NonFiniteInputError(
             f"all {finite_count.size} features are NaN (or ±inf) for every sample: nothing is left "
             "to analyse. Check the variable, the region selected, or the fill value decoding "
             "(xarray's mask_and_scale)."
@@ -153,7 +154,7 @@ def kept_features(finite_count: np.ndarray, n_samples: int, *, missing_ok: bool)
     partial = keep & (finite_count < n_samples)
     if partial.any() and not missing_ok:
         i = int(np.argmax(partial))
-        raise ValueError(
+        raise NonFiniteInputError(
             f"{int(partial.sum())} feature(s) are missing (NaN/±inf) for some samples but not all "
             f"({int(np.sum(n_samples - finite_count[partial]))} missing entries; the first is "
             f"feature {i}, finite in {int(finite_count[i])} of {n_samples} samples). Features "

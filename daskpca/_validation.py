@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .exceptions import NonFiniteInputError
+
 #: Target chunk size used when a NumPy array is wrapped into a dask array.
 NUMPY_CHUNK_BYTES = 64 * 2**20
 
@@ -50,7 +52,7 @@ def raise_if_nonfinite(nonfinite: NonFinite) -> None:
     """Raise the library's standard error for NaN/±inf input."""
     if nonfinite.count:
         row, col = nonfinite.first
-        raise ValueError(
+        raise NonFiniteInputError(
             f"X contains {nonfinite.count} non-finite value(s) (NaN or ±inf); the first is at "
             f"row {row}, column {col}. PCA needs finite data: drop or fill those entries, or fit "
             "with a missing-value solver (PCA(solver='ppca')), which treats NaN as missing."
@@ -102,7 +104,7 @@ def check_finite_rows(result: np.ndarray, block: np.ndarray, row_offset: int, me
         return  # finite input whose result overflowed: not a NaN/±inf of the data
     row, col = found.first
     where = (positions or Positions()).describe(row, col)
-    raise ValueError(
+    raise NonFiniteInputError(
         f"X contains {found.count} non-finite value(s) (NaN or ±inf) in rows {row_offset}–"
         f"{row_offset + len(block) - 1}; the first is at {where}. {method} refuses NaN/±inf by "
         f"default: drop or fill those samples, or call {method}(X, nan='propagate') to get NaN "

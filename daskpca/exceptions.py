@@ -59,6 +59,11 @@ class DamagedModelError(DamagedStoreError):
     (orthonormal components, sorted non-negative variances, one k everywhere) are damaged."""
 
 
+class NonFiniteInputError(ValueError):
+    """The data holds NaN/±inf where the analysis needs finite values (the message names the
+    first such entry; labeled fits name it by coordinates)."""
+
+
 class DataRangeError(ValueError):
     """Raised when finite data overflows float64 arithmetic (|x| so large that squares are inf)."""
 
@@ -95,6 +100,7 @@ __all__ = [
     "IncompleteStoreError",
     "InvalidParameterError",
     "NewerFormatError",
+    "NonFiniteInputError",
     "NotFittedError",
     "OutputClaimedError",
     "OutputExistsError",

@@ -30,7 +30,7 @@ import numpy as np
 from . import _plan, labeled
 from ._graph import map_column_blocks, tree_reduce
 from ._validation import check_nan_policy, find_nonfinite
-from .exceptions import InvalidParameterError
+from .exceptions import InvalidParameterError, NonFiniteInputError
 from .pca import PCA
 from .solvers import hilbert as hilbert_solver
 from .solvers import hilbert_krylov
@@ -248,7 +248,7 @@ def _strip_scores(strip, col_offset, mean, basis, padding, decay_factor, nan):
     if nan == "raise":
         bad = find_nonfinite(np.asarray(strip), 0, col_offset)
         if bad.count:
-            raise ValueError(
+            raise NonFiniteInputError(
                 f"X contains {bad.count} non-finite value(s) (NaN or ±inf) in this strip; the first is at "
                 f"row {bad.first[0]}, column {bad.first[1]}. Hilbert scores need complete series: fill "
                 "the gaps first (transform(X, nan='propagate') would make every score NaN)."

@@ -28,7 +28,7 @@ from ._moments import combine_moments
 from ._params import ParamsMixin, check_params
 from ._probabilistic import ProbabilisticMixin, project_block
 from ._validation import as_dask_matrix, check_n_features, check_nan_policy
-from .exceptions import NotFittedError
+from .exceptions import NonFiniteInputError, NotFittedError
 from .solvers import SOLVERS, covariance
 from .solvers._base import ComponentRequest, SolverResult
 
@@ -245,8 +245,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         try:
             with one_blas_thread_per_task():
                 result = _features.solve(module, matrix, request, spec, random_state=self.random_state, **options)
-        except ValueError as error:
-            if layout is None or "non-finite" not in str(error) and "NaN" not in str(error):
+        except NonFiniteInputError as error:
+            if layout is None:
                 raise
             raise labeled.located(error, matrix, layout, X) from error
         self._set_fitted(result, name, reason, layout)

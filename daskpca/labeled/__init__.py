@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import locate_nonfinite
+from ..exceptions import NonFiniteInputError
 from .layout import MODE, LabeledPositions, Layout, VariableLayout, as_dataset, is_labeled, normalize_sample_dims
 from .results import (
     component_maps,
@@ -115,4 +116,4 @@ def located(error: ValueError, matrix, layout: Layout, X) -> ValueError:
     if not found.count:
         return error
     where = LabeledPositions.of(layout, X).describe(*found.first)
-    return ValueError(f"{error} The first such entry is at {where}.")
+    return NonFiniteInputError(f"{error} The first such entry is at {where}.")

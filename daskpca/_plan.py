@@ -91,6 +91,7 @@ class Plan:
 
     def __str__(self) -> str:
         chosen = self.estimate(self.solver)
+        width = max(11, *(len(e.name) for e in self.estimates))
         lines = [
             f"daskpca plan for X of shape ({self.n_samples}, {self.n_features}), k = {self.n_components}",
             f"  solver: {self.solver!r} — {self.reason}",
@@ -100,12 +101,12 @@ class Plan:
             f"  runner-up: {self.runner_up!r}" if self.runner_up else "  runner-up: none",
             f"  accuracy asked: sin θ ≤ {self.tol:g}" if self.tol is not None else "  accuracy asked: none (tol=None)",
             "",
-            f"  {'solver':<11} {'exact':<6} {'passes':>7} {'flops':>10} {'time':>8} {'task memory':>12}  fits",
+            f"  {'solver':<{width}} {'exact':<6} {'passes':>7} {'flops':>10} {'time':>8} {'task memory':>12}  fits",
         ]
         for e in self.estimates:
             seconds = "—" if e.seconds is None else f"{e.seconds:.3g} s"
             lines.append(
-                f"  {e.name:<11} {'yes' if e.exact else 'no':<6} {str(e.passes):>7} {e.flops:>10.3g} {seconds:>8} "
+                f"  {e.name:<{width}} {'yes' if e.exact else 'no':<6} {str(e.passes):>7} {e.flops:>10.3g} {seconds:>8} "
                 f"{_bytes(e.task_bytes):>12}  {'yes' if e.feasible else 'NO'}{'  ' + e.note if e.note else ''}"
             )
         lines += [f"  warning: {w}" for w in self.warnings]

@@ -99,6 +99,10 @@ class HilbertPCA(PCA):
         if not (isinstance(self.solver, str) and (self.solver in HILBERT_SOLVERS or self.solver == "auto")):
             raise InvalidParameterError(f"solver={self.solver!r}: HilbertPCA takes 'auto', 'gram' (exact, the n×n "
                                         "Hermitian Gram matrix) or 'krylov' (block Krylov, any n, with an error bound).")
+        try:  # tol bounds sin θ here (PCA's tol also serves ALS's stopping rule)
+            krylov_solver.check_accuracy_options(self.tol, self.max_passes)
+        except ValueError as error:
+            raise InvalidParameterError(str(error)) from None
         if isinstance(self.max_passes, int) and not isinstance(self.max_passes, bool) and self.max_passes < 2:
             raise InvalidParameterError(f"max_passes={self.max_passes}: Hilbert EOFs by Krylov read the data at least "
                                         "twice (one Krylov pass, then the components' pass); give 2 or more, or None.")

@@ -103,9 +103,17 @@ def test_labeled_field_with_mask_and_weights_in_two_passes(tmp_path):
     kept = ~np.isnan(field[0])
     error = np.abs(field_back.values - field)[:, kept]
     assert np.median(error) < 0.3  # two modes hold the wave; the noise (σ 0.2) is left out
+    # Krylov takes the same road: masks and weights resolved in its first pass, no extra read.
+    store.reads.clear()
+    krylov = HilbertPCA(2, weights="coslat", solver="krylov", tol=1e-8, random_state=0).fit(X, sample_dims="time")
+    assert set(store.chunk_reads().values()) == {krylov.n_passes_} and krylov.solver_info_["n_masked_features"] == 3
+    assert _complex_sin_theta(krylov.components_, model.components_) <= krylov.error_bound_ <= 1e-8
+    np.testing.assert_allclose(krylov.mean_, model.mean_, rtol=1e-12)
 
 
-@pytest.mark.parametrize("params, match", [(dict(padding="zeros"), "padding"), (dict(decay_factor=0.0), "decay_factor")])
+@pytest.mark.parametrize("params, match", [(dict(padding="zeros"), "padding"), (dict(decay_factor=0.0), "decay_factor"),
+                                           (dict(solver=None), "HilbertPCA takes"), (dict(tol=2.0), "tol"),
+                                           (dict(max_passes="3"), "max_passes")])
 def test_bad_options_are_refused_before_any_read(params, match):
     with pytest.raises(InvalidParameterError, match=match):
         HilbertPCA(2, **params).fit(np.zeros((10, 3)))

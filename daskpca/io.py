@@ -356,9 +356,14 @@ def write_dataset(ds, path, *, overwrite: bool = False, marker: dict, keep_histo
     return os.fspath(path)
 
 
+#: Reads of a local store retried when a concurrent publish replaced it mid-read.
+LOCAL_READ_ATTEMPTS = 5
+
+
 def read_dataset(path, *, expected_format: str, error=None):
     """Read a complete store of ``expected_format`` (e.g. a saved model) into memory, after
-    checking every object against its record (:func:`verify`).
+    checking every object against its record (:func:`verify`) — all of one version, also while
+    other jobs publish new ones.
 
     Raises
     ------
@@ -369,16 +374,30 @@ def read_dataset(path, *, expected_format: str, error=None):
     ValueError
         When the store holds another kind of daskpca store.
     """
-    marker = read_marker(path)
-    if marker.get("format") != expected_format:
-        raise ValueError(
-            f"{os.fspath(path)!r} is a daskpca {marker.get('format')!r} store, not a {expected_format!r} store"
-            + (" (a results store: pass the MODEL written by `daskpca fit --out`)." if marker.get("format") == DATA_FORMAT else ".")
-        )
-    location = resolve(path)
-    if not _is_url(location):
-        verify(path, full=True, error=error)
-        return _load_dataset(location, path, error)
+    for attempt in range(LOCAL_READ_ATTEMPTS):
+        marker = read_marker(path)
+        if marker.get("format") != expected_format:
+            raise ValueError(
+                f"{os.fspath(path)!r} is a daskpca {marker.get('format')!r} store, not a {expected_format!r} store"
+                + (" (a results store: pass the MODEL written by `daskpca fit --out`)." if marker.get("format") == DATA_FORMAT else ".")
+            )
+        location = resolve(path)
+        if _is_url(location):
+            break
+        # A local folder is replaced whole by a concurrent publish (one rename): a read that saw
+        # the version change under it may have mixed two versions — read again, the new one.
+        try:
+            verify(path, full=True, error=error)
+            ds = _load_dataset(location, path, error)
+        except (DamagedStoreError, IncompleteStoreError, FileNotFoundError):
+            if store_version(path) == marker.get("version") or attempt == LOCAL_READ_ATTEMPTS - 1:
+                raise
+            continue
+        if store_version(path) == marker.get("version"):
+            return ds
+    else:
+        raise IncompleteStoreError(f"{os.fspath(path)!r} was replaced {LOCAL_READ_ATTEMPTS} times while it was "
+                                   "read; read it when its writers are done.")
     # An object store: one concurrent download, then the bytes checked are the bytes read.
     import tempfile
 

@@ -282,3 +282,33 @@ def test_two_processes_updating_one_model_lose_no_update(tmp_path):
     results = [(p.wait(timeout=240), p.stdout.read(), p.stderr.read()) for p in processes]
     assert all(code == 0 for code, _, _ in results), results
     assert daskpca.load(path).n_samples_ == 100 + 2 * rounds * 10
+
+
+_REPLACER = """
+import sys
+import numpy as np
+import daskpca
+X = np.random.default_rng(0).standard_normal((60, 5))
+X -= X.mean(axis=0)
+print("ready", flush=True)
+for i in range(int(sys.argv[2])):
+    k = 1 + i % 4
+    daskpca.PCA(k).fit(X + 10.0 * k).save(sys.argv[1], overwrite=True)
+"""
+
+
+def test_loads_while_another_process_replaces_the_model_read_one_whole_version(tmp_path):
+    # Each saved version is recognisable (k components, mean 10·k): a load racing the swaps
+    # returns one of them whole — never an error, never parts of two versions.
+    path = tmp_path / "m.zarr"
+    PCA(1).fit(np.zeros((60, 5)) + 10.0).save(path)
+    writer = subprocess.Popen([sys.executable, "-c", _REPLACER, str(path), "40"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    assert writer.stdout.readline() == "ready\n"
+    loads = 0
+    while writer.poll() is None:
+        model = daskpca.load(path)
+        np.testing.assert_allclose(model.mean_, 10.0 * model.n_components_, atol=1e-9)
+        loads += 1
+    assert writer.returncode == 0, writer.stderr.read()
+    assert loads >= 5

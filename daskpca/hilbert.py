@@ -96,6 +96,16 @@ class HilbertPCA(PCA):
         self.random_state = random_state
 
     def _fit(self, X, sample_dims) -> None:
+        self._check_hilbert_params()
+        super()._fit(X, sample_dims)
+
+    def plan(self, X, *, sample_dims=None) -> _plan.Plan:
+        """What ``fit(X)`` would do, without reading any data (see :meth:`PCA.plan`): the exact
+        and the Krylov solver's passes and task memory, and which one ``fit`` runs."""
+        self._check_hilbert_params()
+        return super().plan(X, sample_dims=sample_dims)
+
+    def _check_hilbert_params(self) -> None:
         if not (isinstance(self.solver, str) and (self.solver in HILBERT_SOLVERS or self.solver == "auto")):
             raise InvalidParameterError(f"solver={self.solver!r}: HilbertPCA takes 'auto', 'gram' (exact, the n×n "
                                         "Hermitian Gram matrix) or 'krylov' (block Krylov, any n, with an error bound).")
@@ -110,7 +120,6 @@ class HilbertPCA(PCA):
             raise InvalidParameterError(f"padding={self.padding!r}: expected one of {hilbert_solver.PADDINGS}.")
         if isinstance(self.decay_factor, bool) or not isinstance(self.decay_factor, (int, float)) or not 0 < self.decay_factor <= 1:
             raise InvalidParameterError(f"decay_factor={self.decay_factor!r}: expected a float in (0, 1] (0.05–0.2 usual).")
-        super()._fit(X, sample_dims)
 
     def _choose_solver(self, array, request):
         plan = self._make_plan(array, request)

@@ -350,13 +350,15 @@ def _warn_if_reshape_regroups(name, dims: tuple, data, n_sample_dims: int) -> No
 
     groups = ((0, n_sample_dims), (n_sample_dims, len(dims)))
     for start, stop in groups:
-        split = [i for i in range(start + 1, stop) if len(data.chunks[i]) > 1]
+        sized = [i for i in range(start, stop) if data.shape[i] > 1]  # length-1 dims change nothing
+        split = [i for i in sized[1:] if len(data.chunks[i]) > 1]
         if not split:
             continue
         first = dims[split[0]]
         # An output chunk needs every input chunk of its band: whole later dims of the group.
-        band = [data.shape[i] if start < i < stop else max(data.chunks[i]) for i in range(len(dims))]
+        band = [data.shape[i] if i in sized[1:] else max(data.chunks[i]) for i in range(len(dims))]
         held = int(np.prod(band, dtype=np.int64)) * data.dtype.itemsize
+        lead = dims[sized[0]]
         kind = "sample" if start == 0 else "feature"
         fix = ", ".join(f"{dims[i]!r}: -1" for i in split)
         warnings.warn(
@@ -364,6 +366,6 @@ def _warn_if_reshape_regroups(name, dims: tuple, data, n_sample_dims: int) -> No
             f"(chunks of {max(data.chunks[split[0]])} of {data.shape[split[0]]}), which is not the first of its "
             f"{kind} dims {dims[start:stop]}: flattening them makes dask regroup chunks into bands of whole "
             f"{first!r} rows, about {held / 2**20:.0f} MiB held per task. Chunk the leading {kind} dim "
-            f"{dims[start]!r} instead, e.g. .chunk({{{fix}}}).",
+            f"{lead!r} instead, e.g. .chunk({{{fix}}}).",
             ChunkLayoutWarning, stacklevel=caller_stacklevel(),
         )

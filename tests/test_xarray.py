@@ -291,4 +291,6 @@ def test_chunks_along_a_later_feature_dim_warn_with_the_regrouping_and_the_fix()
         warnings.simplefilter("error", ChunkLayoutWarning)
         strips = PCA(2).fit(tiles.chunk({"lon": -1}), sample_dims="time")  # the fix it names
         PCA(2).fit(xr.DataArray(values, dims=dims), sample_dims="time")  # NumPy-backed: nothing to regroup
+        level = xr.DataArray(da.from_array(values[:, None], chunks=(50, 1, 4, 24)), dims=("time", "lev", "lat", "lon"))
+        PCA(2).fit(level, sample_dims="time")  # a length-1 dim before 'lat' regroups nothing
     np.testing.assert_allclose(np.abs(tiled.components_), np.abs(strips.components_), atol=1e-12)

@@ -241,6 +241,18 @@ def test_krylov_bound_holds_against_the_exact_solver_just_above_the_noise(seed, 
     np.testing.assert_allclose(top.imag, 0, atol=1e-14)
 
 
+def test_krylov_thick_restarts_keep_the_bound_valid(monkeypatch):
+    # A basis capped at two blocks' worth restarts every pass; the bound still holds and is met.
+    from daskpca.solvers import hilbert_krylov
+
+    X = _modes_above_noise(seed=3)
+    exact = HilbertPCA(3, solver="gram").fit(X)
+    monkeypatch.setattr(hilbert_krylov, "BASIS_BYTES", 2 * 16 * X.shape[0] * 2 * 13)
+    model = HilbertPCA(3, solver="krylov", tol=1e-6, random_state=0).fit(X)
+    assert model.solver_info_["restarts"] >= 1 and model.solver_info_["converged"]
+    assert _complex_sin_theta(model.components_, exact.components_) <= model.error_bound_ <= 1e-6
+
+
 def test_krylov_warns_when_the_read_budget_is_spent_and_is_refused_a_variance_fraction():
     X = _modes_above_noise(ratios=(1.05, 1.02, 1.01))
     with pytest.warns(AccuracyWarning, match="read budget of 3 passes"):

@@ -21,7 +21,8 @@ reported ``error_bound`` is the Ritz bound b turned into b/√(1 − b²) (≥ t
 Passes: Krylov passes (until the bound meets ``tol``, at most ``max_passes`` − 1) + 1 for the
 components. Flops per pass: 16·n·d·ℓ (two complex products per strip) + the FFTs. Memory per task:
 the strip as read, its float64 copy, the FFT scratch and 2·n·ℓ complex128; a merge 3·n·ℓ. On the
-client: the basis, 2·n·m complex128 (m = ℓ·passes).
+client: the basis, 2·n·m complex128 (m = ℓ·passes), thick-restarted beyond ``krylov.BASIS_BYTES``
+like the real Krylov solver's (no pass lost, the bound stays valid).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from ._iterative import as_generator
 from .._moments import MERGE_SPLIT_EVERY
 from .._validation import raise_if_nonfinite
 from .hilbert import COMPLEX128, PADDINGS, _strip_components, gram_graph, strip_bytes
-from .krylov import Basis, _orthonormal_extension, _plain_ritz, check_accuracy_options, pass_budget
+from .krylov import BASIS_BYTES, Basis, _orthonormal_extension, _plain_ritz, check_accuracy_options, pass_budget
 
 OPTIONS = ("padding", "decay_factor", "tol", "max_passes")
 #: Block size ℓ = k + N_OVERSAMPLES (as the real Krylov solver's default).
@@ -107,7 +108,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
     rng = as_generator(random_state)
     start = rng.standard_normal((n_samples, ell)) + 1j * rng.standard_normal((n_samples, ell))
     block = np.linalg.qr(start)[0]
-    basis, history, stage, first = Basis.empty(n_samples, np.complex128), [], None, None
+    basis, history, stage, first, restarts = Basis.empty(n_samples, np.complex128), [], None, None, 0
     while True:
         (part,) = dask.compute(gram_graph(X, *options, block))
         if first is None:
@@ -128,6 +129,8 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
         block = _orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:])
         if block.shape[1] == 0:  # span V is invariant under G: the Ritz vectors are exact
             break
+        if 2 * COMPLEX128 * n_samples * (basis.size + block.shape[1]) > BASIS_BYTES:
+            basis, restarts = basis.restart(max(2 * ell, k + 1)), restarts + 1  # thick restart, as .krylov
     if tol is not None and bound > tol:
         warnings.warn(
             f"hilbert-krylov: the read budget of {budget} passes was spent with an error bound of {bound:.2g} on "
@@ -152,6 +155,6 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
         info={"padding": padding, "decay_factor": float(decay_factor), "error_bound": float(bound),
               "bound_history": [float(b) for b in history], "tol": tol, "converged": bool(bound <= target),
               "residual_norms": norms / ddof, "gap": float(gap / ddof), "sketch_size": ell,
-              "max_passes": budget, "n_iter": len(history)},
+              "max_passes": budget, "restarts": restarts, "n_iter": len(history)},
     )
     return replace(result, features=stage)

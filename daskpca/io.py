@@ -384,16 +384,19 @@ def read_dataset(path, *, expected_format: str, error=None):
         location = resolve(path)
         if _is_url(location):
             break
-        # A local folder is replaced whole by a concurrent publish (one rename): a read that saw
-        # the version change under it may have mixed two versions — read again, the new one.
+        # A local folder is replaced whole by a concurrent publish (one rename). The folder is
+        # pinned by a directory descriptor, so the marker, the checksums and the data all come
+        # from one version even if it is moved to the history meanwhile; only a version deleted
+        # mid-read (the history full) fails, and is read again — the new one.
         try:
-            verify(path, full=True, error=error)
-            ds = _load_dataset(location, path, error)
+            with _pinned_folder(location) as pinned:
+                pinned_marker = verify(pinned, full=True, label=repr(os.fspath(path)), error=error)
+                ds = _load_dataset(pinned, path, error)
         except (DamagedStoreError, IncompleteStoreError, FileNotFoundError):
             if store_version(path) == marker.get("version") or attempt == LOCAL_READ_ATTEMPTS - 1:
                 raise
             continue
-        if store_version(path) == marker.get("version"):
+        if pinned_marker.get("format") == expected_format:
             return ds
     else:
         raise IncompleteStoreError(f"{os.fspath(path)!r} was replaced {LOCAL_READ_ATTEMPTS} times while it was "
@@ -410,6 +413,22 @@ def read_dataset(path, *, expected_format: str, error=None):
             _integrity.check_store(local, marker["integrity"], full=True, label=repr(os.fspath(path)),
                                    **({"error": error} if error is not None else {}))
         return _load_dataset(local, path, error)
+
+
+@contextmanager
+def _pinned_folder(location: str):
+    """A path to the folder ``location`` names *now* that keeps naming it if it is renamed
+    (``/proc/self/fd/N`` of an open directory descriptor, on Linux); ``location`` elsewhere."""
+    try:
+        fd = os.open(location, os.O_RDONLY | os.O_DIRECTORY)
+    except (OSError, AttributeError):
+        yield location
+        return
+    try:
+        pinned = f"/proc/self/fd/{fd}"
+        yield pinned if os.path.isdir(pinned) else location
+    finally:
+        os.close(fd)
 
 
 def _load_dataset(location, path, error):

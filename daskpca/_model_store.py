@@ -70,11 +70,7 @@ class SavedModelMixin:
         # The version is read first: if the store is replaced while it is read, the recorded
         # version is the older one, and a later save there is refused (the safe direction).
         version = io.store_version(store)
-        try:
-            ds = io.read_dataset(store, expected_format=io.MODEL_FORMAT, error=DamagedModelError)
-        except IncompleteStoreError as exc:
-            raise IncompleteStoreError(_not_a_model(source) or str(exc)) from None
-        model = cls.from_dataset(ds, source=source)
+        model = cls.from_dataset(read_model_dataset(store), source=source)
         model._loaded_from = (_store_identity(store), version)
         return model
 
@@ -215,6 +211,15 @@ def _is_json(value) -> bool:
         return True
     except TypeError:
         return False
+
+
+def read_model_dataset(store):
+    """The model store at ``store`` read into memory and verified, with the errors
+    :meth:`SavedModelMixin.load` documents (also for :meth:`daskpca.Rotator.load` and the CLI)."""
+    try:
+        return io.read_dataset(store, expected_format=io.MODEL_FORMAT, error=DamagedModelError)
+    except IncompleteStoreError as exc:
+        raise IncompleteStoreError(_not_a_model(os.fspath(store)) or str(exc)) from None
 
 
 def _store_identity(store) -> str:

@@ -96,8 +96,8 @@ class Plan:
             f"daskpca plan for X of shape ({self.n_samples}, {self.n_features}), k = {self.n_components}",
             f"  solver: {self.solver!r} — {self.reason}",
             f"  passes over the data: {chosen.passes}; flops ≈ {chosen.flops:.3g}; "
-            f"peak memory per task ≈ {_bytes(chosen.task_bytes)} "
-            f"(budget {_bytes(self.task_memory_budget)}, {self.memory_source})",
+            f"peak memory per task ≈ {format_bytes(chosen.task_bytes)} "
+            f"(budget {format_bytes(self.task_memory_budget)}, {self.memory_source})",
             f"  runner-up: {self.runner_up!r}" if self.runner_up else "  runner-up: none",
             f"  accuracy asked: sin θ ≤ {self.tol:g}" if self.tol is not None else "  accuracy asked: none (tol=None)",
             "",
@@ -107,7 +107,7 @@ class Plan:
             seconds = "—" if e.seconds is None else f"{e.seconds:.3g} s"
             lines.append(
                 f"  {e.name:<{width}} {'yes' if e.exact else 'no':<6} {str(e.passes):>7} {e.flops:>10.3g} {seconds:>8} "
-                f"{_bytes(e.task_bytes):>12}  {'yes' if e.feasible else 'NO'}{'  ' + e.note if e.note else ''}"
+                f"{format_bytes(e.task_bytes):>12}  {'yes' if e.feasible else 'NO'}{'  ' + e.note if e.note else ''}"
             )
         lines += [f"  warning: {w}" for w in self.warnings]
         return "\n".join(lines)
@@ -116,7 +116,8 @@ class Plan:
         printer.text(str(self))
 
 
-def _bytes(n: float) -> str:
+def format_bytes(n: float) -> str:
+    """``n`` bytes as a short readable figure (``1.5 GiB``), for plans and error messages."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -271,7 +272,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
         solver, reason = "als", "only ALS's d×k state fits the per-task memory budget"
     else:
         solver, reason = exact_small, "nothing fits the per-task memory budget; the exact solver is tried anyway"
-        warnings.append(f"estimated task memory {_bytes(by_name[exact_small].task_bytes)} exceeds the budget {_bytes(budget)}: "
+        warnings.append(f"estimated task memory {format_bytes(by_name[exact_small].task_bytes)} exceeds the budget {format_bytes(budget)}: "
                         "use smaller chunks or workers with more memory")
     if tol is not None and solver == approximate and not (solver == "krylov" and _krylov_reaches(tol, max_passes)):
         warnings.append(f"tol = {tol:g} may not be reached within the read budget of {pass_budget(tol, max_passes)} passes "
@@ -322,9 +323,9 @@ def check_requested(name: str, plan: Plan) -> None:
         return
     alternatives = [e.name for e in plan.estimates if e.feasible and e.name != "ppca"]
     raise ValueError(
-        f"solver={name!r} needs about {_bytes(estimate.task_bytes)} in one task for X of shape "
+        f"solver={name!r} needs about {format_bytes(estimate.task_bytes)} in one task for X of shape "
         f"({plan.n_samples}, {plan.n_features}), more than the budget of "
-        f"{_bytes(plan.task_memory_budget)} ({plan.memory_source}). "
+        f"{format_bytes(plan.task_memory_budget)} ({plan.memory_source}). "
         + (f"Use solver={alternatives[0]!r} (fits), or solver='auto'." if alternatives
            else "Use smaller chunks or workers with more memory.")
     )
@@ -338,16 +339,19 @@ def error_bound(info: dict) -> float:
     return float(info.get("error_bound", float("nan")))
 
 
-def fit_warnings(model, solver: str, *, chosen_by_planner: bool) -> list[tuple[str, type]]:
+def fit_warnings(model, module, solver: str, *, chosen_by_planner: bool) -> list[tuple[str, type]]:
     """``(message, category)`` of every warning a finished fit owes its caller (the estimator
     emits them): kept components too small for a solver that squares the data, and an
     approximate answer nobody asked for (``solver="auto"`` without ``tol`` where no exact solver
     fit) with the bound it carries. A ``tol`` missed within ``max_passes`` is the solver's own
-    warning (it knows the bound it reached)."""
+    warning (it knows the bound it reached). ``module`` is the solver that ran (its declarations
+    say whether it squares the data), ``solver`` its name for the messages."""
     from .exceptions import AccuracyWarning, IllConditionedWarning
 
     out = []
-    message = ill_conditioning_warning(model.explained_variance_, solver, model.n_samples_)
+    message = None
+    if getattr(module, "SQUARES_THE_DATA", False):
+        message = ill_conditioning_warning(model.explained_variance_, solver, model.n_samples_)
     if message:
         out.append((message, IllConditionedWarning))
     if chosen_by_planner and model.tol is None and model.error_bound_ != 0:
@@ -363,7 +367,8 @@ def fit_warnings(model, solver: str, *, chosen_by_planner: bool) -> list[tuple[s
 
 
 def ill_conditioning_warning(explained_variance, solver: str, n_samples: int) -> str | None:
-    """A warning when kept eigenvalues are too small for the covariance / Gram path's accuracy.
+    """A warning when kept eigenvalues are too small for a solver that squares the data (one
+    that declares ``SQUARES_THE_DATA``: covariance, Gram, Krylov, which forms X̃ᵀX̃ implicitly).
 
     Squaring the data (XᵀX or XXᵀ) leaves eigenvalues with an absolute error of about
     ε·λ_max·size; components whose variance is below ``ILL_CONDITIONED_RATIO``·λ_max have lost
@@ -371,8 +376,7 @@ def ill_conditioning_warning(explained_variance, solver: str, n_samples: int) ->
     past n − 1 are skipped: centering makes their variance zero by construction.
     """
     variance = np.asarray(explained_variance)[: max(n_samples - 1, 1)]
-    # Krylov forms X̃ᵀX̃ implicitly: its eigenvalues carry the covariance solver's absolute error.
-    if solver not in ("covariance", "gram", "krylov") or len(variance) == 0 or variance[0] <= 0:
+    if len(variance) == 0 or variance[0] <= 0:
         return None
     ratio = variance[-1] / variance[0]
     if ratio < ILL_CONDITIONED_RATIO:

@@ -239,13 +239,12 @@ def _embedded(data, n_lags: int, lag_step: int, sample_dims):
 
 
 def _load_model(path):
-    """The model at ``path``, with its rotation when it was saved with one."""
-    from . import Rotator, io, load
-    from .exceptions import DamagedModelError
+    """The model at ``path``, with its rotation when it was saved with one (one read, verified)."""
+    from . import PCA, Rotator
+    from ._model_store import read_model_dataset
 
-    model = load(path)
-    rotated = "rotation" in io.read_dataset(path, expected_format=io.MODEL_FORMAT, error=DamagedModelError).attrs
-    return Rotator.load(path) if rotated else model
+    ds = read_model_dataset(path)
+    return (Rotator if "rotation" in ds.attrs else PCA).from_dataset(ds, source=os.fspath(path))
 
 
 def _as_fitted(data, model):

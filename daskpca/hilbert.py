@@ -109,13 +109,10 @@ class HilbertPCA(PCA):
         if not (isinstance(self.solver, str) and (self.solver in HILBERT_SOLVERS or self.solver == "auto")):
             raise InvalidParameterError(f"solver={self.solver!r}: HilbertPCA takes 'auto', 'gram' (exact, the n×n "
                                         "Hermitian Gram matrix) or 'krylov' (block Krylov, any n, with an error bound).")
-        try:  # tol bounds sin θ here (PCA's tol also serves ALS's stopping rule)
-            krylov_solver.check_accuracy_options(self.tol, self.max_passes)
+        try:  # tol bounds sin θ here (PCA's tol also serves ALS's stopping rule); before any read
+            hilbert_krylov.check_read_budget(self.tol, self.max_passes)
         except ValueError as error:
             raise InvalidParameterError(str(error)) from None
-        if isinstance(self.max_passes, int) and not isinstance(self.max_passes, bool) and self.max_passes < 2:
-            raise InvalidParameterError(f"max_passes={self.max_passes}: Hilbert EOFs by Krylov read the data at least "
-                                        "twice (one Krylov pass, then the components' pass); give 2 or more, or None.")
         if self.padding not in hilbert_solver.PADDINGS:
             raise InvalidParameterError(f"padding={self.padding!r}: expected one of {hilbert_solver.PADDINGS}.")
         if isinstance(self.decay_factor, bool) or not isinstance(self.decay_factor, (int, float)) or not 0 < self.decay_factor <= 1:
@@ -161,7 +158,7 @@ class HilbertPCA(PCA):
                       "matrix from column strips (the Hilbert transform needs each feature's whole series)")
         else:
             solver = KRYLOV
-            reason = (f"the {n}×{n} complex Gram matrix ({_plan._bytes(16 * n * n)}, a merge holds three) exceeds the "
+            reason = (f"the {n}×{n} complex Gram matrix ({_plan.format_bytes(16 * n * n)}, a merge holds three) exceeds the "
                       "per-task budget: block Krylov applies it to n×ℓ blocks strip by strip, with an error bound")
             if self.tol is None:
                 warnings.append("no tol given and an approximate solver chosen: the fit reports its error bound "
@@ -187,15 +184,15 @@ class HilbertPCA(PCA):
             if self._task_bytes(name, n, width, itemsize, k, rechunked) > budget or width >= plan.n_features:
                 break
             widest = width
-        merge = _plan._bytes(3 * 16 * n * (n if name == SOLVER else k + hilbert_krylov.N_OVERSAMPLES))
+        merge = _plan.format_bytes(3 * 16 * n * (n if name == SOLVER else k + hilbert_krylov.N_OVERSAMPLES))
         fix = (f"chunk the feature dimensions so each chunk holds at most ~{widest} features (all samples), "
                "e.g. data.chunk({'lat': ..., 'time': -1})" if widest else
                f"even one feature per strip does not fit: merging the {n}-row blocks takes {merge} per task. "
                + ("Use solver='krylov' (n×ℓ blocks instead of the n×n matrix), workers with more memory per "
                   "thread, or fewer samples" if name == SOLVER else "Use workers with more memory per thread"))
-        return (f"HilbertPCA ({name}) needs about {_plan._bytes(plan.estimate(name).task_bytes)} in one task: the widest "
+        return (f"HilbertPCA ({name}) needs about {_plan.format_bytes(plan.estimate(name).task_bytes)} in one task: the widest "
                 f"column strip of X holds {max(array.chunks[1])} features of all {n} samples, more than the "
-                f"budget of {_plan._bytes(budget)} ({plan.memory_source}). Fix: {fix}.")
+                f"budget of {_plan.format_bytes(budget)} ({plan.memory_source}). Fix: {fix}.")
 
     def transform(self, X, *, scaling=None, nan="raise"):
         """Complex scores of ``X`` (lazy for lazy input; one pass over column strips).

@@ -253,7 +253,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         if spec is not None:
             self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
         unasked = self.solver == "auto" and not getattr(module, "ACCEPTS_MISSING", False)  # ppca: NaN chose it
-        for message, category in _plan.fit_warnings(self, name, chosen_by_planner=unasked):
+        for message, category in _plan.fit_warnings(self, module, name, chosen_by_planner=unasked):
             warnings.warn(message, category, stacklevel=3)
 
     def _fit_input(self, X, sample_dims):

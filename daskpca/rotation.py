@@ -243,15 +243,20 @@ class Rotator(ParamsMixin):
     def load(cls, store):
         """The rotation :meth:`save` wrote, fitted again on the stored model (reads no data) and
         checked against the stored rotation matrix."""
-        import json
         import os
 
-        from . import io
+        from ._model_store import read_model_dataset
+
+        return cls.from_dataset(read_model_dataset(store), source=os.fspath(store))
+
+    @classmethod
+    def from_dataset(cls, ds, *, source: str = "the dataset"):
+        """The rotation :meth:`save` wrote into ``ds`` (a model store read into memory)."""
+        import json
+
         from .exceptions import DamagedModelError
         from .pca import PCA
 
-        source = os.fspath(store)
-        ds = io.read_dataset(store, expected_format=io.MODEL_FORMAT, error=DamagedModelError)
         if "rotation" not in ds.attrs or "rotation_matrix" not in ds:
             raise ValueError(f"{source!r} holds a model without a rotation: load it with daskpca.load().")
         rotator = cls(**json.loads(ds.attrs["rotation"])).fit(PCA.from_dataset(ds, source=source))

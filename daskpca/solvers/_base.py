@@ -19,7 +19,9 @@ n_samples, variance)``), solves on ``Z = X[:, keep]·factor`` and returns the st
 (``daskpca._features.solve``); it needs to do nothing.
 
 **Declarations** a solver module may make: ``OPTIONS`` (estimator parameters it takes as keyword
-arguments), ``ACCEPTS_MISSING = True`` (NaN is a missing value, not an error).
+arguments), ``ACCEPTS_MISSING = True`` (NaN is a missing value, not an error),
+``SQUARES_THE_DATA = True`` (its eigenvalues come from XᵀX or XXᵀ, formed or applied, so they
+carry an absolute error of ~ε·λ_max: the estimator warns when kept ones fall below that).
 
 The estimator (``daskpca.pca.PCA``) turns a ``SolverResult`` into fitted attributes: it fixes the
 signs, derives ratios, singular values, noise variance and distortion. ``daskpca._features.solve``

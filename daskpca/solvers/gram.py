@@ -16,8 +16,9 @@ client: k·d float64).
 
 Passes: 2. Flops: n²·d (``syrk``) + 2·n·d·k + n³ locally. Memory per task: a leaf its column
 strip as read, one float64 copy and n² float64; a pairwise merge 3·n² float64. Pick when n is up
-to ~20k and d is large. Column strips need every row of a range of columns: data stored in row-only chunks (n_i × d) is rechunked by dask,
-which then holds the whole array while it regroups it — store wide data in column strips.
+to ~20k and d is large. Column strips need every row of a range of columns: data stored in
+row-only chunks (n_i × d) is rechunked by dask, which then holds the whole array while it
+regroups it — store wide data in column strips.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from .._validation import NonFinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 
 N_PASSES = 2
+#: Eigenvalues from X̃ᵀX̃ / X̃X̃ᵀ: the estimator's ill-conditioning check applies.
+SQUARES_THE_DATA = True
 
 
 @dataclass(frozen=True)

@@ -235,6 +235,12 @@ def gram_graph(X, weights: np.ndarray, padding: str, decay_factor: float, block=
     return tree_reduce(leaves, _sum_parts, "hilbert-merge", split_every=MERGE_SPLIT_EVERY)
 
 
+def strip_products(X, weights: np.ndarray, padding: str, decay_factor: float, basis: np.ndarray) -> np.ndarray:
+    """``Zᴴ·basis`` (d × b, complex) for an n × b ``basis``, strip by strip: one read of ``X``."""
+    pieces = map_column_blocks(X, _strip_components, "hilbert-components", weights, padding, decay_factor, basis)
+    return np.concatenate(dask.compute(*pieces), axis=0)
+
+
 def solve(X, request: ComponentRequest, *, random_state=None, features=None, padding="exp", decay_factor=0.2) -> SolverResult:
     """Hilbert EOFs of ``X`` (n × d, real; rows are time steps in order) in two passes.
 
@@ -286,8 +292,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
             "data's rank is lower. Ask for fewer components."
         )
     basis = vectors[:, :k] / np.sqrt(values[:k])
-    pieces = map_column_blocks(X, _strip_components, "hilbert-components", *options, basis)
-    components = np.concatenate(dask.compute(*pieces), axis=0)[keep].T
+    components = strip_products(X, *options, basis)[keep].T
     result = SolverResult(
         components=components,
         explained_variance=spectrum[:k].copy(),

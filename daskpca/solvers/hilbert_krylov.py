@@ -33,13 +33,12 @@ from dataclasses import replace
 import dask
 import numpy as np
 
-from .._graph import map_column_blocks
 from ..exceptions import AccuracyWarning
 from ._base import ComponentRequest, SolverResult
 from ._iterative import as_generator
 from .._moments import MERGE_SPLIT_EVERY
 from .._validation import raise_if_nonfinite
-from .hilbert import COMPLEX128, PADDINGS, _strip_components, gram_graph, strip_bytes
+from .hilbert import COMPLEX128, PADDINGS, gram_graph, strip_bytes, strip_products
 from .krylov import BASIS_BYTES, Basis, _orthonormal_extension, _plain_ritz, check_accuracy_options, pass_budget
 
 OPTIONS = ("padding", "decay_factor", "tol", "max_passes")
@@ -59,6 +58,16 @@ def block_task_memory(n_samples: int, strip_columns: int, itemsize: int, n_compo
     of the Gram matrix, or a merge of three n×ℓ blocks."""
     blocks = COMPLEX128 * n_samples * (n_components + N_OVERSAMPLES)
     return max(strip_bytes(n_samples, strip_columns, itemsize, padding) + 2 * blocks, (MERGE_SPLIT_EVERY + 1) * blocks)
+
+
+def check_read_budget(tol, max_passes) -> tuple[float | None, int | None]:
+    """``tol`` and ``max_passes`` as :func:`.krylov.check_accuracy_options` checks them, and at
+    least 2 passes (one Krylov pass, then the components'); ValueError naming the value otherwise."""
+    tol, max_passes = check_accuracy_options(tol, max_passes)
+    if max_passes is not None and max_passes < 2:
+        raise ValueError(f"max_passes={max_passes}: Hilbert EOFs by Krylov read the data at least twice (one Krylov "
+                         "pass, then the components' pass); give 2 or more, or None.")
+    return tol, max_passes
 
 
 def _tangent(sine: float) -> float:
@@ -94,10 +103,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
     if request.needs_spectrum:
         raise ValueError("a variance fraction (or 'mle') for n_components needs every eigenvalue: use the exact "
                          "Gram solver (solver='gram'), or give an int.")
-    tol, max_passes = check_accuracy_options(tol, max_passes)
-    if max_passes is not None and max_passes < 2:
-        raise ValueError(f"max_passes={max_passes}: Hilbert EOFs by Krylov read the data at least twice (one Krylov "
-                         "pass, then the components' pass); give 2 or more.")
+    tol, max_passes = check_read_budget(tol, max_passes)
     budget = pass_budget(tol, max_passes)
     target = ROUNDOFF_BOUND if tol is None else tol
     n_samples, n_features = X.shape
@@ -138,11 +144,8 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
             AccuracyWarning, stacklevel=3,
         )
     keep = np.ones(n_features, dtype=bool) if stage is None else stage.keep
-    positive = np.clip(values, np.finfo(np.float64).tiny, None)
-    pieces = map_column_blocks(X, _strip_components, "hilbert-krylov-components", *options, ritz / np.sqrt(positive))
-    M = np.concatenate(dask.compute(*pieces), axis=0)[keep]  # (d_kept, k) = Zᴴ·U_k·Θ^{-½}
     # ZᴴU_k = P·S·Qᴴ: S² are the Ritz values (U_kᴴGU_k = Θ), P the orthonormal components.
-    left, singular, _ = np.linalg.svd(M * np.sqrt(positive), full_matrices=False)
+    left, singular, _ = np.linalg.svd(strip_products(X, *options, ritz)[keep], full_matrices=False)
     ddof = max(n_samples - 1, 1)
     result = SolverResult(
         components=left.T,

@@ -132,6 +132,8 @@ from ._iterative import as_generator, subspace_sine
 from .randomized import _check_oversamples, _leading_right_vectors, run_pass, sketch_result
 
 OPTIONS = ("n_oversamples", "tol", "max_passes", "checkpoint")
+#: Eigenvalues from X̃ᵀX̃ / X̃X̃ᵀ: the estimator's ill-conditioning check applies.
+SQUARES_THE_DATA = True
 
 #: Read budget without a tolerance: the randomized solver's default (q = 7: 8 reads), which block
 #: Krylov turns into a far smaller error; the bound reached is reported.

@@ -197,9 +197,9 @@ def _kept(rows: np.ndarray) -> np.ndarray:
 
 def run_daskpca(variant: str, field):
     from daskpca import PCA
-    from daskpca.hilbert import HilbertPCA
-    from daskpca.lagged import lag_embed
-    from daskpca.rotation import Rotator
+    from daskpca.eof.hilbert import HilbertPCA
+    from daskpca.eof.lagged import lag_embed
+    from daskpca.eof.rotation import Rotator
 
     if variant == "plain":
         model = PCA(K, weights="coslat").fit(field, sample_dims="time")

@@ -8,10 +8,10 @@ Public API: :class:`PCA` (the estimator), the EOF family — :class:`HilbertPCA`
 from ._version import __version__
 
 from .exceptions import NotFittedError
-from .hilbert import HilbertPCA
-from .lagged import lag_embed
+from .eof.hilbert import HilbertPCA
+from .eof.lagged import lag_embed
 from .pca import PCA
-from .rotation import Rotator
+from .eof.rotation import Rotator
 from .solvers import SOLVERS
 
 #: Load a model written by ``save`` (``daskpca.load(path)`` = ``PCA.load(path)``): a PCA, or the

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ._graph import SPLIT_EVERY
-from ._moments import MERGE_SPLIT_EVERY
+from .solvers._graph import SPLIT_EVERY
+from .solvers._moments import MERGE_SPLIT_EVERY
 from .solvers.krylov import pass_budget, predicted_passes
 from .solvers.randomized import SLAB_BYTES
 

@@ -112,39 +112,6 @@ def check_finite_rows(result: np.ndarray, block: np.ndarray, row_offset: int, me
     )
 
 
-def locate_nonfinite(matrix) -> NonFinite:
-    """The first NaN/±inf of ``matrix`` in a column that is not non-finite everywhere (those are
-    dropped as masked features). One read: for error messages of a fit that already failed."""
-    import dask
-
-    from ._graph import map_row_blocks, tree_reduce
-
-    parts = map_row_blocks(matrix, _column_nonfinite, "locate-nonfinite-chunk")
-    finite, first, count = dask.compute(tree_reduce(parts, _merge_column_nonfinite, "locate-nonfinite-merge"))[0]
-    partial = (finite > 0) & (first >= 0)
-    if not partial.any():
-        return NonFinite()
-    cols = np.flatnonzero(partial)
-    rows = first[cols]
-    i = int(np.lexsort((cols, rows))[0])
-    return NonFinite(int(count[partial].sum()), (int(rows[i]), int(cols[i])))
-
-
-def _column_nonfinite(block, row_offset):
-    bad = ~np.isfinite(np.asarray(block, dtype=np.float64))
-    any_bad = bad.any(axis=0)
-    first = np.where(any_bad, np.argmax(bad, axis=0) + row_offset, -1)
-    return (~bad).sum(axis=0), first, bad.sum(axis=0)
-
-
-def _merge_column_nonfinite(parts):
-    finite = sum(p[0] for p in parts)
-    count = sum(p[2] for p in parts)
-    firsts = np.stack([p[1] for p in parts])
-    first = np.where(firsts >= 0, firsts, np.iinfo(np.int64).max).min(axis=0)
-    return finite, np.where(first == np.iinfo(np.int64).max, -1, first), count
-
-
 def as_dask_matrix(X, *, name: str = "X"):
     """Return ``(dask_array, kind)`` for a supported input, without reading any data.
 

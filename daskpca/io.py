@@ -1,13 +1,13 @@
 """Writing results to zarr without ever leaving a half-written store behind, and reading them back.
 
-**One writer per output.** Every writer claims its target first (:mod:`daskpca._claims`: an
+**One writer per output.** Every writer claims its target first (:mod:`daskpca.store.claims`: an
 exclusive create of ``.NAME.daskpca-claim`` beside it), so of several jobs writing one target
 exactly one succeeds and the others fail at once with
 :class:`~daskpca.exceptions.OutputClaimedError` naming the holder. The command line claims all of
 a job's outputs before it reads any data (:func:`claims`).
 
 **Atomic publish.** A store is written completely elsewhere and then made visible in one step
-(:mod:`daskpca._publish`): local folders by an atomic exchange of two folders; object stores
+(:mod:`daskpca.store.publish`): local folders by an atomic exchange of two folders; object stores
 (``s3://``, any fsspec URL) as a new version under ``TARGET/versions/`` and a conditional switch of
 the pointer object ``TARGET/.daskpca-pointer``. A writer killed at any step leaves the previous
 complete store readable. Replaced model stores are kept as history (:func:`history`,
@@ -15,7 +15,7 @@ complete store readable. Replaced model stores are kept as history (:func:`histo
 the check happens before anything is computed and again at the switch.
 
 **Verified reads.** Every store carries a completion marker (``.daskpca-complete``, written last:
-format, version, and a record of every object's name and checksum, :mod:`daskpca._integrity`).
+format, version, and a record of every object's name and checksum, :mod:`daskpca.store.integrity`).
 Readers here (:func:`read_dataset`, :func:`open_xarray`) refuse a store without one, and one whose
 objects differ from the record (:class:`~daskpca.exceptions.DamagedStoreError`). Readers of a
 versioned object store must go through :func:`resolve` (these functions do).
@@ -32,10 +32,10 @@ import json
 import os
 from contextlib import ExitStack, contextmanager
 
-from . import _claims, _integrity, _publish
-from ._claims import is_url as _is_url
-from ._claims import local_path as _local
-from ._publish import COMPLETE_MARKER, history, resolve, rollback  # noqa: F401  (public here)
+from .store import claims as _claims, integrity as _integrity, publish as _publish
+from .store.claims import is_url as _is_url
+from .store.claims import local_path as _local
+from .store.publish import COMPLETE_MARKER, history, resolve, rollback  # noqa: F401  (public here)
 from .exceptions import DamagedStoreError, IncompleteStoreError, NewerFormatError, OutputExistsError
 
 #: Format of stores this version writes and the newest it reads.
@@ -54,7 +54,7 @@ def check_writable(path, *, overwrite: bool = False) -> None:
     :class:`OutputExistsError` when it exists and may not be replaced, :class:`PermissionError`
     when its folder cannot be written. The writers check again."""
     if _is_url(path):
-        from . import _objects
+        from .store import objects as _objects
 
         fs, root = _objects.filesystem(path)
         fs.invalidate_cache(root)
@@ -133,8 +133,8 @@ def atomic_store(path, *, overwrite: bool = False, marker: dict | None, keep_his
     """Yield a temporary store location (str) that becomes ``path`` only if the block completes.
 
     The target is claimed for the block (unless the caller holds its claim), written at the
-    yielded location, recorded (:func:`daskpca._integrity.store_record`) and published
-    (:mod:`daskpca._publish`) with ``marker`` (``None``: a plain folder without one) — at the end of the enclosing :func:`transaction`
+    yielded location, recorded (:func:`daskpca.store.integrity.store_record`) and published
+    (:mod:`daskpca.store.publish`) with ``marker`` (``None``: a plain folder without one) — at the end of the enclosing :func:`transaction`
     if there is one. ``replaces_version``: the version the caller read from ``path``; if the
     store there is another one now, :class:`StoreChangedError` (checked under the claim, so no
     daskpca writer can slip in between: a compare-and-swap).
@@ -232,7 +232,7 @@ def read_marker(path) -> dict:
     missing, partial or too new."""
     location = resolve(path)
     if _is_url(location):
-        from . import _objects
+        from .store import objects as _objects
 
         fs, root = _objects.filesystem(location)
         raw, _ = _objects.read(fs, f"{root}/{COMPLETE_MARKER}")
@@ -347,7 +347,7 @@ def write_dataset(ds, path, *, overwrite: bool = False, marker: dict, keep_histo
         # written locally and uploaded in one concurrent batch instead (measured 5x faster on S3).
         import tempfile
 
-        from . import _objects
+        from .store import objects as _objects
 
         with tempfile.TemporaryDirectory(prefix="daskpca-") as local:
             ds.to_zarr(local, mode="w", zarr_format=3, consolidated=False)
@@ -404,7 +404,7 @@ def read_dataset(path, *, expected_format: str, error=None):
     # An object store: one concurrent download, then the bytes checked are the bytes read.
     import tempfile
 
-    from . import _objects
+    from .store import objects as _objects
 
     with tempfile.TemporaryDirectory(prefix="daskpca-") as local:
         fs, remote = _objects.filesystem(location)

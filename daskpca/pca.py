@@ -22,9 +22,9 @@ import numpy as np
 
 from . import _features, _plan, labeled
 from ._features import FeatureSpec, FeatureStage, matrix_weights
-from ._linalg import flip_signs, one_blas_thread_per_task
-from ._model_store import SavedModelMixin
-from ._moments import combine_moments
+from .solvers._linalg import flip_signs, one_blas_thread_per_task
+from .store.model import SavedModelMixin
+from .solvers._moments import combine_moments
 from ._params import ParamsMixin, check_params
 from ._probabilistic import ProbabilisticMixin, project_block
 from ._validation import as_dask_matrix, check_n_features, check_nan_policy
@@ -86,7 +86,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         resumes from it; removed when the fit completes. A local ``.npz`` path; the state is
         small (d×k bases, d-vectors), never n-sized. Exact solvers ignore it. After a resume
         ``n_passes_`` counts the reads of this process only; ``solver_info_`` has
-        ``resumed_from_pass`` and ``total_passes``. See :mod:`daskpca._checkpoint`.
+        ``resumed_from_pass`` and ``total_passes``. See :mod:`daskpca.store.checkpoint`.
     weights : None, "coslat", array, DataArray or dict, default=None
         Per-feature weights w > 0 applied to the data before the solve (the solver analyses
         ``X·w``): ``"coslat"`` = √cos(latitude) from a coordinate named like ``lat`` /

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from daskpca._publish import FAULT_ENV
+from daskpca.store.publish import FAULT_ENV
 
 
 def kill_at_every_step(script: str, argv_by_step: dict) -> None:

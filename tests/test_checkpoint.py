@@ -16,7 +16,7 @@ import pytest
 
 import daskpca
 from daskpca import PCA
-from daskpca._checkpoint import Checkpoint, job_fingerprint
+from daskpca.store.checkpoint import Checkpoint, job_fingerprint
 from daskpca.solvers import als, ppca, randomized
 
 from _helpers import low_rank_data, write_zarr

@@ -15,8 +15,8 @@ import zarr
 
 import daskpca
 from daskpca import PCA, cli, io
-from daskpca._claims import acquire, claim_location
-from daskpca._publish import STEPS
+from daskpca.store.claims import acquire, claim_location
+from daskpca.store.publish import STEPS
 from daskpca.exceptions import OutputClaimedError
 
 from _publish_faults import kill_at_every_step
@@ -63,7 +63,7 @@ def test_stale_claim_is_explained_and_cleared_only_on_request(tmp_path, source):
 
 
 def test_a_claim_of_a_provably_dead_job_is_cleared_with_a_warning(tmp_path, caplog):
-    from daskpca._claims import _process_identity
+    from daskpca.store.claims import _process_identity
 
     target = tmp_path / "m.zarr"
     dead = {"token": "d", "pid": _dead_pid(), "host": os.uname().nodename, "started": time.time(),
@@ -215,7 +215,7 @@ def test_sigkill_at_every_local_publish_step_leaves_a_complete_model(tmp_path, c
         assert daskpca.load(targets[step]).n_components_ == 3
     # The model swapped out by the job killed at "switched" was not yet retired: the next writer
     # moves it into the history (nothing lost) and leaves no partial folder behind.
-    from daskpca._publish import history_folder
+    from daskpca.store.publish import history_folder
 
     entries = io.history(targets["switched"])
     assert [e["current"] for e in entries] == [True, False, False]

@@ -225,7 +225,7 @@ def test_unreachable_scheduler_fails_fast_with_exit_1(sources, tmp_path):
 def test_progress_lines_on_a_non_terminal(sources, tmp_path):
     from distributed import Client, LocalCluster
 
-    from daskpca._progress import ProgressReporter
+    from daskpca.cli.progress import ProgressReporter
     import io
 
     root, _ = sources
@@ -242,7 +242,9 @@ def test_progress_lines_on_a_non_terminal(sources, tmp_path):
 
 
 def test_help_shows_required_options_as_required():
-    text = cli.build_parser().command_parsers["fit"].format_help()
+    from daskpca.cli.command import build_parser
+
+    text = build_parser().command_parsers["fit"].format_help()
     required = text.split("required (on the command line or in --config):")[1].split("\n\n")[0]
     assert "--n-components K" in required and "--out MODEL" in required
 

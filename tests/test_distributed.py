@@ -38,7 +38,7 @@ def test_partial_results_report_their_real_size():
     # look like a 56-byte object.
     from dask.sizeof import sizeof
 
-    from daskpca._moments import chunk_moments
+    from daskpca.solvers._moments import chunk_moments
 
     part = chunk_moments(low_rank_data(300, 200))
     assert sizeof(part) >= 200 * 200 * 8
@@ -51,7 +51,7 @@ def test_a_test_matrix_travels_once_per_pass_not_once_per_task(tmp_path):
     import cloudpickle
     import dask
 
-    from daskpca._graph import map_row_blocks, tree_reduce
+    from daskpca.solvers._graph import map_row_blocks, tree_reduce
     from daskpca.solvers.randomized import _merge_sketches, _sketch_block
 
     X = low_rank_data(4_000, 300)

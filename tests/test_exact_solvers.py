@@ -128,8 +128,8 @@ def test_tasks_get_one_blas_thread_and_the_local_eigh_gets_the_callers(monkeypat
     import dask
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    from daskpca import _linalg
-    from daskpca._moments import chunk_moments
+    from daskpca.solvers import _linalg
+    from daskpca.solvers._moments import chunk_moments
 
     def blas_threads():
         return max(lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas")

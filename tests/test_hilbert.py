@@ -11,7 +11,7 @@ from scipy.linalg import subspace_angles
 from scipy.signal import hilbert
 
 from daskpca.exceptions import AccuracyWarning, InvalidParameterError
-from daskpca.hilbert import HilbertPCA
+from daskpca.eof.hilbert import HilbertPCA
 from daskpca.solvers.hilbert import analytic_signal
 
 from _helpers import write_zarr

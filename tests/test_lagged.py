@@ -1,4 +1,4 @@
-"""Extended EOFs (daskpca.lagged): the lazy time-delay embedding against an explicit one, the
+"""Extended EOFs (daskpca.eof.lagged): the lazy time-delay embedding against an explicit one, the
 components' lag dimension, and one read per pass."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import xarray as xr
 
 from daskpca import PCA
 from daskpca.exceptions import InvalidParameterError
-from daskpca.lagged import LAG, lag_embed
+from daskpca.eof.lagged import LAG, lag_embed
 
 from _helpers import reference_pca, sin_theta, write_zarr
 

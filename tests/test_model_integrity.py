@@ -14,7 +14,7 @@ import zarr
 
 import daskpca
 from daskpca import PCA, cli, io
-from daskpca._integrity import store_record
+from daskpca.store.integrity import store_record
 from daskpca.exceptions import DamagedModelError, DamagedStoreError
 
 X = np.random.default_rng(7).standard_normal((120, 6)) @ np.diag([4.0, 3.0, 2.0, 1.0, 0.5, 0.2])

@@ -205,3 +205,29 @@ def test_weights_are_applied_in_float64_so_a_float32_field_loses_nothing_to_them
         assert sin_theta(pca.components_, components[:3]) < 1e-11, solver
         np.testing.assert_allclose(pca.explained_variance_, variance[:3], rtol=1e-11)
         assert pca.transform(X).dtype == np.float32
+
+
+def test_the_public_api_is_where_users_import_it():
+    # The layout moved modules into subpackages (store/, cli/, eof/, solvers' kernels); none of
+    # these user-facing paths moved with them.
+    import importlib
+    import importlib.metadata
+
+    from daskpca import PCA, HilbertPCA, Rotator, lag_embed, load  # noqa: F401
+    from daskpca.cli import main
+    from daskpca.io import open_xarray, write_array, read_marker  # noqa: F401
+    from daskpca.significance import north_test  # noqa: F401
+
+    assert callable(main) and load == PCA.load
+    assert callable(importlib.import_module("daskpca.plot").scree)
+    entry = importlib.metadata.entry_points(group="console_scripts", name="daskpca")
+    assert [e.value for e in entry] == ["daskpca.cli:main"]
+
+
+def test_the_top_of_the_package_holds_only_public_faces_and_fit_stages():
+    top = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 12, f"the top of daskpca/ holds {len(top)} modules: {top}; put each in its subpackage"
+    for sub in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
+        doc = ast.get_docstring(ast.parse((sub / "__init__.py").read_text())) or ""
+        # Each subpackage says what it owns and who may import it (the road's direction).
+        assert len(doc) > 200 and "import" in doc, f"{sub.name}/__init__.py must state its role and imports"

@@ -166,7 +166,7 @@ def test_tol_beyond_the_budget_falls_back_to_exact_or_warns():
 def test_covariance_task_memory_is_the_largest_measured_task(d):
     # Pairwise in-place merges: a merge holds its two inputs and one output (3·d²); a leaf its
     # block, a float64 copy and d². Measured against the planner's estimate of the largest task.
-    from daskpca._moments import Moments
+    from daskpca.solvers._moments import Moments
     from daskpca._plan import estimate_solvers
     from daskpca.solvers import covariance
 

@@ -234,7 +234,7 @@ def test_mode_axes_have_integer_ticks(draw):
 
 
 def test_report_after_update_is_consistent(tmp_path):
-    from daskpca.report import summary_markdown, write_report
+    from daskpca.cli.report import summary_markdown, write_report
 
     A = _labeled_field()
     pca = PCA(3, solver="covariance").fit(A.isel(time=slice(0, 25)), sample_dims="time")

@@ -17,9 +17,9 @@ pytest.importorskip("s3fs")
 
 import daskpca  # noqa: E402
 from daskpca import PCA, cli, io  # noqa: E402
-from daskpca._claims import acquire  # noqa: E402
-from daskpca import _publish  # noqa: E402
-from daskpca._publish import POINTER, STEPS, start  # noqa: E402
+from daskpca.store.claims import acquire  # noqa: E402
+from daskpca.store import publish as _publish  # noqa: E402
+from daskpca.store.publish import POINTER, STEPS, start  # noqa: E402
 from daskpca.exceptions import DamagedModelError, DamagedStoreError, OutputClaimedError, OutputExistsError  # noqa: E402
 
 from _publish_faults import kill_at_every_step  # noqa: E402
@@ -156,7 +156,7 @@ def test_claims_on_s3_are_exclusive(s3):
     acquire(target, break_stale=True).release()
     claim = acquire(target)
     fs = _fs()
-    from daskpca import _objects
+    from daskpca.store import objects as _objects
 
     assert not _objects.create(fs, claim.location[5:], b"{}")  # If-None-Match: * enforced by the server
     claim.release()

@@ -1,4 +1,4 @@
-"""Rotated EOFs (daskpca.rotation): varimax and promax against an independent implementation,
+"""Rotated EOFs (daskpca.eof.rotation): varimax and promax against an independent implementation,
 their invariants on the data, labeled output, and passes."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import xarray as xr
 
 from daskpca import PCA
 from daskpca.exceptions import InvalidParameterError
-from daskpca.rotation import Rotator, promax, varimax
+from daskpca.eof.rotation import Rotator, promax, varimax
 
 from _helpers import write_zarr
 

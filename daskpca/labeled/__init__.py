@@ -41,6 +41,10 @@ deviations come from the same one-pass moments. ``solver="gram"``: 2 — finite 
 with ``standardize=True`` one extra read first. Every other solver: one extra read (per-feature
 count, mean and variance) before its own passes; ``n_passes_`` includes it and
 ``solver_info_["mask_pass"]`` says why.
+
+**Imports.** It may import the fit stages below it (:mod:`daskpca._validation`,
+:mod:`daskpca._features`) and the solvers' pass kernels; the estimators, the EOF family, the
+store's model format and the CLI import it. It never imports an estimator.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import locate_nonfinite
+from .._features import locate_nonfinite
 from ..exceptions import NonFiniteInputError
 from .layout import MODE, LabeledPositions, Layout, VariableLayout, as_dataset, is_labeled, normalize_sample_dims
 from .results import (

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._graph import map_row_blocks, tree_reduce
+from ..solvers._graph import map_row_blocks, tree_reduce
 from .._version import __version__
 from .layout import MODE, Layout, as_dataset
 

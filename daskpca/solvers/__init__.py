@@ -3,6 +3,16 @@
 ``SOLVERS`` maps the public names accepted by ``PCA(solver=...)`` to the modules. A module may
 declare ``OPTIONS``: the names of estimator parameters it takes as keyword arguments (e.g.
 ``("n_oversamples", "n_power_iter")``); the estimator passes exactly those.
+
+The pass kernels every solver builds on live here too: :mod:`._graph` (one task per row block or
+column strip, tree reductions, operands shared as one key), :mod:`._moments` (exact mergeable
+count / mean / scatter), :mod:`._linalg` (the small local eigen- and singular-value solves, BLAS
+threads) and :mod:`._base` (the solver contract).
+
+**Imports.** Solvers import only their kernels, :mod:`daskpca._validation` (NaN/±inf checks),
+:mod:`daskpca.exceptions` and :mod:`daskpca.store.checkpoint` (resumable state). The fit stages,
+the labeled layer and the estimators import them; a solver never imports an estimator, the
+labeled layer or the CLI.
 """
 
 from . import als, covariance, gram, krylov, ppca, randomized, tsqr

@@ -14,7 +14,7 @@ from functools import reduce
 
 import numpy as np
 
-from .._graph import SizedByArrays
+from ._graph import SizedByArrays
 from .._validation import NonFinite, find_nonfinite
 
 
@@ -143,7 +143,7 @@ def start_iterations(solver: str, X, request, *, max_iter, tol, init, random_sta
     The checkpoint's fingerprint covers the input, the solver, k, the iteration limits, the
     starting components and the seed, so a stored state is resumed only by the same job.
     """
-    from .._checkpoint import array_digest, open_checkpoint, seed_fingerprint
+    from ..store.checkpoint import array_digest, open_checkpoint, seed_fingerprint
 
     k = request.fixed()
     max_iter, tol = resolve_iteration_options(max_iter, tol, default_max_iter=default_max_iter, default_tol=default_tol)

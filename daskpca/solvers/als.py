@@ -45,7 +45,7 @@ on similar data) starts close and needs fewer iterations (passes).
 Checkpoints (``checkpoint=PATH``)
 --------------------------------
 After every pass that is followed by another, the small state is written atomically to PATH
-(see :mod:`daskpca._checkpoint`): the next basis Q (d×k), the iterations done, and the trace
+(see :mod:`daskpca.store.checkpoint`): the next basis Q (d×k), the iterations done, and the trace
 of the scatter from iteration 1 (μ and the NaN/±inf check are re-done by every pass anyway).
 A rerun of the same job (same input name/shape/chunks/dtype, k, ``max_iter``, ``tol``,
 ``init`` and seed) loads it and continues from the next iteration, so every pass is a
@@ -71,8 +71,8 @@ import dask
 import numpy as np
 import scipy.linalg
 
-from .._graph import SizedByArrays, map_row_blocks, tree_reduce
-from .._linalg import eigh_descending
+from ._graph import SizedByArrays, map_row_blocks, tree_reduce
+from ._linalg import eigh_descending
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 from ..exceptions import ConvergenceWarning

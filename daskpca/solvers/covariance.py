@@ -1,6 +1,6 @@
 """Exact PCA from the covariance matrix, in one pass.
 
-Each row block yields (count, mean, centered scatter) in float64 (:mod:`daskpca._moments`); the
+Each row block yields (count, mean, centered scatter) in float64 (:mod:`daskpca.solvers._moments`); the
 partial results are merged exactly in a tree (Chan–Golub–LeVeque); the d×d eigenproblem of the
 covariance is solved locally.
 
@@ -20,9 +20,9 @@ from dataclasses import replace
 import dask
 import numpy as np
 
-from .._graph import map_row_blocks, tree_reduce
-from .._linalg import eigh_descending
-from .._moments import MERGE_SPLIT_EVERY, Moments, chunk_moments, combine_moments
+from ._graph import map_row_blocks, tree_reduce
+from ._linalg import eigh_descending
+from ._moments import MERGE_SPLIT_EVERY, Moments, chunk_moments, combine_moments
 from .._validation import NonFinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 
@@ -32,7 +32,7 @@ SQUARES_THE_DATA = True
 
 
 def moments_graph(X):
-    """Delayed :class:`~daskpca._moments.Moments` of all rows of ``X`` (one pass when computed).
+    """Delayed :class:`~daskpca.solvers._moments.Moments` of all rows of ``X`` (one pass when computed).
 
     Pairwise merges (``MERGE_SPLIT_EVERY``): a merge task holds 3·d² float64, a leaf its block,
     one float64 copy and d² — so d ≈ 10⁴ fits a 6 GiB task (8-way merges needed 9·d²).
@@ -64,7 +64,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None) -> 
     Returns
     -------
     SolverResult
-        ``info["moments"]`` holds the merged :class:`~daskpca._moments.Moments` (the sufficient
+        ``info["moments"]`` holds the merged :class:`~daskpca.solvers._moments.Moments` (the sufficient
         statistics an exact incremental update needs) of the analysed matrix.
     """
     (moments,) = dask.compute(moments_graph(X))

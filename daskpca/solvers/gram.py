@@ -28,9 +28,9 @@ from dataclasses import dataclass, field, replace
 import dask
 import numpy as np
 
-from .._graph import SizedByArrays, map_column_blocks, tree_reduce
-from .._linalg import eigh_descending
-from .._moments import MERGE_SPLIT_EVERY, center_block
+from ._graph import SizedByArrays, map_column_blocks, tree_reduce
+from ._linalg import eigh_descending
+from ._moments import MERGE_SPLIT_EVERY, center_block
 from .._validation import NonFinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 

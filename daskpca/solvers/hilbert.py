@@ -53,9 +53,9 @@ from scipy.signal import hilbert as _fft_hilbert
 
 from scipy.linalg.blas import zherk
 
-from .._graph import SizedByArrays, map_column_blocks, tree_reduce
-from .._linalg import client_blas_threads
-from .._moments import MERGE_SPLIT_EVERY
+from ._graph import SizedByArrays, map_column_blocks, tree_reduce
+from ._linalg import client_blas_threads
+from ._moments import MERGE_SPLIT_EVERY
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 

@@ -36,7 +36,7 @@ import numpy as np
 from ..exceptions import AccuracyWarning
 from ._base import ComponentRequest, SolverResult
 from ._iterative import as_generator
-from .._moments import MERGE_SPLIT_EVERY
+from ._moments import MERGE_SPLIT_EVERY
 from .._validation import raise_if_nonfinite
 from .hilbert import COMPLEX128, PADDINGS, gram_graph, strip_bytes, strip_products
 from .krylov import BASIS_BYTES, Basis, _orthonormal_extension, _plain_ritz, check_accuracy_options, pass_budget

@@ -125,7 +125,7 @@ from numbers import Integral, Real
 import numpy as np
 from scipy.linalg import eigh, svd
 
-from .._checkpoint import open_checkpoint, seed_fingerprint
+from ..store.checkpoint import open_checkpoint, seed_fingerprint
 from ..exceptions import AccuracyWarning
 from ._base import ComponentRequest, SolverResult
 from ._iterative import as_generator, subspace_sine

@@ -43,7 +43,7 @@ relative change of the model variances along the axes and that of σ² are all �
 converges linearly, slowly when σ² is close to λ_k or much data is missing.
 
 Checkpoints (``checkpoint=PATH``): after pass 1 and after every EM iteration that is followed
-by another, the small state is written atomically to PATH (see :mod:`daskpca._checkpoint`):
+by another, the small state is written atomically to PATH (see :mod:`daskpca.store.checkpoint`):
 the pass-1 per-feature moments (observed count, mean, centered sum of squares: three
 d-vectors), W (d×k), σ², the basis and model variances used by the convergence test, and the
 iterations and passes done. A rerun of the same job (same input name/shape/chunks/dtype, k,
@@ -74,7 +74,7 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from .._graph import SizedByArrays, map_row_blocks, tree_reduce
+from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from .._validation import NonFinite, raise_if_nonfinite
 from ..exceptions import ConvergenceWarning
 from ._base import ComponentRequest, SolverResult

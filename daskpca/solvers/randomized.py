@@ -59,7 +59,7 @@ partial factors; a merge task holds ``SPLIT_EVERY`` d×(ℓ+1) matrices.
 
 Checkpoints (``checkpoint=PATH``): after every pass but the last, the small state — Ω_{j+1}
 (d×ℓ), the power iterations and passes done — is written atomically to PATH (see
-:mod:`daskpca._checkpoint`). A rerun of the same job (same input name/shape/chunks/dtype, k, p, q
+:mod:`daskpca.store.checkpoint`). A rerun of the same job (same input name/shape/chunks/dtype, k, p, q
 and seed) loads it and makes only the remaining passes; the result is bit-for-bit that of an
 uninterrupted run. The file is removed right before ``solve`` returns.
 
@@ -85,8 +85,8 @@ import dask
 import numpy as np
 from scipy.linalg import qr, svd
 
-from .._checkpoint import open_checkpoint, seed_fingerprint
-from .._graph import SPLIT_EVERY, SizedByArrays, map_row_blocks, tree_reduce
+from ..store.checkpoint import open_checkpoint, seed_fingerprint
+from ._graph import SPLIT_EVERY, SizedByArrays, map_row_blocks, tree_reduce
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 from ._iterative import as_generator

@@ -2,7 +2,7 @@ r"""Exact PCA from a tall-skinny QR (TSQR) of the centered data, in one pass.
 
 Each row block X_i (n_i rows) is centered on its *own* mean μ_i and reduced to the R factor of
 its Householder QR, ``X_i − 1μ_iᵀ = Q_i R_i``. The R factors are merged in a tree of QRs
-(:func:`daskpca._graph.tree_reduce`); the final R (at most d×d) has the same singular values and
+(:func:`daskpca.solvers._graph.tree_reduce`); the final R (at most d×d) has the same singular values and
 right singular vectors as the centered data X̃, so an SVD of R on the client gives every
 eigenvalue of the covariance and the principal axes.
 
@@ -73,8 +73,8 @@ import dask
 import numpy as np
 from scipy.linalg import get_lapack_funcs, svd
 
-from .._graph import SizedByArrays, map_row_blocks, tree_reduce
-from .._linalg import client_blas_threads
+from ._graph import SizedByArrays, map_row_blocks, tree_reduce
+from ._linalg import client_blas_threads
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 

@@ -14,7 +14,7 @@ beside the target and moves it there (:func:`recover_leftovers`).
 not atomic. Every publish writes a complete new version under a fresh prefix
 ``TARGET/versions/VERSION/`` (marker last), then switches the small pointer object
 ``TARGET/.daskpca-pointer`` with a conditional write (``If-Match`` the pointer read at the start;
-``If-None-Match: *`` for a new target; :mod:`daskpca._objects`). Until that one PUT succeeds,
+``If-None-Match: *`` for a new target; :mod:`daskpca.store.objects`). Until that one PUT succeeds,
 readers resolve the pointer to the previous complete version; a writer that finds the pointer
 changed under it fails and deletes its own version. The pointer lists the versions kept
 (newest first): :func:`history` and :func:`rollback` read and switch it. A version that leaves
@@ -36,7 +36,7 @@ keeps every version a plain zarr store, needs only the S3 primitives, and works 
 Steps, each a fault point for tests (``DASKPCA_FAULT=STEP`` kills the process there with
 SIGKILL): ``data-written`` (new data complete, no marker), ``marker-written`` (new version
 complete, not yet visible), ``switched`` (new version visible, previous not yet retired),
-``retired``. Every writer holds the target's claim (:mod:`daskpca._claims`) and checks it is still
+``retired``. Every writer holds the target's claim (:mod:`daskpca.store.claims`) and checks it is still
 its own just before the switch.
 """
 
@@ -52,9 +52,9 @@ import time
 import uuid
 from pathlib import Path
 
-from . import _objects
-from ._claims import is_url, local_path
-from .exceptions import IncompleteStoreError, OutputClaimedError, OutputExistsError
+from . import objects
+from .claims import is_url, local_path
+from ..exceptions import IncompleteStoreError, OutputClaimedError, OutputExistsError
 
 #: Name of the completion marker written last into every store (version).
 COMPLETE_MARKER = ".daskpca-complete"
@@ -224,8 +224,8 @@ def _protocol(url: str) -> str:
 
 def read_pointer(url: str) -> tuple[dict | None, str | None]:
     """``(pointer, tag)`` of a versioned target (``(None, None)``: not versioned)."""
-    fs, root = _objects.filesystem(url)
-    raw, tag = _objects.read(fs, f"{root}/{POINTER}")
+    fs, root = objects.filesystem(url)
+    raw, tag = objects.read(fs, f"{root}/{POINTER}")
     if raw is None:
         return None, None
     try:
@@ -256,7 +256,7 @@ RETIRE_GRACE_SECONDS = float(os.environ.get("DASKPCA_RETIRE_GRACE_SECONDS", 3600
 class ObjectPublication:
     def __init__(self, target: str, *, overwrite: bool, keep_history: int, claim):
         self.url = target.rstrip("/")
-        self.fs, self.root = _objects.filesystem(self.url)
+        self.fs, self.root = objects.filesystem(self.url)
         self.overwrite, self.keep, self.claim = overwrite, keep_history, claim
         self.pointer, self.tag = read_pointer(self.url)
         self.fs.invalidate_cache(self.root)
@@ -284,7 +284,7 @@ class ObjectPublication:
         retired = [*(self.pointer or {}).get("retired", []), *({"version": v, "since": now} for v in leaving)]
         retired = [r for r in retired if now - r["since"] < RETIRE_GRACE_SECONDS]
         pointer = {"format": "daskpca-pointer", "current": self.version, "history": kept, "retired": retired}
-        if not _objects.replace(self.fs, f"{self.root}/{POINTER}", json.dumps(pointer).encode(), self.tag):
+        if not objects.replace(self.fs, f"{self.root}/{POINTER}", json.dumps(pointer).encode(), self.tag):
             raise OutputClaimedError(
                 f"{self.url!r} was published by another job while this one ran (its version pointer "
                 "changed); this job's version was discarded. Run it again to replace that one."
@@ -296,7 +296,7 @@ class ObjectPublication:
 
     def abort(self) -> None:
         if not self.done:
-            _objects.delete(self.fs, self.location.split("://", 1)[1], recursive=True)
+            objects.delete(self.fs, self.location.split("://", 1)[1], recursive=True)
 
 
 def _collect_garbage(fs, root: str, keep: set) -> None:
@@ -310,9 +310,9 @@ def _collect_garbage(fs, root: str, keep: set) -> None:
             fs.invalidate_cache(entry)
             for version in fs.ls(entry, detail=False):
                 if version.rstrip("/").rsplit("/", 1)[-1] not in keep:
-                    _objects.delete(fs, version, recursive=True)
+                    objects.delete(fs, version, recursive=True)
         else:
-            _objects.delete(fs, entry, recursive=True)
+            objects.delete(fs, entry, recursive=True)
 
 
 # ----------------------------------------------------------------------------- history
@@ -355,11 +355,11 @@ def rollback(path, version: str, *, claim=None) -> None:
         claim.check()
     if is_url(path):
         pointer, tag = read_pointer(path)
-        fs, root = _objects.filesystem(path)
+        fs, root = objects.filesystem(path)
         chosen = [e for e in pointer["history"] if e["version"] == version]
         pointer = {**pointer, "current": version,
                    "history": chosen + [e for e in pointer["history"] if e["version"] != version]}
-        if not _objects.replace(fs, f"{root}/{POINTER}", json.dumps(pointer).encode(), tag):
+        if not objects.replace(fs, f"{root}/{POINTER}", json.dumps(pointer).encode(), tag):
             raise OutputClaimedError(f"{path!r} changed while rolling back; run `daskpca history` and try again.")
         return
     target = local_path(path)

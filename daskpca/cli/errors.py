@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from ._cli_args import UsageError
+from .options import UsageError
 
 #: Where a failure that means "this chunk of the input cannot be decoded" is raised: zarr's codec
 #: pipeline and numcodecs (a truncated or corrupted chunk file, or a codec this environment lacks).
@@ -13,7 +13,7 @@ _DECODING_MODULES = (os.sep + os.path.join("zarr", "codecs") + os.sep, os.sep + 
 
 
 def _user_error_types() -> tuple:
-    from .exceptions import (DamagedStoreError, DataRangeError, IncompleteStoreError, InvalidParameterError,
+    from ..exceptions import (DamagedStoreError, DataRangeError, IncompleteStoreError, InvalidParameterError,
                              NewerFormatError, NonFiniteInputError, NotFittedError, OutputClaimedError,
                              OutputExistsError)
 
@@ -35,7 +35,8 @@ def _raised_by_daskpca(exc: BaseException) -> bool:
     """Whether the innermost frame of ``exc``'s traceback is daskpca's own code: a deliberate
     message about the input (a ValueError from numpy or zarr deep inside is not)."""
     where = _innermost_file(exc)
-    return where is not None and where.startswith(os.path.dirname(os.path.abspath(__file__)) + os.sep)
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # daskpca/, not daskpca/cli/
+    return where is not None and where.startswith(package + os.sep)
 
 
 def undecodable_chunk(exc: BaseException) -> bool:

@@ -11,11 +11,12 @@ import os
 
 import numpy as np
 
-from . import _integrity, _plan, io, labeled
-from ._features import FeatureStage
-from ._moments import Moments
-from ._validation import NonFinite
-from .exceptions import DamagedModelError, IncompleteStoreError, NewerFormatError
+from .. import _plan, io, labeled
+from . import integrity
+from .._features import FeatureStage
+from ..solvers._moments import Moments
+from .._validation import NonFinite
+from ..exceptions import DamagedModelError, IncompleteStoreError, NewerFormatError
 
 
 #: Estimator classes by name, so a store records which class wrote it and ``daskpca.load``
@@ -141,7 +142,7 @@ class SavedModelMixin:
             pca = cls._from_dataset(ds, attrs)
         except (ValueError, TypeError, KeyError) as exc:
             raise DamagedModelError(f"{source!r} is not a valid daskpca model ({type(exc).__name__}: {exc}).") from None
-        _integrity.check_model(pca, repr(source))
+        integrity.check_model(pca, repr(source))
         return pca
 
     @classmethod

@@ -1,6 +1,6 @@
 """Small objects on object stores written with conditions: create-if-absent, replace-if-unchanged.
 
-The claims (:mod:`daskpca._claims`) and the version pointer (:mod:`daskpca._publish`) need two
+The claims (:mod:`daskpca.store.claims`) and the version pointer (:mod:`daskpca.store.publish`) need two
 primitives that plain fsspec does not offer:
 
 - :func:`create` — write an object only if none exists (S3 ``PutObject`` with

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from numbers import Integral
 
-from .exceptions import InvalidParameterError
-from .labeled import is_labeled
+from ..exceptions import InvalidParameterError
+from ..labeled import is_labeled
 
 #: Name of the embedding dimension of labeled output.
 LAG = "lag"
@@ -78,7 +78,7 @@ def lag_embed(X, n_lags: int, lag_step: int = 1, *, sample_dim=None):
         return embedded.transpose(*order)
     import dask.array as da
 
-    from ._validation import as_dask_matrix
+    from .._validation import as_dask_matrix
 
     matrix, _ = as_dask_matrix(X)
     return da.concatenate([matrix[start : start + n_windows] for start in starts], axis=1)

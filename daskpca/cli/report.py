@@ -32,8 +32,8 @@ def write_report(pca, out, *, overwrite: bool = False, n_maps: int = 4) -> list[
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from . import plot
-    from .io import atomic_directory
+    from .. import plot
+    from ..io import atomic_directory
 
     names = []
     with atomic_directory(out, overwrite=overwrite) as folder:
@@ -58,7 +58,7 @@ def write_report(pca, out, *, overwrite: bool = False, n_maps: int = 4) -> list[
 def _component_maps(pca, n_maps):
     """Maps over the coordinates of a labeled 2-D field (axes named with units), else lines
     against feature index (see :func:`daskpca.plot.component_maps`)."""
-    from . import plot
+    from .. import plot
 
     return plot.component_maps(pca, n=min(n_maps, pca.n_components_))
 
@@ -66,7 +66,7 @@ def _component_maps(pca, n_maps):
 def summary_markdown(pca, pictures=()) -> str:
     """A short Markdown summary: the fit, its accuracy, a variance table with North et al.'s
     separation test, and links to the pictures."""
-    from .significance import north_test
+    from ..significance import north_test
 
     cumulative = np.cumsum(pca.explained_variance_ratio_)
     reached = np.nonzero(cumulative >= REPORT_THRESHOLD)[0]

@@ -2,7 +2,7 @@
 
 A job that will write ``TARGET`` first creates the claim ``.NAME.daskpca-claim`` beside it — an
 exclusive create (a hard link of a complete temporary file, which fails if the name exists;
-``If-None-Match: *`` on S3, see :mod:`daskpca._objects`). Of any number of jobs started together
+``If-None-Match: *`` on S3, see :mod:`daskpca.store.objects`). Of any number of jobs started together
 exactly one succeeds; the others get :class:`~daskpca.exceptions.OutputClaimedError` naming the
 holder (pid, host, command, start time) before they read any data. The holder checks that the
 claim is still its own again just before it publishes, and removes it when done (success or
@@ -35,8 +35,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _objects
-from .exceptions import OutputClaimedError
+from . import objects
+from ..exceptions import OutputClaimedError
 
 CLAIM_SUFFIX = ".daskpca-claim"
 log = logging.getLogger("daskpca")
@@ -278,8 +278,8 @@ def _alive_here(record: dict) -> bool:
 
 def _create(location: str, data: bytes) -> bool:
     if is_url(location):
-        fs, path = _objects.filesystem(location)
-        return _objects.create(fs, path, data)
+        fs, path = objects.filesystem(location)
+        return objects.create(fs, path, data)
     path = Path(location)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Write a complete file, then hard-link it into place: the link fails if the claim exists,
@@ -298,8 +298,8 @@ def _create(location: str, data: bytes) -> bool:
 def _read(location: str) -> dict | None:
     """The claim record; ``{}`` for an unreadable one; ``None`` when there is no claim."""
     if is_url(location):
-        fs, path = _objects.filesystem(location)
-        raw, _ = _objects.read(fs, path)
+        fs, path = objects.filesystem(location)
+        raw, _ = objects.read(fs, path)
     else:
         try:
             raw = Path(location).read_bytes()
@@ -316,7 +316,7 @@ def _read(location: str) -> dict | None:
 
 def _remove(location: str) -> None:
     if is_url(location):
-        fs, path = _objects.filesystem(location)
-        _objects.delete(fs, path)
+        fs, path = objects.filesystem(location)
+        objects.delete(fs, path)
     else:
         Path(location).unlink(missing_ok=True)

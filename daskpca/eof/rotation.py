@@ -46,10 +46,10 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from ._linalg import flip_signs
-from ._params import ParamsMixin
-from .exceptions import ConvergenceWarning, InvalidParameterError, NotFittedError
-from .labeled import MODE
+from ..solvers._linalg import flip_signs
+from .._params import ParamsMixin
+from ..exceptions import ConvergenceWarning, InvalidParameterError, NotFittedError
+from ..labeled import MODE
 
 
 def varimax(loadings: np.ndarray, *, normalize: bool = True, max_iter: int = 1000, rtol: float = 1e-12):
@@ -231,7 +231,7 @@ class Rotator(ParamsMixin):
 
         import xarray as xr
 
-        from . import io
+        from .. import io
 
         self._check_fitted()
         ds = self.model_.to_dataset()
@@ -245,7 +245,7 @@ class Rotator(ParamsMixin):
         checked against the stored rotation matrix."""
         import os
 
-        from ._model_store import read_model_dataset
+        from ..store.model import read_model_dataset
 
         return cls.from_dataset(read_model_dataset(store), source=os.fspath(store))
 
@@ -254,8 +254,8 @@ class Rotator(ParamsMixin):
         """The rotation :meth:`save` wrote into ``ds`` (a model store read into memory)."""
         import json
 
-        from .exceptions import DamagedModelError
-        from .pca import PCA
+        from ..exceptions import DamagedModelError
+        from ..pca import PCA
 
         if "rotation" not in ds.attrs or "rotation_matrix" not in ds:
             raise ValueError(f"{source!r} holds a model without a rotation: load it with daskpca.load().")

@@ -27,14 +27,14 @@ import copy
 
 import numpy as np
 
-from . import _plan, labeled
-from ._graph import map_column_blocks, tree_reduce
-from ._validation import check_nan_policy, find_nonfinite
-from .exceptions import InvalidParameterError, NonFiniteInputError
-from .pca import PCA
-from .solvers import hilbert as hilbert_solver
-from .solvers import hilbert_krylov
-from .solvers import krylov as krylov_solver
+from .. import _plan, labeled
+from ..solvers._graph import map_column_blocks, tree_reduce
+from .._validation import check_nan_policy, find_nonfinite
+from ..exceptions import InvalidParameterError, NonFiniteInputError
+from ..pca import PCA
+from ..solvers import hilbert as hilbert_solver
+from ..solvers import hilbert_krylov
+from ..solvers import krylov as krylov_solver
 
 SOLVER, KRYLOV = "hilbert", "hilbert-krylov"
 #: ``solver=`` → (the fitted ``solver_`` name, the solver module).

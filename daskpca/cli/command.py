@@ -2,7 +2,7 @@
 
 No math lives here. Exit codes: 0 success; 2 the user's input or usage is wrong (one line on stderr
 naming the problem and the fix, no traceback); 1 a runtime or internal failure (one line with a
-hint; ``--verbose`` prints the traceback). Options and job files: :mod:`daskpca._cli_args`.
+hint; ``--verbose`` prints the traceback). Options and job files: :mod:`daskpca.cli.options`.
 
 Every command that writes claims its outputs (:func:`daskpca.io.claims`) and checks that they can
 be written before it opens the source or starts a cluster; a fit's model and scores are published
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _cli_args
-from ._cli_args import UsageError
-from ._cli_errors import failure_line
+from . import options as cli_options
+from .options import UsageError
+from .errors import failure_line
 
 log = logging.getLogger("daskpca")
 
@@ -107,7 +107,7 @@ def _say(args, message: str) -> None:
 
 @contextmanager
 def _progress(client, args):
-    from ._progress import ProgressReporter
+    from .progress import ProgressReporter
 
     with ProgressReporter(client, quiet=args.quiet or args.json):
         yield
@@ -117,19 +117,19 @@ def _check_memory(args, plan) -> None:
     """A --memory-limit too small for the planned task is refused before the cluster starts."""
     from dask.utils import format_bytes
 
-    from ._plan import TASK_MEMORY_FRACTION
+    from .._plan import TASK_MEMORY_FRACTION
 
     limit = getattr(args, "memory_limit", None)
     if not isinstance(limit, int) or _cluster_asked(args) and getattr(args, "scheduler", None):
         return
     threads = getattr(args, "threads", None) or LOCAL_CLUSTER["threads"]
     task = plan.estimate(plan.solver).task_bytes
-    needed = int(task * threads / TASK_MEMORY_FRACTION) + _cli_args.MIN_WORKER_MEMORY
+    needed = int(task * threads / TASK_MEMORY_FRACTION) + cli_options.MIN_WORKER_MEMORY
     if limit < needed:
         raise UsageError(
             f"--memory-limit {format_bytes(limit)} is too small for this job: solver {plan.solver!r} needs "
             f"≈ {format_bytes(task)} per task × {threads} thread(s), at most {TASK_MEMORY_FRACTION:.0%} of a "
-            f"worker's memory, plus {format_bytes(_cli_args.MIN_WORKER_MEMORY)} for the worker itself. Give "
+            f"worker's memory, plus {format_bytes(cli_options.MIN_WORKER_MEMORY)} for the worker itself. Give "
             f"--memory-limit {format_bytes(needed)} or more, or use smaller chunks.")
 
 
@@ -139,7 +139,7 @@ def _command_line(args) -> str:
 
 def _claim_outputs(args, *outputs):
     """Claim the job's outputs (before any data is read), then check they can be written."""
-    from . import io
+    from .. import io
 
     outputs = [o for o in outputs if o]
     keys = [os.path.abspath(o) if "://" not in o else o.rstrip("/") for o in outputs]
@@ -228,7 +228,7 @@ def _sample_dims(args, data):
 
 def _embedded(data, n_lags: int, lag_step: int, sample_dims):
     """The source as extended EOFs see it: N delayed copies along a 'lag' dimension (lazy)."""
-    from . import lag_embed
+    from .. import lag_embed
 
     if sample_dims is not None and len(sample_dims) != 1:
         raise UsageError(f"--lags embeds along one sample dim (time); got --sample-dims {list(sample_dims)}.")
@@ -240,8 +240,8 @@ def _embedded(data, n_lags: int, lag_step: int, sample_dims):
 
 def _load_model(path):
     """The model at ``path``, with its rotation when it was saved with one (one read, verified)."""
-    from . import PCA, Rotator
-    from ._model_store import read_model_dataset
+    from .. import PCA, Rotator
+    from ..store.model import read_model_dataset
 
     ds = read_model_dataset(path)
     return (Rotator if "rotation" in ds.attrs else PCA).from_dataset(ds, source=os.fspath(path))
@@ -249,7 +249,7 @@ def _load_model(path):
 
 def _as_fitted(data, model):
     """New data embedded as the model's was: an extended-EOF model has a 'lag' feature dim."""
-    from .lagged import LAG
+    from ..eof.lagged import LAG
 
     fitted = getattr(model, "model_", model)
     layout = fitted.layout_
@@ -264,13 +264,13 @@ def _as_fitted(data, model):
 
 
 def cmd_fit(args) -> dict:
-    from . import HilbertPCA, PCA, Rotator, io
+    from .. import HilbertPCA, PCA, Rotator, io
 
-    n_components = _cli_args.n_components(args.n_components)
+    n_components = cli_options.n_components(args.n_components)
     with _claim_outputs(args, args.out, args.scores):
         for output in filter(None, [args.out, args.scores]):
             io.check_writable(output, overwrite=args.overwrite)  # before the cluster starts or data is read
-        _cli_args.check_eof_options(args)
+        cli_options.check_eof_options(args)
         data = open_source(args.source, args.var)
         sample_dims = _sample_dims(args, data)
         if args.lags:
@@ -305,7 +305,7 @@ def cmd_fit(args) -> dict:
 
 
 def cmd_transform(args) -> dict:
-    from . import io
+    from .. import io
 
     with _claim_outputs(args, args.out):
         io.check_writable(args.out, overwrite=args.overwrite)
@@ -321,7 +321,7 @@ def cmd_transform(args) -> dict:
 
 
 def cmd_update(args) -> dict:
-    from . import load
+    from .. import load
 
     with _claim_outputs(args, args.model):
         pca = load(args.model)
@@ -341,8 +341,8 @@ def cmd_update(args) -> dict:
 
 
 def cmd_inspect(args) -> dict:
-    from . import PCA, load
-    from .io import read_marker
+    from .. import PCA, load
+    from ..io import read_marker
 
     try:
         marker = read_marker(args.path)
@@ -358,7 +358,7 @@ def cmd_inspect(args) -> dict:
     data = open_source(args.path, args.var)
     sample_dims = _sample_dims(args, data)
     # The public planner on the lazily opened source: its real chunks, nothing read.
-    plan = PCA(_cli_args.n_components(args.n_components), solver="auto").plan(data, sample_dims=sample_dims)
+    plan = PCA(cli_options.n_components(args.n_components), solver="auto").plan(data, sample_dims=sample_dims)
     matrix_shape = (plan.n_samples, plan.n_features)
     _say(args, f"source {args.path}: {type(data).__name__} shape {tuple(data.shape)} dtype {data.dtype}"
                + (f" dims {list(data.dims)}" if _is_labeled(data) else "")
@@ -370,7 +370,7 @@ def cmd_inspect(args) -> dict:
 
 
 def cmd_report(args) -> dict:
-    from . import io, load
+    from .. import io, load
 
     with _claim_outputs(args, args.out):
         io.check_writable(args.out, overwrite=args.overwrite)
@@ -387,7 +387,7 @@ def cmd_report(args) -> dict:
 
 
 def cmd_history(args) -> dict:
-    from . import io
+    from .. import io
 
     io.read_marker(args.model)  # a missing or partial store is an error, not an empty history
     entries = io.history(args.model)
@@ -398,10 +398,11 @@ def cmd_history(args) -> dict:
 
 
 def cmd_rollback(args) -> dict:
-    from . import _claims, io
+    from .. import io
+    from ..store import claims
 
     with _claim_outputs(args, args.model):
-        io.rollback(args.model, args.to, claim=_claims.held(args.model))
+        io.rollback(args.model, args.to, claim=claims.held(args.model))
     _say(args, f"{args.model} is now version {args.to}; the version it replaced is kept (`daskpca history`)")
     return {"model": args.model, "current": args.to}
 
@@ -411,7 +412,7 @@ def _demo_data(path: Path, n_samples: int, n_features: int, rank: int, chunk_row
     import dask.array as da
     import zarr
 
-    from .io import write_array
+    from ..io import write_array
 
     if path.exists():
         existing = zarr.open_array(str(path), mode="r")
@@ -439,8 +440,8 @@ def demo_folder() -> Path:
 
 
 def cmd_demo(args) -> dict:
-    from . import PCA
-    from .io import write_array
+    from .. import PCA
+    from ..io import write_array
 
     root = Path(args.dir) if args.dir else demo_folder()
     print(f"demo folder: {root} (--dir to change; the sample array is reused, the results replaced)")
@@ -509,11 +510,11 @@ COMMANDS = {"fit": cmd_fit, "transform": cmd_transform, "update": cmd_update, "i
 
 
 def build_parser():
-    return _cli_args.build_parser(COMMANDS)
+    return cli_options.build_parser(COMMANDS)
 
 
 def parse_args(argv):
-    return _cli_args.parse_args(argv, COMMANDS)
+    return cli_options.parse_args(argv, COMMANDS)
 
 
 def main(argv=None) -> int:

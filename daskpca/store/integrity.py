@@ -21,9 +21,9 @@ import hashlib
 
 import numpy as np
 
-from . import _objects
-from ._claims import is_url
-from .exceptions import DamagedModelError, DamagedStoreError
+from . import objects
+from .claims import is_url
+from ..exceptions import DamagedModelError, DamagedStoreError
 
 #: Files in a store that are not zarr's (the completion marker); never part of the record.
 _IGNORED = (".daskpca-complete",)
@@ -31,7 +31,7 @@ _IGNORED = (".daskpca-complete",)
 
 def _filesystem(location: str):
     if is_url(location):
-        return _objects.filesystem(location)
+        return objects.filesystem(location)
     import fsspec
 
     return fsspec.filesystem("file"), str(location).rstrip("/")

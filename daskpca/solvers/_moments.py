@@ -21,7 +21,7 @@ import numpy as np
 from scipy.linalg import blas
 
 from ._graph import SizedByArrays
-from ._validation import NonFinite, find_nonfinite
+from .._validation import NonFinite, find_nonfinite
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,15 @@
+"""The ``daskpca`` command: batch jobs from the shell, on an embedded or remote Dask cluster.
+
+It owns the command itself (:mod:`.command`: config → cluster → io → estimator → io, no math), its
+options and their checks (:mod:`.options`), the mapping of failures to exit codes and one-line
+messages (:mod:`.errors`), the progress line (:mod:`.progress`) and the report folder
+(:mod:`.report`: PNG figures and ``summary.md`` drawn with :mod:`daskpca.plot`).
+
+It sits at the top of the import order: it may import everything public in daskpca (the
+estimators, :mod:`daskpca.io`, :mod:`daskpca.plot`, the store layer); nothing in daskpca imports
+it. ``daskpca.cli:main`` is the console script's entry point; ``python -m daskpca.cli`` runs it too.
+"""
+
+from .command import main
+
+__all__ = ["main"]

@@ -195,7 +195,9 @@ def record_fit(X, solver: str, n_components: int, symbols: dict, **options) -> R
     recorder = Recorder()
     with warnings.catch_warnings(), dask.config.set(scheduler=recorder):
         warnings.simplefilter("ignore")  # iteration caps make ALS/PPCA warn; not the point here
-        pca = daskpca.PCA(n_components, solver=solver, random_state=0, **options).fit(X)
+        # The graphs are studied block by block: keep the input's chunks as the tasks.
+        with dask.config.set({"daskpca.regroup": False}):
+            pca = daskpca.PCA(n_components, solver=solver, random_state=0, **options).fit(X)
     return Recording(solver, symbols, recorder.steps, pca.n_passes_)
 
 

@@ -8,8 +8,12 @@ ordered rules with named thresholds pick one. ``PCA(...).plan(X)`` returns the r
 
 With an accuracy asked for (``tol``), the choice is by predicted time among the solvers that
 guarantee it: the exact ones (covariance / Gram / TSQR, always) and block Krylov (its predicted
-passes, :func:`daskpca.solvers.krylov.predicted_passes`, within the read budget). Time is
-``passes·bytes/READ_BYTES_PER_SECOND + flops/FLOPS_PER_SECOND`` (:func:`predicted_seconds`).
+passes, :func:`daskpca.solvers.krylov.predicted_passes`, within the read budget). Time
+(:func:`predicted_seconds`) is the bytes read at READ_BYTES_PER_SECOND, the flops at the solver's
+rate, and TASK_SECONDS per task, spread over the threads a pass can use: a pass of fewer tasks than
+threads (one Gram strip holding the whole field) runs on fewer cores. The task geometry — how many
+storage chunks one task reads (:mod:`daskpca.solvers._geometry`) — is part of the plan and printed
+with it.
 Without ``tol`` the exact solvers are used wherever their matrix fits, except for a few
 components of a matrix large in both directions; an approximate answer then carries its error
 bound (``solver_info_["error_bound"]``).
@@ -19,11 +23,11 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .solvers._geometry import Geometry, worker_resources
 from .solvers._graph import SPLIT_EVERY
 from .solvers._moments import MERGE_SPLIT_EVERY
 from .solvers.krylov import pass_budget, predicted_passes
@@ -47,6 +51,13 @@ FLOAT64 = 8
 #: solvers' kernels at 56–88 GF/s.
 READ_BYTES_PER_SECOND = 0.4e9
 FLOPS_PER_SECOND = 60e9
+#: The sketching passes (randomized, Krylov) stream each float64 slab through two thin products
+#: and emit a d×(ℓ+1) factor per slab: memory-bound, ~25 GF/s here on wide fields (measured:
+#: 8760 × 65 160, ℓ = 30, a pass = read + 1.0–1.2 s for 2.3e10 flops).
+SKETCH_FLOPS_PER_SECOND = 25e9
+#: What one task costs besides its bytes and flops: the scheduler, and one synchronous zarr call
+#: (an event-loop round trip). Measured: 8760 one-row tasks read 2.1 GiB in 12.0 s, 18 tasks in 4.0 s.
+TASK_SECONDS = 0.9e-3
 
 
 @dataclass(frozen=True)
@@ -65,9 +76,10 @@ class SolverEstimate:
     exact: bool
     note: str = ""
     seconds: float | None = None
+    tasks: int = 1  # tasks of one pass (row blocks, or column strips for gram)
 
-    def with_seconds(self, n: int, d: int, itemsize: int) -> "SolverEstimate":
-        return replace(self, seconds=predicted_seconds(self, n, d, itemsize))
+    def with_seconds(self, n: int, d: int, itemsize: int, threads: int = 1) -> "SolverEstimate":
+        return replace(self, seconds=predicted_seconds(self, n, d, itemsize, threads))
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,13 @@ class Plan:
     estimates: list[SolverEstimate] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     tol: float | None = None
+    geometry: Geometry | None = None  # how a pass's tasks read the storage chunks
+    threads: int = 1
+
+    @property
+    def seconds(self) -> float | None:
+        """The predicted wall time of the chosen solver (None when its passes are open-ended)."""
+        return self.estimate(self.solver).seconds
 
     def estimate(self, name: str) -> SolverEstimate:
         return next(e for e in self.estimates if e.name == name)
@@ -98,6 +117,9 @@ class Plan:
             f"  passes over the data: {chosen.passes}; flops ≈ {chosen.flops:.3g}; "
             f"peak memory per task ≈ {format_bytes(chosen.task_bytes)} "
             f"(budget {format_bytes(self.task_memory_budget)}, {self.memory_source})",
+            f"  tasks: {self.geometry.describe()}" if self.geometry else f"  tasks: {chosen.tasks} a pass",
+            f"  predicted time: {chosen.seconds:.3g} s on {self.threads} thread(s)" if chosen.seconds is not None
+            else "  predicted time: open-ended (passes depend on convergence)",
             f"  runner-up: {self.runner_up!r}" if self.runner_up else "  runner-up: none",
             f"  accuracy asked: sin θ ≤ {self.tol:g}" if self.tol is not None else "  accuracy asked: none (tol=None)",
             "",
@@ -132,25 +154,12 @@ def task_memory_budget() -> tuple[int, str]:
     divided by that worker's threads. Otherwise the same fraction of this machine's memory
     divided by its cores (the threaded scheduler runs one task per core).
     """
-    # A running client means distributed is imported already; importing it just to find out
-    # would add ~0.5 s to every fit on the threaded scheduler.
-    distributed = sys.modules.get("distributed")
-    try:
-        client = distributed.default_client() if distributed is not None else None
-    except ValueError:  # imported, but no client
-        client = None
-    if client is not None:
-        try:  # n_workers=-1: every worker, not the first few that recent versions list by default
-            workers = client.scheduler_info(n_workers=-1)["workers"].values()
-        except TypeError:  # distributed before the n_workers argument lists them all
-            workers = client.scheduler_info()["workers"].values()
-        per_thread = [w["memory_limit"] / max(w.get("nthreads", 1), 1) for w in workers if w.get("memory_limit")]
-        if per_thread:
-            return int(TASK_MEMORY_FRACTION * min(per_thread)), "from the distributed workers' memory limits"
-    import psutil
+    _, per_thread, source = worker_resources()
+    if per_thread is None:  # workers without limits: this machine's figure is the best guess
+        import psutil
 
-    total = psutil.virtual_memory().total
-    return int(TASK_MEMORY_FRACTION * total / max(os.cpu_count() or 1, 1)), "from this machine's memory per core"
+        per_thread, source = psutil.virtual_memory().total / max(os.cpu_count() or 1, 1), "from this machine's memory per core"
+    return int(TASK_MEMORY_FRACTION * per_thread), source
 
 
 def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=None, max_iter=None, budget=None, available=(),
@@ -200,21 +209,36 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         # With missing values each E-step node also holds one k×k matrix per feature (d·k²).
         "ppca": ("1/iter", 4 * n * d * k + n * d * k * k, max(block_in + block64 + (2 * row_block + d) * k * FLOAT64, merge_nodes(k * k + k)), False, "missing values; passes = 1 + iterations"),
     }
+    row_tasks, strips = len(chunks[0]), len(chunks[1])
+    if strips == 1 and d > 1 and len(chunks[0]) > 1:
+        # The storage is chunked by rows only: a column strip (all rows) is the whole field.
+        costs["gram"] = (*costs["gram"][:4], f"one column strip holds all {d} columns: the input is chunked by rows "
+                         "only; chunk it in column strips (e.g. .rechunk({0: -1, 1: 2000})) for this solver")
     estimates = []
     for name in available:
         if name not in costs:
             continue
         passes, flops, task, exact, note = costs[name]
-        estimates.append(SolverEstimate(name, passes, float(flops), int(task), budget is None or task <= budget, exact, note))
+        estimates.append(SolverEstimate(name, passes, float(flops), int(task), budget is None or task <= budget, exact, note,
+                                        tasks=strips if name == "gram" else row_tasks))
     return estimates
 
 
-def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int) -> float | None:
-    """The time model: reads at READ_BYTES_PER_SECOND plus flops at FLOPS_PER_SECOND (None for
-    solvers whose passes depend on convergence)."""
+#: Flop rates of the solvers whose kernels are not dense GEMM/SYRK at FLOPS_PER_SECOND.
+FLOP_RATES = {"randomized": SKETCH_FLOPS_PER_SECOND, "krylov": SKETCH_FLOPS_PER_SECOND}
+
+
+def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, threads: int = 1) -> float | None:
+    """The time model: per pass, the bytes at READ_BYTES_PER_SECOND and TASK_SECONDS per task;
+    the flops at the solver's rate (:data:`FLOP_RATES`); all on the share of the ``threads`` that
+    a pass of ``estimate.tasks`` tasks keeps busy. None for solvers whose passes depend on
+    convergence."""
     if not isinstance(estimate.passes, int):
         return None
-    return estimate.passes * n * d * itemsize / READ_BYTES_PER_SECOND + estimate.flops / FLOPS_PER_SECOND
+    busy = min(max(estimate.tasks, 1), threads) / threads
+    per_pass = n * d * itemsize / READ_BYTES_PER_SECOND + estimate.tasks * TASK_SECONDS / threads
+    flops = estimate.flops / FLOP_RATES.get(estimate.name, FLOPS_PER_SECOND)
+    return (estimate.passes * per_pass + flops) / busy
 
 
 #: Solvers whose answer is exact (to round-off): they meet any ``tol``.
@@ -222,15 +246,16 @@ EXACT_SOLVERS = ("covariance", "gram", "tsqr")
 
 
 def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=False, available, n_oversamples=10,
-              n_power_iter="auto", tol=None, max_passes=None) -> Plan:
+              n_power_iter="auto", tol=None, max_passes=None, geometry: Geometry | None = None) -> Plan:
     """Choose a solver with ordered rules; see the module docstring.
 
     ``tol`` is the accuracy asked for (a bound on the sine of the largest principal angle; None:
     none asked, exact where exact fits) and ``max_passes`` the read budget of approximate solvers.
     """
     budget, source = task_memory_budget()
+    threads = worker_resources()[0]
     estimates = [
-        e.with_seconds(n, d, itemsize)
+        e.with_seconds(n, d, itemsize, threads)
         for e in estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget,
                                   available=available, tol=tol, max_passes=max_passes)
     ]
@@ -267,7 +292,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
         solver, reason = exact_small, _shape_reason(n, d)
     # 6. Otherwise whatever fits, cheapest first: block Krylov (or randomized), then ALS.
     elif fits(approximate):
-        solver, reason = approximate, f"the exact solvers' {small_side}² matrices exceed the per-task memory budget"
+        solver, reason = approximate, _no_exact_reason(by_name, exact_small, budget)
     elif fits("als"):
         solver, reason = "als", "only ALS's d×k state fits the per-task memory budget"
     else:
@@ -285,7 +310,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
          if e.name != solver and e.feasible and (e.exact or not needs_spectrum) and e.name != "ppca"),
         None,
     )
-    plan = Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, tol)
+    plan = Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, tol, geometry, threads)
     logger.info("daskpca: solver=%r (%s)", solver, reason)
     return plan
 
@@ -306,6 +331,16 @@ def _guaranteeing(by_name: dict, tol: float, max_passes) -> list[SolverEstimate]
 
 def _pass_count(estimate: SolverEstimate) -> float:
     return estimate.passes if isinstance(estimate.passes, int) else 10.0
+
+
+def _no_exact_reason(by_name: dict, exact_small: str, budget: int) -> str:
+    """Why no exact solver fits a task, naming the real limit (a strip too wide for this
+    chunking is not the n² matrix)."""
+    estimate = by_name[exact_small]
+    if estimate.note:
+        return f"no exact solver fits a task: {exact_small} needs {format_bytes(estimate.task_bytes)} " \
+               f"(budget {format_bytes(budget)}) because {estimate.note}"
+    return f"no exact solver fits a task: {exact_small} needs {format_bytes(estimate.task_bytes)} (budget {format_bytes(budget)})"
 
 
 def _shape_reason(n: int, d: int) -> str:

@@ -31,6 +31,7 @@ from ._validation import as_dask_matrix, check_n_features, check_nan_policy
 from .exceptions import NonFiniteInputError, NotFittedError
 from .solvers import SOLVERS, covariance
 from .solvers._base import ComponentRequest, SolverResult
+from .solvers._geometry import geometry_of, regroup
 
 #: Score scalings of ``transform`` / ``inverse_transform`` (see :mod:`daskpca.labeled`).
 SCALINGS = ("none", "unit", "sqrt_lambda")
@@ -267,7 +268,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
                 f"sample_dims={sample_dims!r} applies to xarray input only; a plain matrix already has "
                 "samples as rows."
             )
-        matrix, _ = as_dask_matrix(X)
+        matrix = regroup(as_dask_matrix(X)[0])
         if self.weights is None and not self.standardize:
             return matrix, None, None
         return matrix, None, FeatureSpec(matrix_weights(self.weights, matrix.shape[1]), bool(self.standardize))
@@ -368,7 +369,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             *array.shape, k, array.chunks, array.dtype.itemsize,
             needs_spectrum=request.needs_spectrum, available=tuple(SOLVERS),
             n_oversamples=self.n_oversamples, n_power_iter=self.n_power_iter,
-            tol=self.tol, max_passes=self.max_passes,
+            tol=self.tol, max_passes=self.max_passes, geometry=geometry_of(array),
         )
 
     def _set_fitted(self, result: SolverResult, solver: str, reason: str, layout) -> None:
@@ -426,8 +427,9 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         Returns
         -------
         scores : array of shape (n_samples, n_components_)
-            NumPy for NumPy input; a lazy dask array chunked like ``X``'s rows otherwise
-            (one pass when computed). Input's floating dtype.
+            NumPy for NumPy input; otherwise a lazy dask array in row blocks of whole chunks of
+            ``X`` (the pass's tasks: tiny storage chunks are grouped, see
+            :mod:`daskpca.solvers._geometry`), one pass when computed. Input's floating dtype.
         """
         self._check_fitted()
         check_nan_policy(nan)
@@ -506,7 +508,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             raise TypeError("this PCA was fitted on a plain matrix; pass a matrix (e.g. X.data), not an xarray object.")
         matrix, kind = as_dask_matrix(X)
         check_n_features(matrix, self.feature_stage_.n_input)
-        return matrix, kind
+        return regroup(matrix), kind
 
     def _select_modes(self, scores, modes):
         """``(scores, index)``: the columns for ``modes`` (numbered from 1) and their 0-based index."""

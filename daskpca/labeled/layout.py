@@ -18,6 +18,7 @@ from typing import Hashable
 import numpy as np
 
 from .._validation import Positions, as_dask_matrix
+from ..solvers._geometry import geometry_of, regroup, remember
 from ..exceptions import ChunkLayoutWarning, caller_stacklevel
 
 #: Name of the dimension that indexes components (modes), numbered from 1.
@@ -127,9 +128,18 @@ class Layout:
         if check:
             self.check_matches(ds)
         n_samples = int(np.prod([ds.sizes[d] for d in self.sample_dims], dtype=np.int64))
-        pieces, lazy = [], False
+        pieces, lazy, geometry = [], False, None
         for v in self.variables:
-            data = ds[v.name].transpose(*self.sample_dims, *v.dims).data
+            var = ds[v.name]
+            data = var.data
+            if isinstance(data, da.Array):
+                # Tasks of whole storage chunks, grouped along the first sample dim (before the
+                # transpose, so a stored variable is re-read in larger selections).
+                axes = [var.dims.index(d) for d in self.sample_dims]
+                data = regroup(data, axes[0], tuple(axes[1:]), encoding=var.encoding)
+                geometry = geometry or geometry_of(data)
+                var = var.copy(data=data)
+            data = var.transpose(*self.sample_dims, *v.dims).data
             lazy = lazy or isinstance(data, da.Array)
             if isinstance(data, da.Array):
                 _warn_if_reshape_regroups(v.name, (*self.sample_dims, *v.dims), data, len(self.sample_dims))
@@ -138,7 +148,8 @@ class Layout:
             matrix = da.concatenate([da.asarray(p) for p in pieces], axis=1) if len(pieces) > 1 else da.asarray(pieces[0])
         else:
             matrix = np.concatenate(pieces, axis=1) if len(pieces) > 1 else pieces[0]
-        return as_dask_matrix(matrix)
+        matrix, kind = as_dask_matrix(matrix)
+        return (remember(matrix, geometry) if geometry is not None else matrix), kind
 
     def check_matches(self, ds) -> None:
         """Raise when ``ds`` does not have the fitted variables, feature dims, sizes and coords."""

@@ -1,0 +1,263 @@
+"""Task geometry: how many storage chunks one task of a pass reads, chosen here, not by the store.
+
+Public archives are chunked for their writers: ERA5-style reanalyses one time step per chunk
+(8760 chunks a year), CMIP output by year, satellite products in spatial tiles, newer stores in
+zarr v3 shards. Mapping one task over each storage chunk makes a pass cost what the *chunk count*
+costs, not what the bytes cost: every task pays the scheduler (~1 ms threaded, more distributed)
+and, reading through zarr's synchronous API, one event-loop round trip; every row block of a
+sketching pass emits a d×ℓ partial product (15.6 MB at d = 65 160, ℓ = 30) however few rows it
+holds. Measured on a 1° hourly year (8760 × 65 160 float32, one step per chunk, 2 vCPU): a read at
+the storage chunking takes 12 s, the same bytes read 16–512 chunks per task 4.0–4.3 s.
+
+:func:`regroup` gives every pass the same bytes in fewer, larger tasks:
+
+- **Rows.** Consecutive storage chunks along the sample axis are grouped until a task's row block
+  (all features) holds about :func:`task_read_bytes` — whole chunks (and whole shards) only, so no
+  chunk is split between two tasks and none is read twice in a pass.
+- **Features.** The storage chunking of the feature axes is kept (column strips stay strips for
+  the Gram and Hilbert solvers) unless one task's piece of a feature chunk would be small
+  (< :data:`MIN_READ_BYTES`, e.g. spatial tiles): then each task reads whole rows.
+- **How the task reads.** When the array is a plain read of a stored array (``da.from_zarr``,
+  ``xr.open_zarr(...)[name].data``: dask's getter over one array-like), it is rebuilt to read each
+  task's group as **one selection**, which zarr fetches chunk by chunk concurrently (what matters
+  on object stores, where each chunk is a request). Otherwise (data computed by dask) neighbouring
+  blocks are concatenated inside the task (a merge-only rechunk: no shuffle, no chunk split).
+
+The geometry chosen for an array is remembered by the array's name (dask names are content
+tokens), so the planner reports it (:func:`geometry_of`) without every caller passing it along.
+
+To keep the input's own chunks as the tasks (to study a solver's graph block by block, say), set
+dask's config key ``daskpca.regroup`` to False: ``with dask.config.set({"daskpca.regroup": False})``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+#: Bytes of input one task of a pass reads: large enough that per-task and per-request costs
+#: vanish next to the bytes (the read floor is flat from ~4 MiB to ~128 MiB per task here), small
+#: enough for a task to hold its block, one float64 slab and its partial results.
+TASK_READ_BYTES = 128 * 2**20
+#: A task's piece of one feature chunk below this is read as whole rows instead (tiles).
+MIN_READ_BYTES = 16 * 2**20
+#: Tasks per worker thread a pass should have at least, so every thread has work and stragglers
+#: are short; below that the row groups are made smaller (still whole chunks).
+TASKS_PER_THREAD = 2
+#: Fraction of a worker thread's memory one task's input block may take: a quarter of the task
+#: budget (``_plan.TASK_MEMORY_FRACTION`` = ½), the rest for its float64 slab and partial results.
+BLOCK_MEMORY_FRACTION = 0.125
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """How a pass reads the input: storage chunks against tasks.
+
+    ``storage_rows`` is the rows of one storage chunk (or shard) along the sample axis;
+    ``task_rows`` the largest number of rows one task reads; ``tasks`` the row tasks of a pass;
+    ``storage_chunks`` the stored chunks (or shards) of the whole array and ``read`` how a task
+    reads its group: ``"selection"`` (one zarr selection per task), ``"concatenated"``
+    (neighbouring dask blocks joined inside the task) or ``"as stored"`` (nothing changed).
+    """
+
+    storage_rows: int
+    task_rows: int
+    tasks: int
+    storage_chunks: int
+    read: str
+
+    def describe(self) -> str:
+        per_task = max(self.storage_chunks // max(self.tasks, 1), 1)
+        how = {"selection": "one zarr selection each", "concatenated": "neighbouring blocks joined in the task",
+               "as stored": "one storage chunk row each"}[self.read]
+        return (f"{self.tasks} task(s) a pass of ≤ {self.task_rows} rows ({how}); storage: "
+                f"{self.storage_chunks} chunk(s) of {self.storage_rows} row(s), ~{per_task} per task")
+
+
+_GEOMETRIES: OrderedDict[str, Geometry] = OrderedDict()
+_REMEMBERED = 256
+
+
+def geometry_of(array) -> Geometry | None:
+    """The :class:`Geometry` :func:`regroup` gave ``array`` (or an array derived from it by
+    per-block steps that keep its row chunks), or None."""
+    return _GEOMETRIES.get(getattr(array, "name", None))
+
+
+def remember(array, geometry: Geometry):
+    """Record ``geometry`` for ``array`` (see :func:`geometry_of`); returns ``array``."""
+    _GEOMETRIES[array.name] = geometry
+    _GEOMETRIES.move_to_end(array.name)
+    while len(_GEOMETRIES) > _REMEMBERED:
+        _GEOMETRIES.popitem(last=False)
+    return array
+
+
+def worker_resources() -> tuple[int, float | None, str]:
+    """``(threads, memory per thread or None, where from)`` of whatever will run the tasks.
+
+    With a ``distributed`` client: all workers' threads and the smallest worker memory limit per
+    thread. Otherwise this machine's cores and memory (the threaded scheduler runs one task per
+    core). Looked up, never imported: importing distributed just to ask would cost ~0.5 s.
+    """
+    distributed = sys.modules.get("distributed")
+    try:
+        client = distributed.default_client() if distributed is not None else None
+    except ValueError:  # imported, but no client
+        client = None
+    if client is not None:
+        try:  # n_workers=-1: every worker, not the first few that recent versions list by default
+            workers = list(client.scheduler_info(n_workers=-1)["workers"].values())
+        except TypeError:  # distributed before the n_workers argument lists them all
+            workers = list(client.scheduler_info()["workers"].values())
+        threads = sum(max(w.get("nthreads", 1), 1) for w in workers) or 1
+        per_thread = [w["memory_limit"] / max(w.get("nthreads", 1), 1) for w in workers if w.get("memory_limit")]
+        if per_thread:
+            return threads, min(per_thread), "from the distributed workers' memory limits"
+        return threads, None, "distributed workers without memory limits"
+    import psutil
+
+    cores = max(os.cpu_count() or 1, 1)
+    return cores, psutil.virtual_memory().total / cores, "from this machine's memory per core"
+
+
+def task_read_bytes(total_bytes: int) -> int:
+    """Bytes of input per task for an array of ``total_bytes``: :data:`TASK_READ_BYTES`, less
+    where the workers' memory per thread is small, and less where the array is too small to give
+    every thread :data:`TASKS_PER_THREAD` tasks (never below :data:`MIN_READ_BYTES` for that)."""
+    threads, per_thread, _ = worker_resources()
+    target = TASK_READ_BYTES
+    if per_thread is not None:
+        target = min(target, int(BLOCK_MEMORY_FRACTION * per_thread))
+    spread = total_bytes // max(TASKS_PER_THREAD * threads, 1)
+    return max(min(target, max(spread, MIN_READ_BYTES)), 1)
+
+
+def group_chunks(chunks: tuple[int, ...], target: int, align: int = 1) -> tuple[int, ...]:
+    """Consecutive ``chunks`` summed into groups of at most ``target`` (a group holds at least one
+    chunk, so a chunk larger than ``target`` is a group of its own), closing a group only where
+    its end is a multiple of ``align`` rows (whole shards) — or at the end.
+
+    >>> group_chunks((1,) * 10, 4)
+    (4, 4, 2)
+    >>> group_chunks((3, 3, 3, 3), 5, align=6)
+    (6, 6)
+    """
+    groups, current, done = [], 0, 0
+    for size in chunks:
+        if current and current + size > target and (done + current) % align == 0:
+            groups.append(current)
+            done, current = done + current, 0
+        current += size
+    if current:
+        groups.append(current)
+    return tuple(groups)
+
+
+def plain_source(array):
+    """The stored array-like that ``array`` reads chunk by chunk, or None.
+
+    True when ``array``'s graph is exactly what ``dask.array.from_array`` (which ``from_zarr`` and
+    xarray's lazy backends use) builds: one layer holding the source object and one getter layer
+    over it. Then re-reading the source with other chunks gives the same values.
+    """
+    graph = getattr(array, "dask", None)
+    layers = getattr(graph, "layers", None)
+    if not layers or len(layers) != 2 or array.name not in layers:
+        return None
+    (source_name,) = [name for name in layers if name != array.name]
+    holder = dict(layers[source_name])
+    if len(holder) != 1:
+        return None
+    source = holder.get(source_name)
+    source = getattr(source, "value", source)  # a DataNode in dask's task spec
+    task = getattr(layers[array.name], "task", None)
+    if getattr(getattr(task, "func", None), "__name__", "") not in ("getter", "getter_nofancy", "getter_inline"):
+        return None
+    if tuple(getattr(source, "shape", ())) != tuple(array.shape) or not hasattr(source, "__getitem__"):
+        return None
+    return source
+
+
+def storage_chunk_shape(array, source=None, encoding=None) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """``(chunk shape, shard shape or None)`` of where ``array``'s bytes are stored: a zarr array's
+    own metadata, an xarray variable's ``encoding``, else the dask chunks' largest sizes."""
+    encoding = encoding or {}
+    chunks = getattr(source, "chunks", None) if source is not None and hasattr(source, "read_only") else None
+    shards = getattr(source, "shards", None) if chunks is not None else None
+    if chunks is None and encoding.get("chunks"):
+        chunks, shards = encoding["chunks"], encoding.get("shards")
+    if chunks is None or len(chunks) != array.ndim:
+        chunks, shards = tuple(max(c) for c in array.chunks), None
+    return tuple(int(c) for c in chunks), (tuple(int(s) for s in shards) if shards else None)
+
+
+def regroup(array, row_axis: int = 0, whole_axes: tuple[int, ...] = (), *, encoding=None):
+    """``array`` chunked for passes: rows grouped into tasks of about :func:`task_read_bytes`.
+
+    Parameters
+    ----------
+    array : dask.array.Array
+        Any dimensionality; ``row_axis`` indexes samples (its chunks are grouped).
+    row_axis : int
+        The axis whose consecutive chunks are grouped into one task.
+    whole_axes : tuple of int
+        Axes that must be one chunk for the rows to be formed chunk for chunk (other sample axes
+        of a labeled field); they are read whole.
+    encoding : dict, optional
+        An xarray variable's ``encoding`` (storage ``chunks`` and ``shards``), when ``array``
+        reads a stored variable.
+
+    Returns
+    -------
+    dask.array.Array
+        The same values; row chunks made of whole storage chunks (and shards). Remembered with its
+        :class:`Geometry` (:func:`geometry_of`). Reads nothing.
+    """
+    import dask
+    import dask.array as da
+    from dask.base import tokenize
+
+    source = plain_source(array)
+    storage, shards = storage_chunk_shape(array, source, encoding)
+    stored = shards or storage
+    threads = worker_resources()[0]
+    storage_count = math.prod(math.ceil(s / c) for s, c in zip(array.shape, stored))
+    geometry = Geometry(storage_rows=stored[row_axis], task_rows=max(array.chunks[row_axis]),
+                        tasks=len(array.chunks[row_axis]), storage_chunks=storage_count, read="as stored")
+    if len(array.chunks[row_axis]) <= TASKS_PER_THREAD * threads or not dask.config.get("daskpca.regroup", True):
+        return remember(array, geometry)  # few tasks already: their overhead is nothing next to the bytes
+    itemsize = array.dtype.itemsize
+    row_bytes = itemsize * math.prod(s for i, s in enumerate(array.shape) if i != row_axis)
+    target_rows = max(1, task_read_bytes(array.nbytes) // max(row_bytes, 1))
+    # Enough tasks for every thread, whatever the target says (still whole chunks).
+    target_rows = min(target_rows, math.ceil(array.shape[row_axis] / (TASKS_PER_THREAD * threads)))
+    # Group boundaries on whole shards (a shard is one object: read whole, by one task) when the
+    # blocks line up with them.
+    align = stored[row_axis] if all(c % stored[row_axis] == 0 for c in array.chunks[row_axis][:-1]) else 1
+    rows = group_chunks(array.chunks[row_axis], target_rows, align=align)
+    chunks = list(array.chunks)
+    chunks[row_axis] = rows
+    for axis in whole_axes:
+        chunks[axis] = (array.shape[axis],)
+    # Feature chunks: kept (strips stay strips) unless a task's piece of one is small.
+    piece = max(rows) * itemsize * math.prod(
+        max(c) for i, c in enumerate(chunks) if i != row_axis and i not in whole_axes)
+    if piece < MIN_READ_BYTES:
+        chunks = [c if i == row_axis else (array.shape[i],) for i, c in enumerate(chunks)]
+    chunks = tuple(tuple(c) for c in chunks)
+    geometry = replace(geometry, task_rows=max(rows), tasks=len(rows))
+    if chunks == array.chunks:
+        return remember(array, geometry)
+    if source is not None:
+        regrouped = da.from_array(source, chunks=chunks, lock=False, asarray=True, meta=np.empty((0,) * array.ndim, array.dtype),
+                                  name=f"read-{tokenize(array.name, chunks)}")
+        return remember(regrouped, replace(geometry, read="selection"))
+    return remember(array.rechunk(chunks), replace(geometry, read="concatenated"))
+
+

@@ -31,7 +31,7 @@ from .solvers._geometry import Geometry, worker_resources
 from .solvers._graph import SPLIT_EVERY
 from .solvers._moments import MERGE_SPLIT_EVERY
 from .solvers.krylov import pass_budget, predicted_passes
-from .solvers.randomized import SLAB_BYTES
+from .solvers.randomized import slab_rows
 
 logger = logging.getLogger("daskpca")
 
@@ -198,11 +198,11 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         # MERGE_SPLIT_EVERY inputs and one output.
         "gram": (2, n * n * d + 2 * n * d * k, max(n * col_strip * (itemsize + FLOAT64) + n * n * FLOAT64, (MERGE_SPLIT_EVERY + 1) * n * n * FLOAT64), True, ""),
         "tsqr": (1, 2 * n * d * min(n, d) + tsqr_tree_flops, max(tsqr_leaf, tsqr_merge), True, ""),
-        # A randomized leaf converts its block one slab (≥ SLAB_BYTES or 2·(ℓ + 1) rows) at a
+        # A randomized leaf converts its block one slab (randomized.slab_rows rows) at a
         # time and merges the slabs' d×(ℓ + 1) factors SPLIT_EVERY at a time, like a merge task.
-        "randomized": (q + 1, (q + 1) * 4 * n * d * ell, block_in + min(block64, max(SLAB_BYTES, 2 * (ell + 1) * d * FLOAT64)) + merge_nodes(ell + 1), False, f"q = {q}, ℓ = {ell}"),
+        "randomized": (q + 1, (q + 1) * 4 * n * d * ell, block_in + min(block64, slab_rows(d, ell) * d * FLOAT64) + merge_nodes(ell + 1), False, f"q = {q}, ℓ = {ell}"),
         # Block Krylov: the randomized pass, predicted passes for tol (see krylov.predicted_passes).
-        "krylov": (krylov_passes, krylov_passes * 4 * n * d * ell, block_in + min(block64, max(SLAB_BYTES, 2 * (ell + 1) * d * FLOAT64)) + merge_nodes(ell + 1), False,
+        "krylov": (krylov_passes, krylov_passes * 4 * n * d * ell, block_in + min(block64, slab_rows(d, ell) * d * FLOAT64) + merge_nodes(ell + 1), False,
                    f"ℓ = {ell}; " + (f"passes predicted for tol = {tol:g} (budget {pass_budget(tol, max_passes)})" if tol is not None
                                      else f"budget {krylov_passes} passes, error bound reported")),
         "als": ("1/iter", 4 * n * d * k, max(block_in + block64 + (2 * row_block + d) * k * FLOAT64, merge_nodes(k + 2)), False, "iterative; passes = iterations (the mean is fused into the first)"),

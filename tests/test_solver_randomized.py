@@ -178,11 +178,19 @@ def test_slabs_inside_a_block_change_nothing(monkeypatch):
     request = ComponentRequest(4, *X.shape)
     whole = randomized.solve(dask_X, request, random_state=0, n_power_iter=2)
     monkeypatch.setattr(randomized, "SLAB_BYTES", 1)  # the minimum: 2·(ℓ + 1) = 30 rows per slab
+    monkeypatch.setattr(randomized, "WIDE_SLAB_BYTES", 1)
     assert len(randomized._row_slabs(450, 40, 14)) == 15  # > SPLIT_EVERY: merged in two rounds
     slabbed = randomized.solve(dask_X, request, random_state=0, n_power_iter=2)
     assert sin_theta(slabbed.components, whole.components) <= 1e-12
     np.testing.assert_allclose(slabbed.explained_variance, whole.explained_variance, rtol=1e-12)
     assert slabbed.total_variance == pytest.approx(whole.total_variance, rel=1e-13)
+
+
+def test_wide_data_gets_slabs_of_many_rows_for_cheap_merges():
+    # d = 65 160, ℓ = 30: a 16 MiB slab would be 32 rows and the merges half the products' cost.
+    assert randomized.slab_rows(65_160, 30) == randomized.MERGE_ROWS * 31
+    assert randomized.slab_rows(500, 30) == randomized.SLAB_BYTES // (8 * 500)  # narrow: cache-sized
+    assert randomized.slab_rows(10**7, 30) == 2 * 31  # very wide: the floor, not 2.5 GB slabs
 
 
 def test_an_empty_row_block_changes_nothing():

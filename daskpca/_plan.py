@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .solvers._geometry import Geometry, worker_resources
+from .solvers._geometry import Geometry, needs_column_strips, strip_columns, worker_resources
 from .solvers._graph import SPLIT_EVERY
 from .solvers._moments import MERGE_SPLIT_EVERY
 from .solvers.krylov import pass_budget, predicted_passes
@@ -51,6 +51,8 @@ FLOAT64 = 8
 #: solvers' kernels at 56–88 GF/s.
 READ_BYTES_PER_SECOND = 0.4e9
 FLOPS_PER_SECOND = 60e9
+#: Writing a temporary zarr copy (zstd, float32), for a re-layout into column strips.
+WRITE_BYTES_PER_SECOND = 0.25e9
 #: The sketching passes (randomized, Krylov) stream each float64 slab through two thin products
 #: and emit a d×(ℓ+1) factor per slab: memory-bound, ~25 GF/s here on wide fields (measured:
 #: 8760 × 65 160, ℓ = 30, a pass = read + 1.0–1.2 s for 2.3e10 flops).
@@ -77,6 +79,7 @@ class SolverEstimate:
     note: str = ""
     seconds: float | None = None
     tasks: int = 1  # tasks of one pass (row blocks, or column strips for gram)
+    copy_passes: int = 0  # passes over a temporary re-laid-out copy (written once) besides ``passes``
 
     def with_seconds(self, n: int, d: int, itemsize: int, threads: int = 1) -> "SolverEstimate":
         return replace(self, seconds=predicted_seconds(self, n, d, itemsize, threads))
@@ -209,18 +212,22 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         # With missing values each E-step node also holds one k×k matrix per feature (d·k²).
         "ppca": ("1/iter", 4 * n * d * k + n * d * k * k, max(block_in + block64 + (2 * row_block + d) * k * FLOAT64, merge_nodes(k * k + k)), False, "missing values; passes = 1 + iterations"),
     }
-    row_tasks, strips = len(chunks[0]), len(chunks[1])
-    if strips == 1 and d > 1 and len(chunks[0]) > 1:
-        # The storage is chunked by rows only: a column strip (all rows) is the whole field.
-        costs["gram"] = (*costs["gram"][:4], f"one column strip holds all {d} columns: the input is chunked by rows "
-                         "only; chunk it in column strips (e.g. .rechunk({0: -1, 1: 2000})) for this solver")
+    row_tasks, strips, copy_passes = len(chunks[0]), len(chunks[1]), {}
+    if needs_column_strips(chunks, itemsize):
+        # Stored by rows only: a column strip would be the whole field. Gram first copies the
+        # input into strips (one read, one write) and reads the copy twice.
+        width = strip_columns(n, d, itemsize)
+        strips, copy_passes["gram"] = -(-d // width), 2
+        gram_task = max(n * width * (itemsize + FLOAT64) + n * n * FLOAT64, (MERGE_SPLIT_EVERY + 1) * n * n * FLOAT64)
+        costs["gram"] = (1, costs["gram"][1], gram_task, True, f"stored by rows only: re-laid out into {strips} column strips "
+                         f"of {width} columns first (one read and one write of a temporary copy, then 2 passes over it)")
     estimates = []
     for name in available:
         if name not in costs:
             continue
         passes, flops, task, exact, note = costs[name]
         estimates.append(SolverEstimate(name, passes, float(flops), int(task), budget is None or task <= budget, exact, note,
-                                        tasks=strips if name == "gram" else row_tasks))
+                                        tasks=strips if name == "gram" else row_tasks, copy_passes=copy_passes.get(name, 0)))
     return estimates
 
 
@@ -237,8 +244,9 @@ def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, t
         return None
     busy = min(max(estimate.tasks, 1), threads) / threads
     per_pass = n * d * itemsize / READ_BYTES_PER_SECOND + estimate.tasks * TASK_SECONDS / threads
+    copy = n * d * itemsize / WRITE_BYTES_PER_SECOND if estimate.copy_passes else 0.0
     flops = estimate.flops / FLOP_RATES.get(estimate.name, FLOPS_PER_SECOND)
-    return (estimate.passes * per_pass + flops) / busy
+    return ((estimate.passes + estimate.copy_passes) * per_pass + copy + flops) / busy
 
 
 #: Solvers whose answer is exact (to round-off): they meet any ``tol``.
@@ -310,6 +318,8 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
          if e.name != solver and e.feasible and (e.exact or not needs_spectrum) and e.name != "ppca"),
         None,
     )
+    if solver in by_name and by_name[solver].copy_passes:  # the re-layout is part of the road: say so
+        reason += f"; {by_name[solver].note}"
     plan = Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, tol, geometry, threads)
     logger.info("daskpca: solver=%r (%s)", solver, reason)
     return plan

@@ -19,6 +19,7 @@ from daskpca import PCA
 from daskpca.solvers._geometry import geometry_of, group_chunks, regroup
 
 from _helpers import CountingStore, align_signs, sin_theta
+from test_publish_s3 import s3  # noqa: F401  (the moto server fixture)
 
 N_TIME, N_LAT, N_LON = 360, 12, 16
 
@@ -69,11 +70,11 @@ def _stored(tmp_path, chunks, shards=None, counter=CountingStore):
 
 def _reference(ds, k):
     """Float64 NumPy reference of the coslat-weighted field."""
-    X = ds.t2m.values.reshape(N_TIME, -1).astype(np.float64)
+    X = ds.t2m.values.reshape(ds.sizes["time"], -1).astype(np.float64)
     w = np.repeat(np.sqrt(np.cos(np.deg2rad(ds.latitude.values))), N_LON)
     Z = (X - X.mean(0)) * w
     _, s, vt = np.linalg.svd(Z, full_matrices=False)
-    return vt[:k], s[:k] ** 2 / (N_TIME - 1)
+    return vt[:k], s[:k] ** 2 / (len(X) - 1)
 
 
 def _fit(opened, **params):
@@ -167,3 +168,48 @@ def test_the_plan_states_the_geometry_and_a_time(tmp_path):
     text = str(plan)
     assert f"storage: {N_TIME} chunk(s) of 1 row(s)" in text and "one zarr selection each" in text
     assert plan.geometry.tasks < N_TIME / 4 and plan.seconds is not None and plan.seconds > 0
+
+
+def test_gram_on_a_field_stored_by_rows_reads_it_once_into_column_strips(tmp_path, monkeypatch):
+    # Fewer samples than features, one sample per chunk: Gram's column strips would each be the
+    # whole field. It copies the input into strips (one read, one write), then reads the copy.
+    monkeypatch.setenv("DASKPCA_SCRATCH", str(tmp_path / "scratch"))
+    (tmp_path / "scratch").mkdir()
+    rng = np.random.default_rng(1)
+    X = (rng.standard_normal((40, 4)) * [9, 5, 3, 2]) @ np.linalg.qr(rng.standard_normal((3000, 4)))[0].T
+    X = (X + 0.1 * rng.standard_normal((40, 3000)) + 50).astype(np.float32)
+    zarr.create_array(store=str(tmp_path / "x.zarr"), shape=X.shape, chunks=(1, 3000), dtype=X.dtype)[...] = X
+    store = CountingStore(LocalStore(str(tmp_path / "x.zarr"), read_only=True))
+    array = zarr.open_array(store=store, mode="r")
+    monkeypatch.setattr("daskpca.solvers._geometry.STRIP_BYTES", 40 * 4 * 700)  # ~5 strips
+    monkeypatch.setattr("daskpca.solvers._geometry.RELAYOUT_BYTES", 40 * 4 * 2000)  # this small field counts as large
+    plan = PCA(3, solver="gram").plan(array)
+    assert "re-laid out into 5 column strips" in plan.estimate("gram").note and plan.estimate("gram").feasible
+    with dask.config.set(scheduler="threads"):
+        pca = PCA(3, solver="gram").fit(array)
+    assert set(store.chunk_reads().values()) == {1} and len(store.chunk_reads()) == 40
+    assert pca.n_passes_ == 1 and "strips of 700 columns" in pca.solver_info_["relayout"]
+    assert not list((tmp_path / "scratch").iterdir())  # the temporary copy is gone
+    Xc = X.astype(np.float64) - X.astype(np.float64).mean(0)
+    _, s, vt = np.linalg.svd(Xc, full_matrices=False)
+    assert sin_theta(pca.components_, vt[:3]) < 1e-10
+    np.testing.assert_allclose(pca.explained_variance_, s[:3] ** 2 / 39, rtol=1e-10)
+
+
+def test_a_pass_over_an_object_store_reads_each_chunk_once_in_task_selections(s3):
+    # One time step per chunk on an S3-compatible server (moto on loopback): every chunk is a
+    # request; a task's selection fetches its chunks concurrently, once per pass.
+    pytest.importorskip("s3fs")
+    from zarr.storage import FsspecStore
+
+    ds = _field().isel(time=slice(0, 96))  # every chunk is a request to a slow test server
+    url = "s3://daskpca-test/archive-layouts/era.zarr"
+    ds.to_zarr(url, mode="w", encoding={"t2m": {"chunks": (1, N_LAT, N_LON)}}, zarr_format=3, consolidated=False)
+    store = CountingStore(FsspecStore.from_url(url, read_only=True))
+    pca, tasks = _fit(xr.open_zarr(store, consolidated=False), solver="covariance")
+    reads = {key: count for key, count in store.chunk_reads().items() if key.startswith("t2m/")}
+    assert len(reads) == 96 and set(reads.values()) == {1}
+    assert tasks < 96 / 2
+    components, variances = _reference(ds, 4)
+    assert sin_theta(pca.components_, components) < 1e-6
+    np.testing.assert_allclose(pca.explained_variance_, variances, rtol=1e-6)

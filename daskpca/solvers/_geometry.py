@@ -261,3 +261,88 @@ def regroup(array, row_axis: int = 0, whole_axes: tuple[int, ...] = (), *, encod
     return remember(array.rechunk(chunks), replace(geometry, read="concatenated"))
 
 
+
+
+#: Bytes of one column strip a re-laid-out copy is cut into (all rows of a range of columns).
+STRIP_BYTES = 128 * 2**20
+
+
+#: A field stored by rows only is re-laid out into strips when one strip (then the whole field)
+#: would hold more input than this: below it, one task reading everything costs less than a copy.
+RELAYOUT_BYTES = 4 * STRIP_BYTES
+
+
+def needs_column_strips(chunks: tuple, itemsize: int) -> bool:
+    """Whether the column strips of an array with these chunks must be made by a copy: stored by
+    rows only (more than one row block, one column block), so a strip would be the whole array,
+    and that is more than :data:`RELAYOUT_BYTES`."""
+    n, d = sum(chunks[0]), sum(chunks[1])
+    return len(chunks[1]) == 1 and len(chunks[0]) > 1 and d > 1 and n * d * itemsize > RELAYOUT_BYTES
+
+
+def strip_columns(n_rows: int, n_features: int, itemsize: int) -> int:
+    """Columns of one strip of a re-laid-out copy: ~STRIP_BYTES of input bytes."""
+    return int(min(n_features, max(1, STRIP_BYTES // max(n_rows * itemsize, 1))))
+
+
+class ColumnStrips:
+    """``X`` re-laid out in column strips for the solvers that read strips (Gram), when it is
+    stored by rows only (one time step per chunk): a strip would otherwise be the whole field.
+
+    On the threaded scheduler the copy is a temporary zarr store of tiles (one task's row block ×
+    one strip): each row-block task writes its tiles whole (one read of the input, one write, no
+    chunk rewritten), and each strip task then reads its column of tiles in one selection. The
+    folder is made under ``$DASKPCA_SCRATCH`` (or the system's temporary directory) and removed
+    when the context ends, whatever happened. With a ``distributed`` client, dask's p2p rechunk
+    does the same through the workers' disks (no folder every worker must share).
+
+    Use as a context manager; ``array`` is the strip-chunked copy (or ``X`` itself when it needs
+    none). Costs one read of ``X`` and one write, made when the context is entered.
+    """
+
+    def __init__(self, X):
+        self.X, self.array, self.folder, self.how = X, X, None, None
+
+    def __enter__(self):
+        import dask
+        import dask.array as da
+
+        X = self.X
+        if not needs_column_strips(X.chunks, X.dtype.itemsize):
+            return self
+        width = strip_columns(X.shape[0], X.shape[1], X.dtype.itemsize)
+        distributed = sys.modules.get("distributed")
+        try:
+            client = distributed.default_client() if distributed is not None else None
+        except ValueError:
+            client = None
+        if client is not None:
+            self.array = X.rechunk({0: -1, 1: width}, method="p2p").persist()
+            self.how = f"p2p rechunk into strips of {width} columns"
+            return self
+        import shutil
+        import tempfile
+
+        import zarr
+
+        self.folder = tempfile.mkdtemp(prefix="daskpca-strips-", dir=os.environ.get("DASKPCA_SCRATCH"))
+        try:
+            tiles = X.rechunk({1: width})  # splits each row block: no shuffle, no merge
+            target = zarr.create_array(store=self.folder, shape=X.shape, dtype=X.dtype,
+                                       chunks=(max(X.chunks[0]), width))
+            if len(set(X.chunks[0][:-1])) > 1:  # ragged row blocks: tiles of the largest, regular
+                tiles = tiles.rechunk({0: max(X.chunks[0])})
+            dask.compute(da.store(tiles, target, lock=False, compute=False))
+            self.array = da.from_zarr(target, chunks=(X.shape[0], width))
+            self.how = f"a temporary copy in strips of {width} columns"
+        except BaseException:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        if self.folder is not None:
+            import shutil
+
+            shutil.rmtree(self.folder, ignore_errors=True)
+        return False

@@ -17,8 +17,10 @@ client: k·d float64).
 Passes: 2. Flops: n²·d (``syrk``) + 2·n·d·k + n³ locally. Memory per task: a leaf its column
 strip as read, one float64 copy and n² float64; a pairwise merge 3·n² float64. Pick when n is up
 to ~20k and d is large. Column strips need every row of a range of columns: data stored in
-row-only chunks (n_i × d) is rechunked by dask, which then holds the whole array while it
-regroups it — store wide data in column strips.
+row-only chunks (n_i × d: one time step per chunk) is first copied into strips
+(:class:`~daskpca.solvers._geometry.ColumnStrips`: one read of the input and one write; both
+passes then read the copy, ``info["relayout"]`` says so and ``n_passes`` counts the one read of
+the input).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field, replace
 import dask
 import numpy as np
 
+from ._geometry import ColumnStrips
 from ._graph import SizedByArrays, map_column_blocks, tree_reduce
 from ._linalg import eigh_descending
 from ._moments import MERGE_SPLIT_EVERY, center_block
@@ -118,6 +121,16 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None) -> 
     -------
     SolverResult
     """
+    with ColumnStrips(X) as strips:  # input stored by rows only: one read into a strip copy
+        result = _solve_strips(strips.array, request, random_state, features)
+    if strips.how is None:
+        return result
+    # The input was read once (into the copy); both passes read the copy.
+    info = {**result.info, "relayout": strips.how, "copy_passes": result.n_passes}
+    return replace(result, n_passes=1, info=info)
+
+
+def _solve_strips(X, request, random_state, features) -> SolverResult:
     if features is not None:
         X = features.weigh(X)
     (part,) = dask.compute(gram_graph(X))

@@ -12,7 +12,8 @@ the storage chunking takes 12 s, the same bytes read 16–512 chunks per task 4.
 :func:`regroup` gives every pass the same bytes in fewer, larger tasks:
 
 - **Rows.** Consecutive storage chunks along the sample axis are grouped until a task's row block
-  (all features) holds about :func:`task_read_bytes` — whole chunks (and whole shards) only, so no
+  (all features) holds about :func:`task_read_bytes` (but every thread gets at least
+  :data:`TASKS_PER_THREAD` tasks) — whole chunks (and whole shards) only, so no
   chunk is split between two tasks and none is read twice in a pass.
 - **Features.** The storage chunking of the feature axes is kept (column strips stay strips for
   the Gram and Hilbert solvers) unless one task's piece of a feature chunk would be small
@@ -47,7 +48,7 @@ TASK_READ_BYTES = 128 * 2**20
 #: A task's piece of one feature chunk below this is read as whole rows instead (tiles).
 MIN_READ_BYTES = 16 * 2**20
 #: Tasks per worker thread a pass should have at least, so every thread has work and stragglers
-#: are short; below that the row groups are made smaller (still whole chunks).
+#: are short: the row groups are made smaller for that (still whole chunks).
 TASKS_PER_THREAD = 2
 #: Fraction of a worker thread's memory one task's input block may take: a quarter of the task
 #: budget (``_plan.TASK_MEMORY_FRACTION`` = ½), the rest for its float64 slab and partial results.
@@ -98,18 +99,24 @@ def remember(array, geometry: Geometry):
     return array
 
 
+def current_client():
+    """The running ``distributed`` client, or None. Looked up, never imported: importing
+    distributed just to ask would cost ~0.5 s on the threaded scheduler."""
+    distributed = sys.modules.get("distributed")
+    try:
+        return distributed.default_client() if distributed is not None else None
+    except ValueError:  # imported, but no client
+        return None
+
+
 def worker_resources() -> tuple[int, float | None, str]:
     """``(threads, memory per thread or None, where from)`` of whatever will run the tasks.
 
     With a ``distributed`` client: all workers' threads and the smallest worker memory limit per
     thread. Otherwise this machine's cores and memory (the threaded scheduler runs one task per
-    core). Looked up, never imported: importing distributed just to ask would cost ~0.5 s.
+    core).
     """
-    distributed = sys.modules.get("distributed")
-    try:
-        client = distributed.default_client() if distributed is not None else None
-    except ValueError:  # imported, but no client
-        client = None
+    client = current_client()
     if client is not None:
         try:  # n_workers=-1: every worker, not the first few that recent versions list by default
             workers = list(client.scheduler_info(n_workers=-1)["workers"].values())
@@ -126,16 +133,13 @@ def worker_resources() -> tuple[int, float | None, str]:
     return cores, psutil.virtual_memory().total / cores, "from this machine's memory per core"
 
 
-def task_read_bytes(total_bytes: int) -> int:
-    """Bytes of input per task for an array of ``total_bytes``: :data:`TASK_READ_BYTES`, less
-    where the workers' memory per thread is small, and less where the array is too small to give
-    every thread :data:`TASKS_PER_THREAD` tasks (never below :data:`MIN_READ_BYTES` for that)."""
-    threads, per_thread, _ = worker_resources()
-    target = TASK_READ_BYTES
-    if per_thread is not None:
-        target = min(target, int(BLOCK_MEMORY_FRACTION * per_thread))
-    spread = total_bytes // max(TASKS_PER_THREAD * threads, 1)
-    return max(min(target, max(spread, MIN_READ_BYTES)), 1)
+def task_read_bytes() -> int:
+    """Bytes of input one task reads: :data:`TASK_READ_BYTES`, less where the workers' memory per
+    thread is small (:data:`BLOCK_MEMORY_FRACTION` of it)."""
+    _, per_thread, _ = worker_resources()
+    if per_thread is None:
+        return TASK_READ_BYTES
+    return max(min(TASK_READ_BYTES, int(BLOCK_MEMORY_FRACTION * per_thread)), 1)
 
 
 def group_chunks(chunks: tuple[int, ...], target: int, align: int = 1) -> tuple[int, ...]:
@@ -234,7 +238,7 @@ def regroup(array, row_axis: int = 0, whole_axes: tuple[int, ...] = (), *, encod
         return remember(array, geometry)  # few tasks already: their overhead is nothing next to the bytes
     itemsize = array.dtype.itemsize
     row_bytes = itemsize * math.prod(s for i, s in enumerate(array.shape) if i != row_axis)
-    target_rows = max(1, task_read_bytes(array.nbytes) // max(row_bytes, 1))
+    target_rows = max(1, task_read_bytes() // max(row_bytes, 1))
     # Enough tasks for every thread, whatever the target says (still whole chunks).
     target_rows = min(target_rows, math.ceil(array.shape[row_axis] / (TASKS_PER_THREAD * threads)))
     # Group boundaries on whole shards (a shard is one object: read whole, by one task) when the
@@ -311,12 +315,7 @@ class ColumnStrips:
         if not needs_column_strips(X.chunks, X.dtype.itemsize):
             return self
         width = strip_columns(X.shape[0], X.shape[1], X.dtype.itemsize)
-        distributed = sys.modules.get("distributed")
-        try:
-            client = distributed.default_client() if distributed is not None else None
-        except ValueError:
-            client = None
-        if client is not None:
+        if current_client() is not None:
             self.array = X.rechunk({0: -1, 1: width}, method="p2p").persist()
             self.how = f"p2p rechunk into strips of {width} columns"
             return self

@@ -5,6 +5,7 @@ Run from the repository root::
     python -m benchmarks.archives                          # the reanalysis layout, all rows
     python -m benchmarks.archives --layouts step,year,tiles --rows daskpca,floors
     python -m benchmarks.archives --n-time 2920            # a smaller field (one third of a year)
+    python -m benchmarks.archives --n-time 1460 --rows '' --s3   # the store on a local S3 server
 
 The field is reanalysis-shaped: ``t2m(time, latitude, longitude)`` on a 1° grid (181 × 360, so
 d = 65 160), hourly steps (8760 = a year), float32, zstd (zarr v3), with 20 modes just above a
@@ -170,12 +171,64 @@ def rows_for(path: Path, which: set[str]) -> list[list[str]]:
     return rows
 
 
+def object_store_rows(path: Path) -> list[list[str]]:
+    """The same store on an S3-compatible server (moto's, on loopback): a read at the storage
+    chunking, a regrouped read (zarr's concurrent selections) and a Krylov fit, beside the local
+    regrouped read. Each chunk is one GET: latency, not bandwidth, decides the first row."""
+    import logging
+    import os
+
+    import fsspec
+    import xarray as xr
+    from moto.server import ThreadedMotoServer
+
+    from daskpca import PCA
+    from daskpca.solvers._geometry import regroup
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    os.environ.update({"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1",
+                       "AWS_ENDPOINT_URL": f"http://{host}:{port}"})
+    rows = []
+    try:
+        import boto3
+
+        boto3.client("s3").create_bucket(Bucket="bench")
+        local = xr.open_zarr(str(path), consolidated=False)
+        url = "s3://bench/era.zarr"
+        start = time.perf_counter()
+        fsspec.filesystem("s3").put(str(path), url, recursive=True)
+        rows.append(["upload to the S3 server (not a pass)", f"{time.perf_counter() - start:.1f}", "", "", "", "", "", ""])
+
+        def opened():
+            return xr.open_zarr(url, consolidated=False).t2m
+
+        for name, fn in [
+            ("local read regrouped", lambda: regroup(local.t2m.data, 0).sum().compute()),
+            ("S3 read at storage chunking", lambda: opened().sum().compute()),
+            ("S3 read regrouped (task selections)", lambda: regroup(opened().data, 0).sum().compute()),
+        ]:
+            _, wall, other = timed(fn)
+            rows.append([name, f"{wall:.1f}", "1", "", "", "", f"{other:.0%}", ""])
+            print(" | ".join(rows[-1]), flush=True)
+        pca = PCA(K, weights="coslat", tol=1e-4, random_state=0)
+        _, wall, other = timed(lambda: pca.fit(opened(), sample_dims="time"))
+        rows.append(["daskpca tol=1e-4 on S3", f"{wall:.1f}", str(pca.n_passes_), "", "", f"{pca.error_bound_:.1e}", f"{other:.0%}", pca.solver_])
+        print(" | ".join(rows[-1]), flush=True)
+    finally:
+        server.stop()
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n-time", type=int, default=8760)
     ap.add_argument("--layouts", default="step")
     ap.add_argument("--rows", default="floors,daskpca,sklearn,svd_compressed")
     ap.add_argument("--data-dir", default="benchmarks/data")
+    ap.add_argument("--s3", action="store_true", help="also the same store on a local S3-compatible server (moto)")
     args = ap.parse_args(argv)
     info = machine_info()
     print(f"# archives, {info['date']}, {info['cpus']} CPUs, {info['ram_gib']} GiB")
@@ -183,7 +236,9 @@ def main(argv=None):
     for layout in args.layouts.split(","):
         path = make_store(Path(args.data_dir) / f"archive-{layout}-{args.n_time}.zarr", args.n_time, LAYOUTS[layout])
         print(f"\n## {layout}: {args.n_time} × {N_LAT} × {N_LON} float32, chunks {LAYOUTS[layout]}\n")
-        rows = rows_for(path, set(args.rows.split(",")))
+        rows = rows_for(path, set(args.rows.split(","))) if args.rows else []
+        if args.s3:
+            rows += object_store_rows(path)
         print("\n" + markdown_table(header, rows))
 
 

@@ -53,6 +53,10 @@ TASKS_PER_THREAD = 2
 #: Fraction of a worker thread's memory one task's input block may take: a quarter of the task
 #: budget (``_plan.TASK_MEMORY_FRACTION`` = ½), the rest for its float64 slab and partial results.
 BLOCK_MEMORY_FRACTION = 0.125
+#: Resident bytes of a worker process before any task runs (interpreter, NumPy, dask, distributed,
+#: zarr, daskpca: 150–350 MiB measured across environments). Not available to tasks: on a worker
+#: whose limit is a few times this, blocks sized from the limit alone got it restarted mid-pass.
+WORKER_FOOTPRINT = 350 * 2**20
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,13 @@ def current_client():
         return None
 
 
+def _workers(client) -> list[dict]:
+    try:  # n_workers=-1: every worker, not the first few that recent versions list by default
+        return list(client.scheduler_info(n_workers=-1)["workers"].values())
+    except TypeError:  # distributed before the n_workers argument lists them all
+        return list(client.scheduler_info()["workers"].values())
+
+
 def worker_resources() -> tuple[int, float | None, str]:
     """``(threads, memory per thread or None, where from)`` of whatever will run the tasks.
 
@@ -118,10 +129,7 @@ def worker_resources() -> tuple[int, float | None, str]:
     """
     client = current_client()
     if client is not None:
-        try:  # n_workers=-1: every worker, not the first few that recent versions list by default
-            workers = list(client.scheduler_info(n_workers=-1)["workers"].values())
-        except TypeError:  # distributed before the n_workers argument lists them all
-            workers = list(client.scheduler_info()["workers"].values())
+        workers = _workers(client)
         threads = sum(max(w.get("nthreads", 1), 1) for w in workers) or 1
         per_thread = [w["memory_limit"] / max(w.get("nthreads", 1), 1) for w in workers if w.get("memory_limit")]
         if per_thread:
@@ -134,9 +142,25 @@ def worker_resources() -> tuple[int, float | None, str]:
 
 
 def task_read_bytes() -> int:
-    """Bytes of input one task reads: :data:`TASK_READ_BYTES`, less where the workers' memory per
-    thread is small (:data:`BLOCK_MEMORY_FRACTION` of it)."""
-    _, per_thread, _ = worker_resources()
+    """Bytes of input one task reads: :data:`TASK_READ_BYTES`, less where the memory a worker
+    thread's tasks may use is small (:data:`BLOCK_MEMORY_FRACTION` of it).
+
+    On distributed workers that memory is the limit less the worker's own footprint (the larger
+    of its unmanaged memory now and :data:`WORKER_FOOTPRINT`, never more than ⅞ of the limit),
+    shared by its threads: a task holds its block, a float64 copy and partial results (~3.5× the
+    block), and the nanny restarts a worker at 95 % of its limit.
+    """
+    client = current_client()
+    if client is not None:
+        free = []
+        for worker in _workers(client):
+            limit, metrics = worker.get("memory_limit"), worker.get("metrics", {})
+            if limit:
+                own = max(metrics.get("memory", 0) - metrics.get("managed_bytes", 0), WORKER_FOOTPRINT)
+                free.append(max(limit - own, limit / 8) / max(worker.get("nthreads", 1), 1))
+        per_thread = min(free) if free else None
+    else:
+        _, per_thread, _ = worker_resources()
     if per_thread is None:
         return TASK_READ_BYTES
     return max(min(TASK_READ_BYTES, int(BLOCK_MEMORY_FRACTION * per_thread)), 1)

@@ -23,8 +23,10 @@ generic extra read (per-feature count, mean and variance, :func:`column_stats_gr
 ``Z``. No xarray here: the labeled layer only turns dims and coords into a matrix and weights.
 
 Passes: covariance 1 (counts and variances come from its moments), Gram 2 (counts from pass 1;
-with ``standardize`` it needs the variances before pass 1, so it takes the extra read), every
-other solver its own passes + 1.
+with ``standardize`` it needs the variances before pass 1, so it takes the extra read),
+randomized and Krylov their own passes (counts from the first sketch pass, which reads the
+weighted columns; with ``standardize`` the extra read, see
+:func:`daskpca.solvers.randomized.run_first_pass` for why), every other solver its own passes + 1.
 """
 
 from __future__ import annotations
@@ -123,6 +125,13 @@ class FeatureSpec:
         :meth:`FeatureStage.apply`), for solvers that mask afterwards."""
         return matrix.astype(np.float64) * self.weights
 
+    def with_kept(self, keep: np.ndarray) -> FeatureStage:
+        """The stage keeping the features ``keep`` (boolean, D), already resolved (a resumed
+        fit's, from its checkpoint); not for ``standardize``, whose factor needs the variances."""
+        if self.standardize:
+            raise ValueError("standardize needs the per-feature variances")  # a bug, not a user error
+        return FeatureStage(keep, np.asarray(self.weights[keep], dtype=np.float64))
+
     def resolve(self, finite_count: np.ndarray, n_samples: int, variance: np.ndarray | None = None) -> FeatureStage:
         """The stage from per-feature finite counts and (for ``standardize``) variances (D,).
 
@@ -133,12 +142,12 @@ class FeatureSpec:
             missing for some samples but not all.
         """
         keep = kept_features(finite_count, n_samples, missing_ok=self.missing_ok)
-        factor = self.weights[keep]
-        if self.standardize:
-            if variance is None:
-                raise ValueError("standardize needs the per-feature variances")  # a bug, not a user error
-            std = np.sqrt(np.clip(np.asarray(variance)[keep], 0.0, None))
-            factor = factor / np.where(std > 0, std, 1.0)
+        if not self.standardize:
+            return self.with_kept(keep)
+        if variance is None:
+            raise ValueError("standardize needs the per-feature variances")  # a bug, not a user error
+        std = np.sqrt(np.clip(np.asarray(variance)[keep], 0.0, None))
+        factor = self.weights[keep] / np.where(std > 0, std, 1.0)
         return FeatureStage(keep, np.asarray(factor, dtype=np.float64))
 
 

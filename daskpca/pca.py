@@ -97,7 +97,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         reconstructions and the labeled ``mean`` are un-weighted (see :mod:`daskpca.labeled`).
     standardize : bool, default=False
         Divide every feature by its standard deviation (ddof=1) as well: correlation-matrix PCA.
-        Free with the covariance solver; one extra read with the others.
+        Free with the covariance solver; one extra read with the others (weights and the mask of
+        features missing everywhere are free with covariance, gram, randomized and krylov).
 
     Attributes
     ----------

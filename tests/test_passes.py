@@ -6,7 +6,7 @@ import pytest
 
 from daskpca import PCA
 
-from _helpers import low_rank_data, write_zarr
+from _helpers import low_rank_data, sin_theta, write_zarr
 
 
 @pytest.mark.parametrize(
@@ -61,3 +61,59 @@ def test_krylov_reads_each_chunk_once_per_pass(tmp_path, tol, max_passes):
     assert len(reads) == 12 and set(reads.values()) == {pca.n_passes_}
     assert pca.n_passes_ == (max_passes or len(pca.solver_info_["bound_history"]))
     assert pca.solver_info_["converged"] == (tol is not None)
+
+
+def _masked_field_store(tmp_path, shape=(240, 6, 10), chunks=(40, 6, 10)):
+    """A (time, lat, lon) float32 field with land (NaN at every time step) in a counting zarr
+    store, and the same values as a matrix."""
+    from test_solver_krylov import hard_spectrum
+
+    n, n_lat, n_lon = shape
+    X = hard_spectrum(n, n_lat * n_lon, 3, 30.0, dtype=np.float32)  # a gap that q = 4 resolves
+    X[:, [0, 1, 17, 42]] = np.nan  # four land points
+    array, store = write_zarr(tmp_path / "field.zarr", X.reshape(shape), chunks)
+    return X, array, store
+
+
+@pytest.mark.parametrize("solver", ["randomized", "krylov"])
+@pytest.mark.parametrize("how", ["weighted", "masked", "labeled"])
+def test_sketching_solvers_fuse_the_feature_stage_into_their_first_pass(tmp_path, solver, how):
+    """Weights and the mask of never-finite features ride in the first sketch pass: every chunk
+    is read exactly n_passes_ times, and that is the solver's own passes (the generic road's
+    extra statistics read is gone). The result matches the exact covariance solver's."""
+    import dask.array as da
+    import xarray as xr
+
+    X, array, store = _masked_field_store(tmp_path)
+    n, n_lat, n_lon = array.shape
+    options = dict(solver=solver, random_state=0, **({"tol": 1e-6} if solver == "krylov" else {"n_power_iter": 4}))
+    if how == "labeled":
+        lat = np.linspace(-60, 60, n_lat)
+        data = xr.DataArray(da.from_zarr(array), dims=("time", "lat", "lon"),
+                            coords={"lat": lat, "lon": np.arange(n_lon) * 36.0})
+        fit = dict(X=data, sample_dims="time")
+        weights = "coslat"
+    else:
+        matrix = da.from_zarr(array).reshape(n, -1)
+        if how == "weighted":  # no masked feature: the weights alone
+            matrix = matrix[:, np.isfinite(X[0])]
+        fit = dict(X=matrix)
+        weights = np.random.default_rng(1).uniform(0.5, 2.0, matrix.shape[1])
+    with dask.config.set(scheduler="threads"):
+        pca = PCA(3, weights=weights, **options).fit(**fit)
+        reads = store.chunk_reads()
+        exact = PCA(3, solver="covariance", weights=weights).fit(**fit)
+    assert len(reads) == 6 and set(reads.values()) == {pca.n_passes_}
+    expected = len(pca.solver_info_["bound_history"]) if solver == "krylov" else 5
+    assert pca.n_passes_ == expected and "mask_pass" not in pca.solver_info_
+    assert pca.solver_info_["n_masked_features"] == (0 if how == "weighted" else 4)
+    np.testing.assert_array_equal(pca.feature_stage_.keep, exact.feature_stage_.keep)
+    np.testing.assert_array_equal(pca.feature_stage_.factor, exact.feature_stage_.factor)
+    components = np.nan_to_num(np.asarray(pca.components_).reshape(3, -1))
+    reference = np.nan_to_num(np.asarray(exact.components_).reshape(3, -1))
+    error = sin_theta(components, reference)
+    assert error < 1e-5
+    if solver == "krylov":
+        assert error <= pca.solver_info_["error_bound"] <= 1e-6
+    np.testing.assert_allclose(pca.explained_variance_, exact.explained_variance_, rtol=1e-6)
+    np.testing.assert_allclose(pca.total_variance_, exact.total_variance_, rtol=1e-10)

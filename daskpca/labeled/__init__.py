@@ -38,7 +38,9 @@ row 0 of ``components_``; ``inverse_transform(scores, modes=[1, 2, 5])`` selects
 **Passes** (a pass = one full read of the input), as for any fit with a feature stage:
 ``solver="covariance"``: 1 — the per-feature finite counts and (with ``standardize``) the standard
 deviations come from the same one-pass moments. ``solver="gram"``: 2 — finite counts from pass 1;
-with ``standardize=True`` one extra read first. Every other solver: one extra read (per-feature
+with ``standardize=True`` one extra read first. ``"randomized"`` and ``"krylov"``: their own
+passes — finite counts from the first sketch pass, which reads the weighted columns; with
+``standardize=True`` one extra read first. Every other solver: one extra read (per-feature
 count, mean and variance) before its own passes; ``n_passes_`` includes it and
 ``solver_info_["mask_pass"]`` says why.
 

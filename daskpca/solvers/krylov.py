@@ -129,9 +129,17 @@ from ..store.checkpoint import open_checkpoint, seed_fingerprint
 from ..exceptions import AccuracyWarning
 from ._base import ComponentRequest, SolverResult
 from ._iterative import as_generator, subspace_sine
-from .randomized import _check_oversamples, _leading_right_vectors, run_pass, sketch_result
+from .randomized import (
+    _check_oversamples, _leading_right_vectors, feature_fingerprint, fuses_features as randomized_fuses_features, resumed_stage, run_first_pass, run_pass,
+    sketch_result, stage_state,
+)
 
 OPTIONS = ("n_oversamples", "tol", "max_passes", "checkpoint")
+
+
+def fuses_features(spec) -> bool:
+    """As the randomized solver, whose first pass is this one's (see its ``run_first_pass``)."""
+    return randomized_fuses_features(spec)
 #: Eigenvalues from X̃ᵀX̃ / X̃X̃ᵀ: the estimator's ill-conditioning check applies.
 SQUARES_THE_DATA = True
 
@@ -343,7 +351,7 @@ def estimate(basis: Basis, k: int, *, n_samples: int = 1, stable: bool = False) 
 
 
 def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, tol=None, max_passes=None,
-          checkpoint=None) -> SolverResult:
+          checkpoint=None, features=None) -> SolverResult:
     """Fit the k leading components by block Krylov iteration until the error bound meets ``tol``.
 
     Parameters
@@ -366,11 +374,16 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
         bound reached.
     checkpoint : str, os.PathLike or None
         Local ``.npz`` file for the state after every pass (see the module notes).
+    features : FeatureSpec, optional
+        Weights and the mask of wholly-missing features (not ``standardize``), resolved in the
+        first pass (:func:`~daskpca.solvers.randomized.run_first_pass`): no extra read. The
+        start block is drawn over all input features; with masked ones its kept rows are
+        re-orthonormalised and their image corrected exactly (:func:`_kept_start`).
 
     Returns
     -------
     SolverResult
-        ``spectrum`` is None. ``info``: ``error_bound`` (bound on sin θ of the returned
+        ``spectrum`` is None. ``features``: the resolved stage (with ``features``). ``info``: ``error_bound`` (bound on sin θ of the returned
         subspace), ``eigenvalue_error_bounds`` (k, relative), ``residual_norms`` (k, of the Ritz
         vectors for the covariance, i.e. ‖Σx − θx‖ with Σ = C/(n − 1)), ``gap`` (δ̂, covariance
         units), ``tol``, ``converged`` (the bound met ``tol``; without ``tol``: it reached
@@ -387,7 +400,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
     ell = min(k + p, min(n_samples, n_features))
     store = open_checkpoint(
         checkpoint, X, solver="krylov", n_components=k, n_oversamples=p, tol=tol, max_passes=budget,
-        sketch_size=ell, random_state=seed_fingerprint(random_state),
+        sketch_size=ell, random_state=seed_fingerprint(random_state), features=feature_fingerprint(features),
     )
     state = store.load()
     if state is None:
@@ -398,14 +411,23 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
         basis = Basis(state["V"], state["W"], state["T"], state["P"])
         block, done = state["block"], int(state["passes"])
         total_m2, restarts = float(state["m2"]), int(state["restarts"])
+    stage = resumed_stage(state, features)
+    Z = X if stage is None else stage.apply(X)  # what every pass but a fused first one reads
 
     n_passes, history = 0, []
     while True:
-        root = run_pass(X, block, first=total_m2 is None)
+        if features is not None and stage is None:
+            root, stage = run_first_pass(X, block, features)
+            Z, basis = stage.apply(X), Basis.empty(stage.n_kept)
+            stage.narrow(request)  # k ≤ the kept features, validated as on the generic road
+            block, image = _kept_start(block, root.ht.T @ root.r, stage.keep)
+        else:
+            root = run_pass(Z, block, first=total_m2 is None)
+            image = root.ht.T @ root.r  # W_j = H_jR_j = C·V_j
         n_passes += 1
         if total_m2 is None:
             total_m2 = root.m2
-        basis = basis.extend(block, root.ht.T @ root.r)  # W_j = H_jR_j = C·V_j
+        basis = basis.extend(block, image)
         result = estimate(basis, k, n_samples=n_samples)
         history.append(result.certified(tol))
         if result.certified(tol) <= target or done + n_passes >= budget:
@@ -413,11 +435,11 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
         block = _orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:])
         if block.shape[1] == 0:  # span V is invariant under C: the projection is exact
             break
-        if 16 * n_features * (basis.size + block.shape[1]) > BASIS_BYTES:
+        if 16 * basis.V.shape[0] * (basis.size + block.shape[1]) > BASIS_BYTES:
             basis = basis.restart(max(2 * ell, k + 1))
             restarts += 1
         store.save({"V": basis.V, "W": basis.W, "T": basis.T, "P": basis.P, "block": block,
-                    "passes": done + n_passes, "m2": total_m2, "restarts": restarts})
+                    "passes": done + n_passes, "m2": total_m2, "restarts": restarts, **stage_state(stage)})
     result = estimate(basis, k, n_samples=n_samples, stable=True)  # the returned answer from an SVD (see _left_ritz)
     projection = "left"
     if tol is not None and result.error_bound > tol >= result.ritz_bound:
@@ -455,4 +477,23 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
         },
     )
     store.clear()
-    return out
+    return replace(out, features=stage)
+
+
+def _kept_start(block: np.ndarray, image: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The start block V₀ on the kept features and its image C·V₀, from a fused first pass.
+
+    That pass multiplied the block B (orthonormal over all D input features) by the scatter of
+    the zero-filled weighted input, whose rows and columns at masked features are 0, so its
+    root restricted to the kept features gives ``image`` = C·B[keep] with C the scatter of Z.
+    B[keep] is no longer orthonormal; its thin SVD B[keep] = U·S·Pᵀ gives V₀ = U and
+    C·V₀ = image·P·S⁻¹ exactly (directions
+    with S below ``DEFLATION_RTOL``·S₀, possible only when few features are kept, are
+    dropped). V₀ spans B[keep], i.e. an orthonormalised Gaussian draw over the kept features,
+    which is what the start of a fit on Z is. Nothing masked: B and its image as they are.
+    """
+    if keep.all():
+        return block, image
+    left, values, right = svd(block[keep], full_matrices=False, check_finite=False)
+    kept = values > DEFLATION_RTOL * values[0]
+    return left[:, kept], image @ (right[kept].T / values[kept])

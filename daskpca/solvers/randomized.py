@@ -85,7 +85,7 @@ import dask
 import numpy as np
 from scipy.linalg import qr, svd
 
-from ..store.checkpoint import open_checkpoint, seed_fingerprint
+from ..store.checkpoint import array_digest, open_checkpoint, seed_fingerprint
 from ._graph import SPLIT_EVERY, SizedByArrays, map_row_blocks, tree_reduce
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
@@ -130,6 +130,19 @@ class _Sketch(SizedByArrays):
     r: np.ndarray  # (m, ℓ)
     ht: np.ndarray  # (m, d)
     nonfinite: NonFinite
+    # (d,) int64: non-finite entries per column, zero-filled before the products; counted only in
+    # a pass that carries the feature stage (``count_missing``), None when there were none.
+    missing: np.ndarray | None = None
+
+    def finite_counts(self) -> np.ndarray:
+        """Finite entries per column (d,)."""
+        return np.full(self.mean.shape, self.count, dtype=np.int64) - (0 if self.missing is None else self.missing)
+
+    def restricted(self, columns: np.ndarray) -> "_Sketch":
+        """The sketch of the ``columns`` (boolean, d) alone. Exact for columns dropped because they
+        were zero-filled throughout: a zero column adds nothing to X̂Ω, to the sum of squares or
+        the other columns of H, so this is the pass over ``X[:, columns]`` with ``Ω[columns]``."""
+        return replace(self, mean=self.mean[columns], ht=self.ht[:, columns], missing=None)
 
 
 def _qr_after_direction(direction: np.ndarray, matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -199,7 +212,8 @@ def _scratch(n_rows: int, n_features: int) -> np.ndarray:
 
 
 def _sketch_slab(
-    rows: np.ndarray, row_offset: int, omega: np.ndarray, shift: np.ndarray, scratch: np.ndarray, with_m2: bool
+    rows: np.ndarray, row_offset: int, omega: np.ndarray, shift: np.ndarray, scratch: np.ndarray, with_m2: bool,
+    count_missing: bool = False,
 ) -> _Sketch:
     """The :class:`_Sketch` of a few rows about their own mean, made in the float64 ``scratch``.
 
@@ -216,13 +230,22 @@ def _sketch_slab(
     cancellation.
 
     NaN/±inf entries make the column sums non-finite: they are then counted, zeroed and the
-    slab is redone (the fit raises after the pass). ``with_m2`` adds the sum of squares about
-    the mean (one more sweep), needed from one pass only.
+    slab is redone (the fit raises after the pass). ``count_missing`` (a pass carrying the
+    feature stage, where a feature never finite is masked, not an error) instead counts them per
+    column and zero-fills them before the products, one ``isfinite`` sweep of the slab in cache
+    (``shift`` is then 0 on those columns, so a masked column stays exactly 0). ``with_m2`` adds
+    the sum of squares about the mean (one more sweep), needed from one pass only.
     """
     n_rows = rows.shape[0]
+    missing = None
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/±inf input is detected just below
         centered = scratch[:n_rows]
         centered[...] = rows  # convert, then shift in place: ~2× faster than a mixed-dtype subtract
+        if count_missing:
+            bad = ~np.isfinite(centered)
+            if bad.any():
+                missing = bad.sum(axis=0)
+                centered[bad] = 0.0
         centered -= shift
         basis, r = _qr_after_direction(np.ones(n_rows), centered @ omega)
         ht = basis.T @ centered  # (Pᵀ·C, row-major) runs ~1.6× faster than Cᵀ·P here
@@ -234,10 +257,11 @@ def _sketch_slab(
         part = _sketch_slab(finite_rows, row_offset, omega, np.nan_to_num(shift, posinf=0.0, neginf=0.0), scratch, with_m2)
         return replace(part, nonfinite=nonfinite)
     m2 = float(np.vdot(centered, centered)) - float(column_sums @ column_sums) / n_rows if with_m2 else 0.0
-    return _Sketch(n_rows, shift + column_sums / n_rows, m2, r[1:, 1:], ht[1:], nonfinite)
+    return _Sketch(n_rows, shift + column_sums / n_rows, m2, r[1:, 1:], ht[1:], nonfinite, missing)
 
 
-def _sketch_block(block: np.ndarray, row_offset: int, omega: np.ndarray, with_m2: bool = True) -> _Sketch:
+def _sketch_block(block: np.ndarray, row_offset: int, omega: np.ndarray, with_m2: bool = True,
+                  count_missing: bool = False) -> _Sketch:
     """Leaf: the :class:`_Sketch` of one row block, as a small TSQR over slabs of its rows.
 
     Each ~SLAB_BYTES slab is sketched about its own mean (:func:`_sketch_slab`) and the slabs
@@ -247,6 +271,7 @@ def _sketch_block(block: np.ndarray, row_offset: int, omega: np.ndarray, with_m2
     and never copied whole; memory traffic, not flops, bounds this leaf. The merges add
     ~(ℓ + 1)/(2·slab rows) to the leaf's flops (≈ 4 % at d = 4000, ℓ = 40).
     Memory: the block, one float64 slab, and at most ``SPLIT_EVERY`` d×(ℓ + 1) partial factors.
+    ``count_missing``: count and zero-fill non-finite entries (see :func:`_sketch_slab`).
     """
     n_rows, n_features = block.shape
     if n_rows == 0:
@@ -254,11 +279,15 @@ def _sketch_block(block: np.ndarray, row_offset: int, omega: np.ndarray, with_m2
         return _Sketch(0, np.zeros(n_features), 0.0, empty, np.zeros((0, n_features)), NonFinite())
     slabs = _row_slabs(n_rows, n_features, omega.shape[1])
     # Any vector within ~the rows' spread of their mean keeps the shift free of cancellation.
-    shift = block[:SHIFT_ROWS].mean(axis=0, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        shift = block[:SHIFT_ROWS].mean(axis=0, dtype=np.float64)
+    if count_missing:  # zero-filled entries: a column with a non-finite head is shifted by 0
+        shift[~np.isfinite(shift)] = 0.0
     scratch = _scratch(slabs[0].stop - slabs[0].start, n_features)
     pending = []
     for slab in slabs:
-        pending.append(_sketch_slab(block[slab], row_offset + slab.start, omega, shift, scratch, with_m2))
+        pending.append(_sketch_slab(block[slab], row_offset + slab.start, omega, shift, scratch, with_m2,
+                                    count_missing))
         if len(pending) == SPLIT_EVERY:
             pending = [_merge_sketches(pending, omega)]
     return _merge_sketches(pending, omega)
@@ -272,6 +301,7 @@ def _merge_sketches(parts: list[_Sketch], omega: np.ndarray) -> _Sketch:
     count = sum(p.count for p in parts)
     mean = sum(p.count * p.mean for p in parts) / count
     r_rows, ht_rows, ones_direction, m2, nonfinite = [], [], [], 0.0, NonFinite()
+    counted = [p.missing for p in parts if p.missing is not None]
     for p in parts:
         delta = p.mean - mean
         weight = np.sqrt(p.count)
@@ -282,14 +312,16 @@ def _merge_sketches(parts: list[_Sketch], omega: np.ndarray) -> _Sketch:
         nonfinite = nonfinite.merge(p.nonfinite)
     p, r = _qr_after_direction(np.concatenate(ones_direction), np.concatenate(r_rows, axis=0))
     # r[0, 1:] ≈ 0: every part's sketch is already orthogonal to c's all-ones direction.
-    return _Sketch(count, mean, m2, r[1:, 1:], p[:, 1:].T @ np.concatenate(ht_rows, axis=0), nonfinite)
+    return _Sketch(count, mean, m2, r[1:, 1:], p[:, 1:].T @ np.concatenate(ht_rows, axis=0), nonfinite,
+                   sum(counted) if counted else None)
 
 
-def pass_graph(X, omega: np.ndarray, with_m2: bool = True):
+def pass_graph(X, omega: np.ndarray, with_m2: bool = True, count_missing: bool = False):
     """Delayed merged :class:`_Sketch` of all rows of X (one pass when computed), whose ``ht``
     is orth(X̃Ω)ᵀ·X̃ (ℓ×d). ``with_m2``: also the total sum of squares; one pass of a fit needs it.
+    ``count_missing``: non-finite entries are counted per column and read as 0 (feature stage).
     """
-    leaves = map_row_blocks(X, _sketch_block, "randomized-pass", omega, with_m2)
+    leaves = map_row_blocks(X, _sketch_block, "randomized-pass", omega, with_m2, count_missing)
     return tree_reduce(leaves, _merge_sketches, "randomized-merge", omega)
 
 
@@ -300,6 +332,40 @@ def run_pass(X, omega: np.ndarray, first: bool):
     if first:
         raise_if_nonfinite(root.nonfinite)
     return root
+
+
+def fuses_features(spec) -> bool:
+    """Masks and weights ride in the first pass; standardizing does not (see :func:`run_first_pass`)."""
+    return not (spec.standardize or spec.missing_ok)
+
+
+def run_first_pass(X, omega: np.ndarray, features=None):
+    """Pass 1 of a sketching fit, with the feature stage ``features`` (a ``FeatureSpec``) fused in.
+
+    Returns ``(root, stage)``: the pass's :class:`_Sketch` and the resolved ``FeatureStage``
+    (None for a plain fit, which is :func:`run_pass` with ``first=True``).
+
+    With ``features`` the pass reads ``features.weigh(X)`` — each input column times its weight,
+    the factor the stage applies — with non-finite entries counted per column and read as 0.
+    ``features.resolve`` turns the counts into the stage (raising, as the generic road does, for
+    a feature missing in some samples but not all), and the root is restricted to the kept
+    columns: a column never finite was zeros throughout, so the result is exactly the pass over
+    ``Z = stage.apply(X)`` with the test matrix ``omega[stage.keep]``. The later passes read Z.
+
+    Why not ``standardize``: Z = X·D with D = diag(w/s) needs each column's std s, known only
+    after a read. The pass over X·diag(w) with Ω *is* the pass over Z with the test matrix
+    diag(s)·Ω (same Q and R, H scaled by 1/s), so the read could be reused, but that start is
+    Gaussian with covariance diag(s²): features with a small std would be all but absent from
+    it, the randomized error bound (Halko et al., Thm 10.5, for an isotropic start) no longer
+    holds and Krylov's gap estimate could miss an eigenvector. So it takes the generic road's
+    extra read instead (:func:`daskpca._features.solve`).
+    """
+    if features is None:
+        return run_pass(X, omega, first=True), None
+    (root,) = dask.compute(pass_graph(features.weigh(X), omega, with_m2=True, count_missing=True))
+    # root.nonfinite is not consulted: the counts replace it (non-finite entries were zero-filled).
+    stage = features.resolve(root.finite_counts(), root.count)
+    return root.restricted(stage.keep), stage
 
 
 def _leading_right_vectors(b: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -320,7 +386,8 @@ def _leading_right_vectors(b: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
 
 
 def solve(
-    X, request: ComponentRequest, *, random_state=None, n_oversamples=10, n_power_iter="auto", checkpoint=None
+    X, request: ComponentRequest, *, random_state=None, n_oversamples=10, n_power_iter="auto", checkpoint=None,
+    features=None,
 ) -> SolverResult:
     """Fit the k leading components by randomized subspace iteration (q + 1 passes).
 
@@ -340,11 +407,17 @@ def solve(
     checkpoint : str, os.PathLike or None
         Local ``.npz`` file for the state after every pass but the last; a rerun of the same
         job resumes from it (see the module notes). Removed when the solve completes.
+    features : FeatureSpec, optional
+        Weights and the mask of wholly-missing features (not ``standardize``), resolved in the
+        first pass (:func:`run_first_pass`): no extra read. Ω is drawn over all input features
+        (its rows at masked ones multiply zeros), so ℓ and the draw are those of the input's
+        shape; the later passes read the kept, weighted features.
 
     Returns
     -------
     SolverResult
-        ``spectrum`` is None (only ℓ singular values are computed). ``n_passes``: reads made
+        ``spectrum`` is None (only ℓ singular values are computed). ``features``: the resolved
+        stage (with ``features``). ``n_passes``: reads made
         by *this* call (q + 1 without a resume). ``info`` holds ``n_power_iter`` (the q used),
         ``n_oversamples``, ``sketch_size`` (ℓ), ``n_iter`` (= q), ``resumed_from_pass``
         (passes already done by the run whose checkpoint was loaded, or None) and
@@ -357,25 +430,34 @@ def solve(
     ell = min(k + p, min(n_samples, n_features))
     store = open_checkpoint(
         checkpoint, X, solver="randomized", n_components=k, n_oversamples=p, n_power_iter=q,
-        sketch_size=ell, random_state=seed_fingerprint(random_state),
+        sketch_size=ell, random_state=seed_fingerprint(random_state), features=feature_fingerprint(features),
     )
     state = store.load()
     if state is None:
         omega, done = as_generator(random_state).standard_normal((n_features, ell)), 0
     else:  # an earlier process finished `done` power iterations; continue from its Ω
         omega, done = state["omega"], int(state["power_iter_done"])
+    stage = resumed_stage(state, features)
+    Z = X if stage is None else stage.apply(X)  # what every pass but a fused first one reads
 
     n_passes, total_m2 = 0, None
     for iteration in range(done, q + 1):
-        root = run_pass(X, omega, first=total_m2 is None)
+        if features is not None and stage is None:
+            root, stage = run_first_pass(X, omega, features)
+            Z = stage.apply(X)
+        else:
+            root = run_pass(Z, omega, first=total_m2 is None)
         n_passes += 1
         if total_m2 is None:
             total_m2 = root.m2
         if iteration == q:
             break
         omega, _ = np.linalg.qr(root.ht.T)  # d×ℓ, orthonormal: the next test matrix
-        store.save({"omega": omega, "power_iter_done": iteration + 1, "passes": iteration + 1})
+        store.save({"omega": omega, "power_iter_done": iteration + 1, "passes": iteration + 1,
+                    **stage_state(stage)})
 
+    if stage is not None:
+        stage.narrow(request)  # k ≤ the kept features, validated as on the generic road
     singular_values, components = _leading_right_vectors(root.ht, k)  # B = QᵀX̃ = Hᵀ
     result = sketch_result(components, singular_values, root, total_m2, n_passes, {
         "n_iter": q,
@@ -386,7 +468,25 @@ def solve(
         "total_passes": (store.resumed_from or 0) + n_passes,
     })
     store.clear()
-    return result
+    return replace(result, features=stage)
+
+
+def feature_fingerprint(features):
+    """What identifies a fused feature stage in a checkpoint's job fingerprint (None without)."""
+    return None if features is None else array_digest(features.weights)
+
+
+def stage_state(stage) -> dict:
+    """Checkpoint state from which :func:`resumed_stage` rebuilds the resolved stage."""
+    return {} if stage is None else {"kept_features": stage.keep}
+
+
+def resumed_stage(state: dict | None, features):
+    """The stage the run whose checkpoint ``state`` was loaded resolved in its first pass (None:
+    a plain fit, or no checkpoint). The checkpoint's fingerprint includes the weights."""
+    if features is None or state is None:
+        return None
+    return features.with_kept(np.asarray(state["kept_features"], dtype=bool))
 
 
 def sketch_result(components, singular_values, root: _Sketch, total_m2: float, n_passes: int, info: dict) -> SolverResult:

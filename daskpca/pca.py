@@ -14,6 +14,7 @@ place that warns about the result. Transforms take the same stage and layout bac
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import replace
 
@@ -22,7 +23,9 @@ import numpy as np
 
 from . import _features, _plan, labeled
 from ._features import FeatureSpec, FeatureStage, matrix_weights
+from .solvers._graph import share, shared
 from .solvers._linalg import flip_signs, one_blas_thread_per_task
+from .solvers._progress import listen
 from .store.model import SavedModelMixin
 from .solvers._moments import combine_moments
 from ._params import ParamsMixin, check_params
@@ -132,6 +135,11 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         Bound on the sine of the largest principal angle between ``components_``' span and the
         exact one: 0 for exact solvers, the Krylov solver's a posteriori bound (see
         :mod:`daskpca.solvers.krylov`), NaN for approximate solvers that compute none.
+    pass_seconds_ : ndarray of shape (n_reads,)
+        Wall time of each full read this ``fit`` made, in order (the feature stage's own read
+        first when it made one). Not saved with the model.
+    fit_seconds_ : float
+        Wall time of the solve (all passes and the local solves between them).
     n_iter_ : int
         Iterations of the solver, by solver: ``als`` / ``ppca`` — ALS or EM iterations;
         ``randomized`` — power iterations q; ``krylov`` — blocks in the Krylov basis (one per
@@ -242,14 +250,20 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         if spec is not None:
             spec = replace(spec, missing_ok=getattr(module, "ACCEPTS_MISSING", False))
         options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
+        pass_seconds = []
+        start = time.perf_counter()
         try:
-            with one_blas_thread_per_task():
+            with one_blas_thread_per_task(), listen(lambda report: report.seconds is None or pass_seconds.append(report.seconds)):
                 result = _features.solve(module, matrix, request, spec, random_state=self.random_state, **options)
         except NonFiniteInputError as error:
             if layout is None:
                 raise
             raise labeled.located(error, matrix, layout, X) from error
         self._set_fitted(result, name, reason, layout)
+        # Wall times of the passes this process made (the feature stage's read included; a
+        # resumed run's earlier passes are not), and of the whole solve.
+        self.pass_seconds_ = np.array(pass_seconds)
+        self.fit_seconds_ = time.perf_counter() - start
         if spec is not None:
             self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
         unasked = self.solver == "auto" and not getattr(module, "ACCEPTS_MISSING", False)  # ppca: NaN chose it
@@ -434,8 +448,9 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         matrix, kind = self._model_input(X)
         scaling, factors = self._score_factors(scaling)
         Z = self.feature_stage_.apply(matrix)
+        mean, basis = shared((self.mean_, self.components_.T * factors[None, :]))
         scores = Z.rechunk({1: -1}).map_blocks(
-            project_block, self.mean_, self.components_.T * factors[None, :], nan, self._positions(X),
+            project_block, mean, basis, nan, self._positions(X),
             dtype=Z.dtype, chunks=(Z.chunks[0], (self.n_components_,)),
         ).astype(matrix.dtype, copy=False)  # the input's precision (the stage computes in float64)
         return self._scores_out(scores, kind, X, scaling)
@@ -484,8 +499,9 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         with np.errstate(divide="ignore"):
             unscale = np.where(factors[index] != 0, 1.0 / factors[index], 0.0)
         stage = self.feature_stage_
+        basis, mean = shared((self.components_[index] * unscale[:, None], self.mean_))
         rows = matrix.rechunk({1: -1}).map_blocks(
-            _reconstruct_block, self.components_[index] * unscale[:, None], self.mean_, stage,
+            _reconstruct_block, basis, mean, share(stage),
             dtype=np.result_type(matrix.dtype, np.float32), chunks=(matrix.chunks[0], (stage.n_input,)),
         )
         if not lazy:

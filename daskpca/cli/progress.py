@@ -1,9 +1,11 @@
-"""Progress of dask work for batch jobs: a bar on a terminal, one line at a time in logs.
+"""Progress of a batch job in passes: a line redrawn on a terminal, one line per pass in logs.
 
-A scheduler plugin counts tasks as they are scheduled and as they finish (it runs inside the
-scheduler, so it sees work from every ``dask.compute`` the solvers make, on any cluster); the job
-polls those counts from the client. Recomputed tasks (after a lost worker) count again on both
-sides, so the fraction stays honest.
+A fit is a handful of passes over the data (full reads); how many tasks dask ran says nothing of
+how far the fit is, since every pass adds its own tasks (the dashboard keeps showing tasks). The
+solvers report each pass (:mod:`daskpca.solvers._progress`); this reporter listens and writes
+``pass 3 of ≤ 8 (krylov, bound 2.1e-03 → tol 1e-04), 41 s a pass, ~3.4 min left``. It never
+shows a percentage, so nothing reads "100 %" before the fit has ended: the last line is written
+when the job's work is done.
 """
 
 from __future__ import annotations
@@ -12,91 +14,75 @@ import sys
 import threading
 import time
 
-from distributed.diagnostics.plugin import SchedulerPlugin
-
-PLUGIN_NAME = "daskpca-progress"
-
-
-class TaskCounter(SchedulerPlugin):
-    """Counts tasks entering the scheduler's graph and tasks finished (in memory)."""
-
-    name = PLUGIN_NAME
-
-    def __init__(self):
-        self.added = 0
-        self.done = 0
-
-    def transition(self, key, start, finish, *args, **kwargs):
-        if start == "released" and finish == "waiting":
-            self.added += 1
-        elif finish == "memory" and start in ("processing", "waiting"):
-            self.done += 1
-
-
-def _counts(dask_scheduler):
-    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
-    return (plugin.done, plugin.added) if plugin else (0, 0)
+from ..solvers._progress import PassReport, format_seconds, listen
 
 
 class ProgressReporter:
-    """Report progress while a job runs (use as a context manager).
+    """Report the passes of the fits run inside (a context manager).
 
     Parameters
     ----------
-    client : distributed.Client
     stream : file, default sys.stderr
     quiet : bool
         Report nothing.
     interval : float, optional
-        Seconds between reports: 0.5 on a terminal (a bar redrawn in place), 10 otherwise (one
-        plain line per report, for the logs of scheduled jobs).
+        Terminal only: seconds between redraws of the current pass's line with its elapsed time
+        (default 0.5). In logs (not a terminal) a line is written when each pass starts.
     """
 
-    def __init__(self, client, *, stream=None, quiet: bool = False, interval: float | None = None):
-        self.client = client
+    def __init__(self, *, stream=None, quiet: bool = False, interval: float = 0.5):
         self.stream = stream or sys.stderr
         self.quiet = quiet
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.interval = interval if interval is not None else (0.5 if self.tty else 10.0)
+        self.interval = interval
+        self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._current: tuple[str, float] | None = None  # the running pass's line and its start
+        self._passes = 0
         self._thread = None
+        self._listening = None
         self._start = None
 
     def __enter__(self):
         if self.quiet:
             return self
-        self.client.register_plugin(TaskCounter(), name=PLUGIN_NAME)
         self._start = time.monotonic()
-        self._thread = threading.Thread(target=self._run, name="daskpca-progress", daemon=True)
-        self._thread.start()
+        self._listening = listen(self._on_pass)
+        self._listening.__enter__()
+        if self.tty:
+            self._thread = threading.Thread(target=self._redraw, name="daskpca-progress", daemon=True)
+            self._thread.start()
         return self
 
     def __exit__(self, exc_type, exc, traceback):
+        if self._listening is None:
+            return False
+        self._listening.__exit__(exc_type, exc, traceback)
+        self._stop.set()
         if self._thread is not None:
-            self._stop.set()
             self._thread.join(timeout=5)
-            if exc_type is None:  # a failed job ends with its error, not a progress line
-                self._report(final=True)
+        if exc_type is None and self._passes:  # a failed job ends with its error, not a progress line
+            elapsed = format_seconds(time.monotonic() - self._start)
+            self._write(f"done: {self._passes} pass{'es' if self._passes != 1 else ''} in {elapsed}", final=True)
         return False
 
-    def _run(self):
-        while not self._stop.wait(self.interval):
-            self._report()
+    def _on_pass(self, report: PassReport) -> None:
+        if report.seconds is not None:  # a pass ended; the next start (or the end) says more
+            self._passes += 1
+            return
+        self._current = (report.describe(), time.monotonic())
+        self._write(self._current[0])
 
-    def _report(self, final: bool = False):
-        try:
-            done, added = self.client.run_on_scheduler(_counts)
-        except Exception:  # the cluster is going away; progress is best effort
-            return
-        if not added:
-            return
-        elapsed = time.monotonic() - self._start
-        fraction = done / added if added else 0.0
-        if self.tty:
-            width = 30
-            bar = "#" * int(width * fraction)
-            end = "\n" if final else ""
-            self.stream.write(f"\r[{bar:<{width}}] {fraction:6.1%}  {done}/{added} tasks  {elapsed:6.1f} s{end}")
-        else:
-            self.stream.write(f"progress: {done}/{added} tasks ({fraction:.0%}), {elapsed:.0f} s elapsed\n")
-        self.stream.flush()
+    def _redraw(self) -> None:
+        while not self._stop.wait(self.interval):
+            current = self._current
+            if current is not None:
+                self._write(f"{current[0]} · {format_seconds(time.monotonic() - current[1])} in")
+
+    def _write(self, text: str, final: bool = False) -> None:
+        with self._lock:
+            if self.tty:
+                self.stream.write(f"\r\033[K{text}" + ("\n" if final else ""))
+            else:
+                self.stream.write(f"progress: {text}\n")
+            self.stream.flush()

@@ -129,6 +129,7 @@ from ..store.checkpoint import open_checkpoint, seed_fingerprint
 from ..exceptions import AccuracyWarning
 from ._base import ComponentRequest, SolverResult
 from ._iterative import as_generator, subspace_sine
+from ._progress import Passes
 from .randomized import _check_oversamples, _leading_right_vectors, run_pass, sketch_result
 
 OPTIONS = ("n_oversamples", "tol", "max_passes", "checkpoint")
@@ -400,14 +401,17 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
         total_m2, restarts = float(state["m2"]), int(state["restarts"])
 
     n_passes, history = 0, []
+    passes = Passes("krylov", budget, at_most=True, tol=tol, done=done)
     while True:
-        root = run_pass(X, block, first=total_m2 is None)
+        with passes.read():
+            root = run_pass(X, block, first=total_m2 is None)
         n_passes += 1
         if total_m2 is None:
             total_m2 = root.m2
         basis = basis.extend(block, root.ht.T @ root.r)  # W_j = H_jR_j = C·V_j
         result = estimate(basis, k, n_samples=n_samples)
         history.append(result.certified(tol))
+        passes.bound(history[-1])
         if result.certified(tol) <= target or done + n_passes >= budget:
             break
         block = _orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:])

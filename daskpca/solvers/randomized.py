@@ -87,6 +87,7 @@ from scipy.linalg import qr, svd
 
 from ..store.checkpoint import open_checkpoint, seed_fingerprint
 from ._graph import SPLIT_EVERY, SizedByArrays, map_row_blocks, tree_reduce
+from ._progress import Passes
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 from ._iterative import as_generator
@@ -349,8 +350,10 @@ def solve(
         omega, done = state["omega"], int(state["power_iter_done"])
 
     n_passes, total_m2 = 0, None
+    passes = Passes("randomized", q + 1, done=done)
     for iteration in range(done, q + 1):
-        root = run_pass(X, omega, first=total_m2 is None)
+        with passes.read():
+            root = run_pass(X, omega, first=total_m2 is None)
         n_passes += 1
         if total_m2 is None:
             total_m2 = root.m2

@@ -228,11 +228,9 @@ def test_progress_names_the_pass_and_never_reaches_100_percent_before_the_end(so
     # tol asked for, time a pass and time left; "done" only once the fit has ended.
     import io
 
-    from daskpca.cli.progress import ProgressReporter
-
     root, _ = sources
     stream = io.StringIO()
-    with ProgressReporter(stream=stream):
+    with daskpca.progress(stream):
         pca = PCA(3, solver="krylov", tol=1e-9, max_passes=5, random_state=0).fit(str(root / "matrix.zarr"))
     lines = stream.getvalue().splitlines()
     assert lines[0] == "progress: pass 1 of ≤ 5 (krylov)"
@@ -242,7 +240,7 @@ def test_progress_names_the_pass_and_never_reaches_100_percent_before_the_end(so
     assert "%" not in stream.getvalue()
 
     stream = io.StringIO()
-    with ProgressReporter(stream=stream):
+    with daskpca.progress(stream):
         PCA(3, solver="covariance").fit(str(root / "matrix.zarr"))
     assert stream.getvalue().splitlines()[0] == "progress: pass 1 of 1 (covariance)"
 

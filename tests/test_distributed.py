@@ -107,3 +107,25 @@ def test_a_pass_graph_stays_small_whatever_d(client, tmp_path, solver):
         np.testing.assert_allclose(pca.components_, local.components_, rtol=1e-9, atol=1e-12)
     assert largest[16_000] < 64 * 2**10, largest
     assert largest[16_000] < 1.5 * largest[2_000], largest
+
+
+def test_an_operand_shared_twice_while_a_graph_holds_it_is_sent_once(client):
+    # A pass's row-block tasks and its merge tree both ask for Ω: one copy on the workers. Once
+    # no graph holds it, a new pass sends a new copy (under a new name: no release race).
+    import gc
+
+    from daskpca.solvers._graph import SCATTER_BYTES, share, shared
+
+    omega = np.random.default_rng(0).standard_normal((SCATTER_BYTES // 8 + 1, 1))
+    first = share(omega)
+    (again,) = shared((omega.copy(),))
+    assert again is first and first.key in client.who_has()
+    assert client.who_has()[first.key] and len(client.who_has()[first.key]) == 2  # broadcast to both workers
+    np.testing.assert_array_equal(first.result(), omega)
+    key = first.key
+    del first, again
+    gc.collect()
+    assert share(omega).key != key
+    from dask.delayed import Delayed
+
+    assert isinstance(share(np.ones(3)), Delayed)  # a small array stays in the graph

@@ -109,9 +109,9 @@ def _say(args, message: str) -> None:
 
 @contextmanager
 def _progress(args):
-    from .progress import ProgressReporter
+    from ..solvers._progress import ProgressLine
 
-    with ProgressReporter(quiet=args.quiet or args.json):
+    with ProgressLine(quiet=args.quiet or args.json):
         yield
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from itertools import accumulate
 from typing import Callable
+from weakref import WeakValueDictionary
 
 import dask
 import numpy as np
@@ -63,11 +64,13 @@ def share(a, client=None):
     first (``broadcast=True``: one copy leaves the client, the workers replicate it among
     themselves) and the graph holds only its future: the graph sent to the scheduler stays a few
     KB whatever the array's size, and no worker fetches it per task. The future lives as long as
-    the graph that refers to it; once the pass's result is back, the workers drop it. Each call
-    scatters under a new name (``hash=False``): a content-named copy that the previous pass's
-    graph is releasing at that moment would be forgotten by the scheduler under the new pass
-    ("lost dependencies"), so an array that two passes need (the feature stage's factor) is sent
-    once per pass.
+    the graph that refers to it; once the pass's result is back, the workers drop it. While it
+    lives, sharing an equal array again returns the same future (one copy per pass, though its
+    row-block tasks and merge tree ask separately). Once dropped, the array is scattered under a
+    new name (``hash=False``): a content-named copy that the previous pass's graph is releasing
+    at that moment would be forgotten by the scheduler under the new pass ("lost
+    dependencies"). (The feature stage's factor lives in the lazy input the solver holds: sent
+    once per fit.)
 
     Parameters
     ----------
@@ -79,7 +82,17 @@ def share(a, client=None):
     client = client if client is not None else distributed_client()
     if client is None or (a.nbytes if isinstance(a, np.ndarray) else sizeof(a)) < SCATTER_BYTES:
         return dask.delayed(a, pure=True)
-    return client.scatter(a, broadcast=True, hash=False)
+    name = tokenize(a, client.id)
+    future = _on_workers.get(name)
+    if future is None:
+        future = client.scatter(a, broadcast=True, hash=False)
+        _on_workers[name] = future
+    return future
+
+
+#: Scattered operands by content, while a graph being built or computed still holds their future:
+#: a pass's row-block tasks and its merge tree that both need Ω get the same copy.
+_on_workers: WeakValueDictionary = WeakValueDictionary()
 
 
 def shared(args: tuple) -> tuple:

@@ -9,9 +9,10 @@ it reached after the pass (:meth:`Passes.bound`). Each report is a :class:`PassR
 - to the ``"daskpca"`` logger (INFO when a pass starts, with the last bound and the time left),
   so a scheduled job's log says which pass it is on once logging is configured;
 - to every listener installed with :func:`listen` in this context (a context variable: listeners
-  of one thread or task do not see another's fits). The CLI's reporter and
-  :func:`daskpca.progress` (a line on the terminal or in a notebook) are such listeners, and the
-  estimator records each pass's wall time with one.
+  of one thread or task do not see another's fits). :class:`ProgressLine` is one: the CLI's
+  progress and ``daskpca.progress()`` (a line on a terminal, in a log or in a notebook); the
+  estimator records each pass's wall time with another.
+The dashboard keeps showing tasks.
 
 Reporting costs nothing measurable (a few Python calls per pass) and reads no data.
 """
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
+import threading
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -154,3 +157,92 @@ class Passes:
         yield
         self.seconds.append(time.perf_counter() - start)
         _send(replace(report, seconds=self.seconds[-1]))
+
+
+class ProgressLine:
+    """Report the passes of the fits run inside (a context manager; :func:`daskpca.progress`).
+
+    A terminal gets one line redrawn in place; anything else (a log, a notebook's output) one
+    line per pass, prefixed ``progress:``. No percentage is ever shown: nothing reads "100 %"
+    before the fit ends, and the last line (``done: N passes in T``) is written when the work
+    inside has ended without an error.
+
+    Parameters
+    ----------
+    stream : file, default sys.stderr
+    quiet : bool
+        Report nothing.
+    interval : float, optional
+        Terminal only: seconds between redraws of the current pass's line with its elapsed time
+        (default 0.5). In logs (not a terminal) a line is written when each pass starts.
+    """
+
+    def __init__(self, *, stream=None, quiet: bool = False, interval: float = 0.5):
+        self.stream = stream or sys.stderr
+        self.quiet = quiet
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._current: tuple[str, float] | None = None  # the running pass's line and its start
+        self._passes = 0
+        self._thread = None
+        self._listening = None
+        self._start = None
+
+    def __enter__(self):
+        if self.quiet:
+            return self
+        self._start = time.monotonic()
+        self._listening = listen(self._on_pass)
+        self._listening.__enter__()
+        if self.tty:
+            self._thread = threading.Thread(target=self._redraw, name="daskpca-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, exc_type, exc, traceback):
+        if self._listening is None:
+            return False
+        self._listening.__exit__(exc_type, exc, traceback)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if exc_type is None and self._passes:  # a failed job ends with its error, not a progress line
+            elapsed = format_seconds(time.monotonic() - self._start)
+            self._write(f"done: {self._passes} pass{'es' if self._passes != 1 else ''} in {elapsed}", final=True)
+        return False
+
+    def _on_pass(self, report: PassReport) -> None:
+        if report.seconds is not None:  # a pass ended; the next start (or the end) says more
+            self._passes += 1
+            return
+        self._current = (report.describe(), time.monotonic())
+        self._write(self._current[0])
+
+    def _redraw(self) -> None:
+        while not self._stop.wait(self.interval):
+            current = self._current
+            if current is not None:
+                self._write(f"{current[0]} · {format_seconds(time.monotonic() - current[1])} in")
+
+    def _write(self, text: str, final: bool = False) -> None:
+        with self._lock:
+            if self.tty:
+                self.stream.write(f"\r\033[K{text}" + ("\n" if final else ""))
+            else:
+                self.stream.write(f"progress: {text}\n")
+            self.stream.flush()
+
+
+def progress(stream=None, *, quiet: bool = False) -> ProgressLine:
+    """Show the passes of the fits run inside, as the ``daskpca`` command does::
+
+        with daskpca.progress():
+            pca.fit(X)      # progress: pass 2 of ≤ 20 (krylov, bound 3.1e-02 → tol 1e-04), 41 s a pass, ~13 min left
+
+    ``stream`` (default ``sys.stderr``) gets the lines; ``quiet=True`` shows nothing (for code
+    that decides at run time). Logs can have the same lines without this: configure the
+    ``"daskpca"`` logger at INFO.
+    """
+    return ProgressLine(stream=stream, quiet=quiet)

@@ -117,6 +117,23 @@ def _send(report: PassReport) -> None:
         listener(report)
 
 
+class PassClock:
+    """Wall time of the passes reported inside ``with PassClock() as clock:`` (``clock.passes``,
+    in order) and of the whole block (``clock.seconds``)."""
+
+    def __enter__(self) -> "PassClock":
+        self.passes: list[float] = []
+        self._listening = listen(lambda report: report.seconds is None or self.passes.append(report.seconds))
+        self._listening.__enter__()
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc_info) -> bool:
+        self.seconds = time.perf_counter() - self._start
+        self._listening.__exit__(*exc_info)
+        return False
+
+
 class Passes:
     """The passes of one solve, told to the listeners.
 

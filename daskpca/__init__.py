@@ -2,7 +2,7 @@
 
 Public API: :class:`PCA` (the estimator), the EOF family — :class:`HilbertPCA` (complex EOFs),
 :class:`Rotator` (varimax / promax of a fitted model), :func:`lag_embed` (extended EOFs) — and
-:data:`SOLVERS` (the registered solver names).
+:data:`SOLVERS` (the registered solver names), and :func:`progress` (a line per pass while fits run).
 """
 
 from ._version import __version__
@@ -13,9 +13,10 @@ from .eof.lagged import lag_embed
 from .pca import PCA
 from .eof.rotation import Rotator
 from .solvers import SOLVERS
+from .solvers._progress import progress
 
 #: Load a model written by ``save`` (``daskpca.load(path)`` = ``PCA.load(path)``): a PCA, or the
 #: subclass that wrote it (``HilbertPCA``).
 load = PCA.load
 
-__all__ = ["HilbertPCA", "PCA", "NotFittedError", "Rotator", "SOLVERS", "lag_embed", "load", "__version__"]
+__all__ = ["HilbertPCA", "PCA", "NotFittedError", "Rotator", "SOLVERS", "lag_embed", "load", "progress", "__version__"]

@@ -38,13 +38,14 @@ import numpy as np
 
 from ._validation import NonFinite
 from .exceptions import NonFiniteInputError
-from .solvers._graph import map_row_blocks, tree_reduce
+from .solvers._graph import SizedByArrays, map_row_blocks, share, tree_reduce
 from .solvers._base import ComponentRequest, SolverResult
+from .solvers._progress import Passes
 from .solvers._iterative import ColumnMoments, column_moments, combine_column_moments
 
 
 @dataclass(frozen=True)
-class FeatureStage:
+class FeatureStage(SizedByArrays):
     """The resolved stage: ``Z = X[:, keep] · factor``.
 
     Attributes
@@ -86,7 +87,9 @@ class FeatureStage:
         if self.is_identity:
             return matrix
         kept = matrix if self.keep.all() else matrix[:, self.keep]
-        return kept.astype(np.float64) * self.factor
+        # The factor as one shared key, not an array operand: dask would embed it in the graph
+        # (8 MB at d = 10⁶), and on a cluster it goes to the workers ahead of the graph.
+        return kept.map_blocks(_scale_columns, share(self.factor), dtype=np.float64)
 
     def narrow(self, request: ComponentRequest) -> ComponentRequest:
         """The component request on the kept features, validated again (k ≤ n_kept)."""
@@ -99,6 +102,12 @@ class FeatureStage:
         out = np.full((*rows.shape[:-1], self.n_input), fill, dtype=np.result_type(rows.dtype, np.float64))
         out[..., self.keep] = rows
         return out
+
+
+def _scale_columns(block, factor: np.ndarray, block_info=None) -> np.ndarray:
+    """``apply``'s task: a block of kept columns in float64 times its slice of the factor."""
+    start, stop = block_info[0]["array-location"][1]
+    return np.asarray(block, dtype=np.float64) * factor[start:stop]
 
 
 @dataclass(frozen=True)
@@ -211,7 +220,8 @@ def solve(module, X, request: ComponentRequest, spec: FeatureSpec | None, *, ran
         return _checked(module, X, request, random_state=random_state, features=spec, **options)
     # The generic road: one read for per-feature finite counts (and variances), then the solver
     # on Z. NaN is read as missing here so that wholly-NaN features can be told apart.
-    (stats,) = dask.compute(column_stats_graph(X))
+    with Passes("features", 1).read():
+        (stats,) = dask.compute(column_stats_graph(X))
     stage = spec.resolve(stats.count, X.shape[0], stats.variance())
     result = _checked(module, stage.apply(X), stage.narrow(request), random_state=random_state, **options)
     why = "per-feature finite count" + (", mean and variance" if spec.standardize else "")

@@ -32,6 +32,7 @@ import math
 
 import numpy as np
 
+from .solvers._graph import shared
 from ._validation import Positions, check_finite_rows, check_nan_policy
 
 
@@ -93,8 +94,9 @@ class ProbabilisticMixin:
             )
         constant = -0.5 * (d * math.log(2.0 * math.pi) + np.sum(np.log(e)) + (d - k) * (math.log(sigma2) if d > k else 0.0))
         constant += float(np.sum(np.log(self.feature_stage_.factor)))
+        mean, components = shared((self.mean_, self.components_))
         ll = Z.map_blocks(
-            _log_likelihood_block, self.mean_, self.components_, 1.0 / e, sigma2, constant, nan,
+            _log_likelihood_block, mean, components, 1.0 / e, sigma2, constant, nan,
             self._positions(X), dtype=np.float64, drop_axis=1, chunks=(Z.chunks[0],),
         )
         if kind == "numpy":

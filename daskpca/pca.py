@@ -22,7 +22,9 @@ import numpy as np
 
 from . import _features, _plan, labeled
 from ._features import FeatureSpec, FeatureStage, matrix_weights
+from .solvers._graph import share, shared
 from .solvers._linalg import flip_signs, one_blas_thread_per_task
+from .solvers._progress import PassClock
 from .store.model import SavedModelMixin
 from .solvers._moments import combine_moments
 from ._params import ParamsMixin, check_params
@@ -134,6 +136,9 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         Bound on the sine of the largest principal angle between ``components_``' span and the
         exact one: 0 for exact solvers, the Krylov solver's a posteriori bound (see
         :mod:`daskpca.solvers.krylov`), NaN for approximate solvers that compute none.
+    pass_seconds_, fit_seconds_ : ndarray of shape (n_reads,), float
+        Wall time of each read this ``fit`` made (the feature stage's own first, if any), and of
+        the whole solve. Not saved with the model.
     n_iter_ : int
         Iterations of the solver, by solver: ``als`` / ``ppca`` — ALS or EM iterations;
         ``randomized`` — power iterations q; ``krylov`` — blocks in the Krylov basis (one per
@@ -245,13 +250,14 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             spec = replace(spec, missing_ok=getattr(module, "ACCEPTS_MISSING", False))
         options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
         try:
-            with one_blas_thread_per_task():
+            with one_blas_thread_per_task(), PassClock() as clock:
                 result = _features.solve(module, matrix, request, spec, random_state=self.random_state, **options)
         except NonFiniteInputError as error:
             if layout is None:
                 raise
             raise labeled.located(error, matrix, layout, X) from error
         self._set_fitted(result, name, reason, layout)
+        self.pass_seconds_, self.fit_seconds_ = np.array(clock.passes), clock.seconds
         if spec is not None:
             self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
         unasked = self.solver == "auto" and not getattr(module, "ACCEPTS_MISSING", False)  # ppca: NaN chose it
@@ -437,8 +443,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         matrix, kind = self._model_input(X)
         scaling, factors = self._score_factors(scaling)
         Z = self.feature_stage_.apply(matrix)
-        scores = Z.rechunk({1: -1}).map_blocks(
-            project_block, self.mean_, self.components_.T * factors[None, :], nan, self._positions(X),
+        scores = Z.rechunk({1: -1}).map_blocks(  # mean and basis: one shared key each
+            project_block, *shared((self.mean_, self.components_.T * factors[None, :])), nan, self._positions(X),
             dtype=Z.dtype, chunks=(Z.chunks[0], (self.n_components_,)),
         ).astype(matrix.dtype, copy=False)  # the input's precision (the stage computes in float64)
         return self._scores_out(scores, kind, X, scaling)
@@ -488,7 +494,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             unscale = np.where(factors[index] != 0, 1.0 / factors[index], 0.0)
         stage = self.feature_stage_
         rows = matrix.rechunk({1: -1}).map_blocks(
-            _reconstruct_block, self.components_[index] * unscale[:, None], self.mean_, stage,
+            _reconstruct_block, *shared((self.components_[index] * unscale[:, None], self.mean_)), share(stage),
             dtype=np.result_type(matrix.dtype, np.float32), chunks=(matrix.chunks[0], (stage.n_input,)),
         )
         if not lazy:

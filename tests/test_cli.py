@@ -1,6 +1,7 @@
 """The `daskpca` console script, run as a real subprocess against real zarr stores."""
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -223,23 +224,54 @@ def test_unreachable_scheduler_fails_fast_with_exit_1(sources, tmp_path):
     assert not (tmp_path / "m.zarr").exists()
 
 
-def test_progress_lines_on_a_non_terminal(sources, tmp_path):
-    from distributed import Client, LocalCluster
-
-    from daskpca.cli.progress import ProgressReporter
+def test_progress_names_the_pass_and_never_reaches_100_percent_before_the_end(sources):
+    # One line per pass in logs, in passes (not tasks): the budget, the Krylov bound against the
+    # tol asked for, time a pass and time left; "done" only once the fit has ended.
     import io
 
     root, _ = sources
     stream = io.StringIO()
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
-        with ProgressReporter(client, stream=stream, interval=0.05):
-            PCA(3, solver="als", max_iter=30, tol=0.0).fit(str(root / "matrix.zarr"))
+    with daskpca.progress(stream):
+        pca = PCA(3, solver="krylov", tol=1e-9, max_passes=5, random_state=0).fit(str(root / "matrix.zarr"))
     lines = stream.getvalue().splitlines()
-    assert len(lines) >= 2 and all(line.startswith("progress: ") for line in lines)
-    assert lines[-1].startswith("progress: ") and "(100%)" in lines[-1]
+    assert lines[0] == "progress: pass 1 of ≤ 5 (krylov)"
+    assert re.fullmatch(r"progress: pass 2 of ≤ 5 \(krylov, bound \d\.\de[-+]\d\d → tol 1e-09\), "
+                        r"[\d.]+ s a pass, ~[\d.]+ s left", lines[1]), lines[1]
+    assert len(lines) == pca.n_passes_ + 1 and re.fullmatch(rf"progress: done: {pca.n_passes_} passes in [\d.]+ s", lines[-1])
+    assert "%" not in stream.getvalue()
+
+    stream = io.StringIO()
+    with daskpca.progress(stream):
+        PCA(3, solver="covariance").fit(str(root / "matrix.zarr"))
+    assert stream.getvalue().splitlines()[0] == "progress: pass 1 of 1 (covariance)"
 
 
-# ----------------------------------------------------------------------------- in process (no cluster)
+def test_fit_says_what_ran_in_text_and_json(sources, tmp_path, capsys):
+    root, X = sources
+    argv = ["fit", str(root / "matrix.zarr"), "-k", "3", "--solver", "krylov", "--tol", "1e-6", "--random-state", "0"]
+    assert cli.main([*argv, "--out", str(tmp_path / "a.zarr")]) == 0
+    captured = capsys.readouterr()
+    pca = daskpca.load(tmp_path / "a.zarr")
+    assert "solver: krylov (" in captured.out
+    assert re.search(rf"passes over the data: {pca.n_passes_} passes, [\d.]+ s a pass; fit [\d.]+ s "
+                     r"\(the plan predicted ≈ [\d.]+ s\)", captured.out), captured.out
+    assert re.search(r"error bound: \d\.?\d*e-\d\d on sin θ; tol asked for 1e-06", captured.out), captured.out
+    assert "progress: pass 1 of ≤ " in captured.err and "resumed" not in captured.out
+
+    assert cli.main([*argv, "--out", str(tmp_path / "b.zarr"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["solver"] == "krylov" and summary["solver_reason"] and summary["tol"] == 1e-6
+    assert 0 < summary["error_bound"] <= 1e-6 and summary["resumed_from_pass"] is None
+    assert len(summary["pass_seconds"]) == summary["n_passes"] == pca.n_passes_
+    assert summary["seconds_per_pass"] == pytest.approx(np.mean(summary["pass_seconds"]))
+    assert summary["fit_seconds"] >= sum(summary["pass_seconds"]) and summary["predicted_seconds"] > 0
+
+    # An exact solver: bound 0, no tol; a solver that computes no bound says so (null in JSON).
+    assert cli.main(["fit", str(root / "matrix.zarr"), "-k", "3", "--out", str(tmp_path / "c.zarr")]) == 0
+    assert "error bound: 0 on sin θ (exact)\n" in capsys.readouterr().out
+    assert cli.main(["fit", str(root / "matrix.zarr"), "-k", "3", "--solver", "als", "--out", str(tmp_path / "d.zarr"),
+                     "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["error_bound"] is None
 
 
 def test_help_shows_required_options_as_required():

@@ -61,3 +61,71 @@ def test_a_test_matrix_travels_once_per_pass_not_once_per_task(tmp_path):
     root = tree_reduce(leaves, _merge_sketches, "merge", omega)
     graph = dict(root.__dask_graph__())
     assert sum(len(cloudpickle.dumps(task)) for task in graph.values()) < 3 * omega.nbytes
+
+
+def _graph_sizes(recorded) -> list[int]:
+    """Sizes of the graphs the client sent, from distributed's large-graph warnings (with the
+    threshold at 1 byte, every graph warns with its pickled size)."""
+    import re
+
+    from dask.utils import parse_bytes
+
+    sizes = [re.search(r"Sending large graph of size ([\d.]+ \w+)", str(w.message)) for w in recorded]
+    return [parse_bytes(match.group(1)) for match in sizes if match]
+
+
+@pytest.mark.parametrize("solver", ["krylov", "als"])
+def test_a_pass_graph_stays_small_whatever_d(client, tmp_path, solver):
+    # Bases, means and the feature stage's factor go to the workers ahead of the graph: every
+    # graph a fit, transform and score send is a few KB at d = 2 000 and at d = 16 000 (where
+    # the basis alone is 16 000 × 15 × 8 = 1.9 MB), and the results are the threaded scheduler's.
+    import warnings
+
+    import dask
+
+    largest = {}
+    for d in (2_000, 16_000):
+        X = low_rank_data(120, d, dtype=np.float32, seed=d)
+        write_zarr(tmp_path / f"x{d}.zarr", X, (30, d // 2))
+        weights = np.linspace(0.5, 1.0, d)
+        make = lambda: PCA(5, solver=solver, weights=weights, random_state=0, **(
+            {"max_passes": 3} if solver == "krylov" else {"max_iter": 3}))
+        data = da.from_zarr(str(tmp_path / f"x{d}.zarr"))
+        with dask.config.set({"distributed.admin.large-graph-warning-threshold": "1B"}), \
+                warnings.catch_warnings(record=True) as recorded:
+            warnings.simplefilter("always")
+            pca = make().fit(data)
+            scores = pca.transform(data).compute()
+            likelihood = pca.score_samples(data).compute()
+        sizes = _graph_sizes(recorded)
+        assert len(sizes) >= 4  # the fit's passes, transform, score_samples
+        largest[d] = max(sizes)
+        with dask.config.set(scheduler="threads"):
+            local = make().fit(data)
+            np.testing.assert_allclose(scores, local.transform(data).compute(), rtol=1e-5, atol=1e-4)
+            np.testing.assert_allclose(likelihood, local.score_samples(data).compute(), rtol=1e-9)
+        np.testing.assert_allclose(pca.components_, local.components_, rtol=1e-9, atol=1e-12)
+    assert largest[16_000] < 64 * 2**10, largest
+    assert largest[16_000] < 1.5 * largest[2_000], largest
+
+
+def test_an_operand_shared_twice_while_a_graph_holds_it_is_sent_once(client):
+    # A pass's row-block tasks and its merge tree both ask for Ω: one copy on the workers. Once
+    # no graph holds it, a new pass sends a new copy (under a new name: no release race).
+    import gc
+
+    from daskpca.solvers._graph import SCATTER_BYTES, share, shared
+
+    omega = np.random.default_rng(0).standard_normal((SCATTER_BYTES // 8 + 1, 1))
+    first = share(omega)
+    (again,) = shared((omega.copy(),))
+    assert again is first and first.key in client.who_has()
+    assert client.who_has()[first.key] and len(client.who_has()[first.key]) == 2  # broadcast to both workers
+    np.testing.assert_array_equal(first.result(), omega)
+    key = first.key
+    del first, again
+    gc.collect()
+    assert share(omega).key != key
+    from dask.delayed import Delayed
+
+    assert isinstance(share(np.ones(3)), Delayed)  # a small array stays in the graph

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -82,7 +83,8 @@ def _cluster_asked(args) -> bool:
 @contextmanager
 def runner(args, nbytes: int):
     """Where the job's dask work runs: the threaded scheduler for a small input unless a cluster
-    is asked for, else :func:`dask_client` with progress reports. Yields the client or None."""
+    is asked for, else :func:`dask_client`; either way with a progress line per pass. Yields the
+    client or None."""
     import dask
     from dask.utils import format_bytes
 
@@ -90,11 +92,11 @@ def runner(args, nbytes: int):
         _say(args, f"running on the threaded scheduler in this process (input {format_bytes(nbytes)} ≤ "
                    f"{format_bytes(SMALL_INPUT_BYTES)}; --workers N or --scheduler ADDRESS for a cluster)")
         args.ran_on = "threads"
-        with dask.config.set(scheduler="threads"):
+        with dask.config.set(scheduler="threads"), _progress(args):
             yield None
         return
     args.ran_on = "cluster"
-    with dask_client(args) as client, _progress(client, args):
+    with dask_client(args) as client, _progress(args):
         yield client
 
 
@@ -106,10 +108,10 @@ def _say(args, message: str) -> None:
 
 
 @contextmanager
-def _progress(client, args):
-    from .progress import ProgressReporter
+def _progress(args):
+    from ..solvers._progress import ProgressLine
 
-    with ProgressReporter(client, quiet=args.quiet or args.json):
+    with ProgressLine(quiet=args.quiet or args.json):
         yield
 
 
@@ -298,10 +300,12 @@ def cmd_fit(args) -> dict:
                     scores = model.transform(data)
                     (io.write_xarray if _is_labeled(scores) else io.write_array)(scores, args.scores, overwrite=args.overwrite)
             timings["write_s"] = time.perf_counter() - start
+    summary = _summary(pca, args, model=args.out, scores=args.scores, timings=timings, plan=plan)
     _say(args, _variance_table(pca, args.all))
+    _say(args, _what_ran(summary))
     _say(args, f"wrote the model to {args.out}"
                + (f" and the scores ({pca.n_samples_}, {pca.n_components_}) to {args.scores}" if args.scores else ""))
-    return _summary(pca, args, model=args.out, scores=args.scores, timings=timings)
+    return summary
 
 
 def cmd_transform(args) -> dict:
@@ -481,12 +485,19 @@ def _variance_table(pca, show_all: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _summary(pca, args=None, *, model, scores=None, timings=None) -> dict:
+def _summary(pca, args=None, *, model, scores=None, timings=None, plan=None) -> dict:
+    """What the job did, for ``--json`` (and :func:`_what_ran`). Timings of the passes exist for
+    a fit made by this process, the plan's prediction when the job planned (``fit``); NaN bounds
+    (solvers that compute none) are null."""
+    bound = float(getattr(pca, "error_bound_", float("nan")))
+    pass_seconds = [float(s) for s in getattr(pca, "pass_seconds_", ())]
+    predicted = next((e.seconds for e in plan.estimates if e.name == pca.solver_), None) if plan else None
     return {
         "model": model,
         "scores": scores,
         "ran_on": getattr(args, "ran_on", None),
         "solver": pca.solver_,
+        "solver_reason": pca.solver_reason_,
         "n_components": int(pca.n_components_),
         "n_samples": int(pca.n_samples_),
         "n_features": int(pca.n_features_in_),
@@ -494,8 +505,37 @@ def _summary(pca, args=None, *, model, scores=None, timings=None) -> dict:
         "explained_variance": [float(v) for v in pca.explained_variance_],
         "explained_variance_ratio": [float(v) for v in pca.explained_variance_ratio_],
         "distortion": float(pca.distortion_),
+        "error_bound": bound if math.isfinite(bound) else None,
+        "tol": None if getattr(pca, "tol", None) is None else float(pca.tol),
+        "pass_seconds": pass_seconds,
+        "seconds_per_pass": sum(pass_seconds) / len(pass_seconds) if pass_seconds else None,
+        "predicted_seconds": predicted,
+        "fit_seconds": getattr(pca, "fit_seconds_", None),
+        "resumed_from_pass": pca.solver_info_.get("resumed_from_pass"),
         "timings": timings or {},
     }
+
+
+def _what_ran(summary: dict) -> str:
+    """The summary's account of the run: solver and why, passes and their time against the
+    plan's, the error bound against the tol asked for, and a resume."""
+    from ..solvers._progress import format_seconds
+
+    lines = [f"solver: {summary['solver']} ({summary['solver_reason']})"]
+    passes = _passes(summary["n_passes"])
+    if summary["seconds_per_pass"] is not None:
+        passes += f", {format_seconds(summary['seconds_per_pass'])} a pass"
+    if summary["fit_seconds"] is not None:
+        passes += f"; fit {format_seconds(summary['fit_seconds'])}"
+        if summary["predicted_seconds"] is not None:
+            passes += f" (the plan predicted ≈ {format_seconds(summary['predicted_seconds'])})"
+    lines.append(f"passes over the data: {passes}")
+    bound, tol = summary["error_bound"], summary["tol"]
+    text = "none computed by this solver" if bound is None else f"{bound:.2g} on sin θ" + (" (exact)" if bound == 0 else "")
+    lines.append(f"error bound: {text}" + (f"; tol asked for {tol:g}" if tol is not None else ""))
+    if summary["resumed_from_pass"] is not None:
+        lines.append(f"resumed from a checkpoint after pass {summary['resumed_from_pass']}")
+    return "\n".join(lines)
 
 
 def _checkpoint_path(out):

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from itertools import accumulate
 from typing import Callable
+from weakref import WeakValueDictionary
 
 import dask
 import numpy as np
-from dask.base import tokenize
+from dask.base import get_scheduler, tokenize
 from dask.sizeof import sizeof
 
 #: Fan-in of the merge tree. 8 partial d×d results per combine task keeps each task's memory at
@@ -34,14 +35,75 @@ class SizedByArrays:
         return object.__sizeof__(self) + sum(sizeof(value) for value in vars(self).values())
 
 
+#: Operands at least this large go to the workers ahead of the graph on a distributed cluster
+#: (see :func:`shared`); smaller ones (ℓ×ℓ matrices, a few options) ride in the graph, which is
+#: cheaper than a round trip.
+SCATTER_BYTES = 64 * 2**10
+
+
+def distributed_client():
+    """The ``distributed.Client`` that the next ``dask.compute`` will run on, or None.
+
+    None on the threaded, synchronous and process schedulers, including when a client exists but
+    ``dask.config.set(scheduler="threads")`` chose another scheduler for this block.
+    """
+    client = getattr(get_scheduler(), "__self__", None)
+    if client is None:
+        return None
+    from distributed import Client  # only reached when a distributed scheduler is active
+
+    return client if isinstance(client, Client) else None
+
+
+def share(a, client=None):
+    """One graph key holding ``a`` (an ndarray, or an object sized by its arrays such as the
+    feature stage), for every task that uses it.
+
+    On the threaded scheduler the array is the key's value, in the graph (``dask.delayed``). With
+    a distributed client, an array of ``SCATTER_BYTES`` or more is scattered to every worker
+    first (``broadcast=True``: one copy leaves the client, the workers replicate it among
+    themselves) and the graph holds only its future: the graph sent to the scheduler stays a few
+    KB whatever the array's size, and no worker fetches it per task. The future lives as long as
+    the graph that refers to it; once the pass's result is back, the workers drop it. While it
+    lives, sharing an equal array again returns the same future (one copy per pass, though its
+    row-block tasks and merge tree ask separately). Once dropped, the array is scattered under a
+    new name (``hash=False``): a content-named copy that the previous pass's graph is releasing
+    at that moment would be forgotten by the scheduler under the new pass ("lost
+    dependencies"). (The feature stage's factor lives in the lazy input the solver holds: sent
+    once per fit.)
+
+    Parameters
+    ----------
+    a : ndarray or object
+        Its size is ``a.nbytes`` or ``dask.sizeof(a)`` (see :class:`SizedByArrays`).
+    client : distributed.Client, optional
+        Default: :func:`distributed_client`.
+    """
+    client = client if client is not None else distributed_client()
+    if client is None or (a.nbytes if isinstance(a, np.ndarray) else sizeof(a)) < SCATTER_BYTES:
+        return dask.delayed(a, pure=True)
+    name = tokenize(a, client.id)
+    future = _on_workers.get(name)
+    if future is None:
+        future = client.scatter(a, broadcast=True, hash=False)
+        _on_workers[name] = future
+    return future
+
+
+#: Scattered operands by content, while a graph being built or computed still holds their future:
+#: a pass's row-block tasks and its merge tree that both need Ω get the same copy.
+_on_workers: WeakValueDictionary = WeakValueDictionary()
+
+
 def shared(args: tuple) -> tuple:
-    """The arguments with every ndarray made one graph key (``dask.delayed``), to be shared.
+    """The arguments with every ndarray made one shared key (:func:`share`).
 
     An array passed as a plain argument is copied into every task that uses it, and distributed
     serialises each task on its own: Ω (d×ℓ) in 2000 row-block tasks would travel 2000 times per
-    pass. As a key it travels to each worker once.
+    pass. As a key it travels to each worker once; on a cluster it leaves the graph too.
     """
-    return tuple(dask.delayed(a, pure=True) if isinstance(a, np.ndarray) else a for a in args)
+    client = distributed_client() if any(isinstance(a, np.ndarray) for a in args) else None
+    return tuple(share(a, client) if isinstance(a, np.ndarray) else a for a in args)
 
 
 def block_offsets(chunks: tuple[int, ...]) -> list[int]:

@@ -75,6 +75,7 @@ from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from ._linalg import eigh_descending
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
+from ._progress import Passes
 from ..exceptions import ConvergenceWarning
 from ._iterative import initial_basis, orthonormal_columns, start_iterations, subspace_sine
 
@@ -196,8 +197,10 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
     else:  # iterations 1..done ran in an earlier process; the NaN/±inf check passed there
         basis, total_m2, done = state["basis"], state["total_m2"], int(state["n_iter"])
     converged, change = False, np.inf
+    passes = Passes("als", max_iter, at_most=True, done=done)
     for n_iter in range(done + 1, max_iter + 1):
-        (part,) = dask.compute(iteration_graph(X, basis))
+        with passes.read():
+            (part,) = dask.compute(iteration_graph(X, basis))
         if total_m2 is None:
             raise_if_nonfinite(part.nonfinite)
             total_m2 = part.m2.sum()

@@ -25,6 +25,7 @@ from ._linalg import eigh_descending
 from ._moments import MERGE_SPLIT_EVERY, Moments, chunk_moments, combine_moments
 from .._validation import NonFinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
+from ._progress import Passes
 
 N_PASSES = 1
 #: Eigenvalues from X̃ᵀX̃ / X̃X̃ᵀ: the estimator's ill-conditioning check applies.
@@ -67,7 +68,8 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None) -> 
         ``info["moments"]`` holds the merged :class:`~daskpca.solvers._moments.Moments` (the sufficient
         statistics an exact incremental update needs) of the analysed matrix.
     """
-    (moments,) = dask.compute(moments_graph(X))
+    with Passes("covariance", N_PASSES).read():
+        (moments,) = dask.compute(moments_graph(X))
     if features is None:
         return result_from_moments(moments, request)
     n_samples = moments.count

@@ -36,6 +36,7 @@ from ._linalg import eigh_descending
 from ._moments import MERGE_SPLIT_EVERY, center_block
 from .._validation import NonFinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
+from ._progress import Passes
 
 N_PASSES = 2
 #: Eigenvalues from X̃ᵀX̃ / X̃X̃ᵀ: the estimator's ill-conditioning check applies.
@@ -133,13 +134,15 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None) -> 
 def _solve_strips(X, request, random_state, features) -> SolverResult:
     if features is not None:
         X = features.weigh(X)
-    (part,) = dask.compute(gram_graph(X))
+    passes = Passes("gram", N_PASSES)
+    with passes.read():
+        (part,) = dask.compute(gram_graph(X))
     if features is None:
         raise_if_nonfinite(part.nonfinite)
-        return result_from_part(X, part, request, random_state=random_state)
+        return result_from_part(X, part, request, passes, random_state=random_state)
     n_samples = X.shape[0]
     stage = features.resolve(part.column_finite_counts(n_samples), n_samples)
-    result = result_from_part(X, part, stage.narrow(request), random_state=random_state, columns=stage.keep)
+    result = result_from_part(X, part, stage.narrow(request), passes, random_state=random_state, columns=stage.keep)
     return replace(result, features=stage)
 
 
@@ -153,8 +156,10 @@ def gram_graph(X):
     return tree_reduce(leaves, _sum_parts, "gram-merge", split_every=MERGE_SPLIT_EVERY)
 
 
-def result_from_part(X, part: _GramPart, request: ComponentRequest, *, random_state=None, columns=None) -> SolverResult:
-    """Pass 2 from a computed pass-1 result: eigenproblem of the Gram matrix, then components.
+def result_from_part(X, part: _GramPart, request: ComponentRequest, passes: Passes, *, random_state=None,
+                     columns=None) -> SolverResult:
+    """Pass 2 from a computed pass-1 result: eigenproblem of the Gram matrix, then components
+    (reported to ``passes``, the solve's pass reporter).
 
     ``columns`` (boolean, one per column of ``X``) keeps only those features. Dropping a column
     that was non-finite for every sample is exact: it was zero-filled in pass 1, so it added
@@ -178,7 +183,11 @@ def result_from_part(X, part: _GramPart, request: ComponentRequest, *, random_st
     n_defined = int(np.sum(values[:k] > tolerance))
     basis = vectors[:, :n_defined] / np.sqrt(values[:n_defined])
     pieces = map_column_blocks(X, _strip_components, "gram-components", mean, basis)
-    components = np.concatenate(dask.compute(*pieces), axis=0).T if n_defined else np.zeros((0, n_features))
+    if n_defined:
+        with passes.read():
+            components = np.concatenate(dask.compute(*pieces), axis=0).T
+    else:
+        components = np.zeros((0, n_features))
     if n_defined < k:
         components = _complete_orthonormal(components, k, random_state)
     return SolverResult(

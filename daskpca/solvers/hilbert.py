@@ -58,6 +58,7 @@ from ._linalg import client_blas_threads
 from ._moments import MERGE_SPLIT_EVERY
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
+from ._progress import Passes
 
 OPTIONS = ("padding", "decay_factor")
 N_PASSES = 2
@@ -267,7 +268,9 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
     n_samples, n_features = X.shape
     weights = np.ones(n_features) if features is None else features.weights
     options = (weights, padding, decay_factor)
-    (part,) = dask.compute(gram_graph(X, *options))
+    passes = Passes("hilbert", N_PASSES)
+    with passes.read():
+        (part,) = dask.compute(gram_graph(X, *options))
     counts = part.in_column_order(part.counts)
     if features is None:
         raise_if_nonfinite(part.nonfinite)
@@ -292,7 +295,8 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
             "data's rank is lower. Ask for fewer components."
         )
     basis = vectors[:, :k] / np.sqrt(values[:k])
-    components = strip_products(X, *options, basis)[keep].T
+    with passes.read():
+        components = strip_products(X, *options, basis)[keep].T
     result = SolverResult(
         components=components,
         explained_variance=spectrum[:k].copy(),

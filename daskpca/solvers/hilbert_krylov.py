@@ -35,6 +35,7 @@ import numpy as np
 
 from ..exceptions import AccuracyWarning
 from ._base import ComponentRequest, SolverResult
+from ._progress import Passes
 from ._iterative import as_generator
 from ._moments import MERGE_SPLIT_EVERY
 from .._validation import raise_if_nonfinite
@@ -115,8 +116,10 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
     start = rng.standard_normal((n_samples, ell)) + 1j * rng.standard_normal((n_samples, ell))
     block = np.linalg.qr(start)[0]
     basis, history, stage, first, restarts = Basis.empty(n_samples, np.complex128), [], None, None, 0
+    passes = Passes("hilbert-krylov", budget, at_most=True, tol=tol)
     while True:
-        (part,) = dask.compute(gram_graph(X, *options, block))
+        with passes.read():
+            (part,) = dask.compute(gram_graph(X, *options, block))
         if first is None:
             first = part
             if features is not None:
@@ -130,6 +133,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
         ritz, values, norms, ritz_bound, _, gap = _plain_ritz(basis, k, theta, Y, n_samples)
         bound = _tangent(ritz_bound)
         history.append(bound)
+        passes.bound(bound)
         if bound <= target or len(history) + 1 >= budget:
             break
         block = _orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:])
@@ -145,7 +149,9 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
         )
     keep = np.ones(n_features, dtype=bool) if stage is None else stage.keep
     # ZᴴU_k = P·S·Qᴴ: S² are the Ritz values (U_kᴴGU_k = Θ), P the orthonormal components.
-    left, singular, _ = np.linalg.svd(strip_products(X, *options, ritz)[keep], full_matrices=False)
+    with passes.read():
+        products = strip_products(X, *options, ritz)[keep]
+    left, singular, _ = np.linalg.svd(products, full_matrices=False)
     ddof = max(n_samples - 1, 1)
     result = SolverResult(
         components=left.T,

@@ -129,6 +129,7 @@ from ..store.checkpoint import open_checkpoint, seed_fingerprint
 from ..exceptions import AccuracyWarning
 from ._base import ComponentRequest, SolverResult
 from ._iterative import as_generator, subspace_sine
+from ._progress import Passes
 from .randomized import (
     _check_oversamples, _leading_right_vectors, feature_fingerprint, fuses_features as randomized_fuses_features, resumed_stage, run_first_pass, run_pass,
     sketch_result, stage_state,
@@ -415,14 +416,19 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
     Z = X if stage is None else stage.apply(X)  # what every pass but a fused first one reads
 
     n_passes, history = 0, []
+    passes = Passes("krylov", budget, at_most=True, tol=tol, done=done)
     while True:
-        if features is not None and stage is None:
-            root, stage = run_first_pass(X, block, features)
+        fused = features is not None and stage is None  # this pass resolves the feature stage
+        with passes.read():
+            if fused:
+                root, stage = run_first_pass(X, block, features)
+            else:
+                root = run_pass(Z, block, first=total_m2 is None)
+        if fused:
             Z, basis = stage.apply(X), Basis.empty(stage.n_kept)
             stage.narrow(request)  # k ≤ the kept features, validated as on the generic road
             block, image = _kept_start(block, root.ht.T @ root.r, stage.keep)
         else:
-            root = run_pass(Z, block, first=total_m2 is None)
             image = root.ht.T @ root.r  # W_j = H_jR_j = C·V_j
         n_passes += 1
         if total_m2 is None:
@@ -430,6 +436,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
         basis = basis.extend(block, image)
         result = estimate(basis, k, n_samples=n_samples)
         history.append(result.certified(tol))
+        passes.bound(history[-1])
         if result.certified(tol) <= target or done + n_passes >= budget:
             break
         block = _orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:])

@@ -78,6 +78,7 @@ from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from .._validation import NonFinite, raise_if_nonfinite
 from ..exceptions import ConvergenceWarning
 from ._base import ComponentRequest, SolverResult
+from ._progress import Passes
 from ._iterative import (
     ColumnMoments,
     column_moments,
@@ -201,9 +202,11 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
         checkpoint=checkpoint, default_max_iter=DEFAULT_MAX_ITER, default_tol=DEFAULT_TOL,
     )
     state = store.load()
+    passes = Passes("ppca", 1 + max_iter, at_most=True, done=0 if state is None else int(state["passes"]))
     if state is None:
         # Pass 1: observed counts, means and sums of squares per feature.
-        (moments,) = dask.compute(tree_reduce(map_row_blocks(X, _missing_moments, "ppca-moments"), combine_column_moments, "ppca-moments-merge"))
+        with passes.read():
+            (moments,) = dask.compute(tree_reduce(map_row_blocks(X, _missing_moments, "ppca-moments"), combine_column_moments, "ppca-moments-merge"))
         raise_if_nonfinite(moments.nonfinite)
         n_passes, passes_before = 1, 0
     else:  # pass 1 (and its ±inf check) and iterations 1..n_iter ran in an earlier process
@@ -238,7 +241,8 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
     n_iter = done
     for n_iter in range(done + 1, max_iter + 1):
         parts = map_row_blocks(X, _e_step, "ppca-estep", mean, w, sigma2)
-        (stats,) = dask.compute(tree_reduce(parts, _sum_stats, "ppca-estep-sum"))
+        with passes.read():
+            (stats,) = dask.compute(tree_reduce(parts, _sum_stats, "ppca-estep-sum"))
         n_passes += 1
         w, new_sigma2 = _m_step(stats, moments, n_samples, n_observed, sigma2_floor)
         new_basis = orthonormal_columns(w)

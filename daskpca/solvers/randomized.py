@@ -87,6 +87,7 @@ from scipy.linalg import qr, svd
 
 from ..store.checkpoint import array_digest, open_checkpoint, seed_fingerprint
 from ._graph import SPLIT_EVERY, SizedByArrays, map_row_blocks, tree_reduce
+from ._progress import Passes
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 from ._iterative import as_generator
@@ -441,12 +442,14 @@ def solve(
     Z = X if stage is None else stage.apply(X)  # what every pass but a fused first one reads
 
     n_passes, total_m2 = 0, None
+    passes = Passes("randomized", q + 1, done=done)
     for iteration in range(done, q + 1):
-        if features is not None and stage is None:
-            root, stage = run_first_pass(X, omega, features)
-            Z = stage.apply(X)
-        else:
-            root = run_pass(Z, omega, first=total_m2 is None)
+        with passes.read():
+            if features is not None and stage is None:
+                root, stage = run_first_pass(X, omega, features)
+                Z = stage.apply(X)
+            else:
+                root = run_pass(Z, omega, first=total_m2 is None)
         n_passes += 1
         if total_m2 is None:
             total_m2 = root.m2

@@ -77,6 +77,7 @@ from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from ._linalg import client_blas_threads
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
+from ._progress import Passes
 
 N_PASSES = 1
 OPTIONS = ()
@@ -246,7 +247,8 @@ def solve(X, request: ComponentRequest, *, random_state=None) -> SolverResult:
     client holds ~7·d² more (gesdd's copy, U, Vᵀ and workspace). The data is never held whole
     and no centered copy of it exists.
     """
-    (part,) = dask.compute(r_graph(X))
+    with Passes("tsqr", N_PASSES).read():
+        (part,) = dask.compute(r_graph(X))
     raise_if_nonfinite(part.nonfinite)
     n_samples, n_features = X.shape
     bound = min(n_samples, n_features)

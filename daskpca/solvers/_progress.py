@@ -1,0 +1,265 @@
+"""Progress in passes: what a solver says around each full read of the data, and who listens.
+
+A fit's dask work is a handful of passes, each a full read; a task count says nothing of how far
+the fit is (every pass adds its tasks, so a task bar reaches 100 % once per pass). So the solvers
+report passes instead: each makes one :class:`Passes` for its solve and wraps every pass's
+``dask.compute`` in ``with passes.read():``; an iterative solver also hands over the error bound
+it reached after the pass (:meth:`Passes.bound`). Each report is a :class:`PassReport`, sent
+
+- to the ``"daskpca"`` logger (INFO when a pass starts, with the last bound and the time left),
+  so a scheduled job's log says which pass it is on once logging is configured;
+- to every listener installed with :func:`listen` in this context (a context variable: listeners
+  of one thread or task do not see another's fits). :class:`ProgressLine` is one: the CLI's
+  progress and ``daskpca.progress()`` (a line on a terminal, in a log or in a notebook); the
+  estimator records each pass's wall time with another.
+The dashboard keeps showing tasks.
+
+Reporting costs nothing measurable (a few Python calls per pass) and reads no data.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator
+
+logger = logging.getLogger("daskpca")
+
+_listeners: ContextVar[tuple[Callable[["PassReport"], None], ...]] = ContextVar("daskpca_pass_listeners", default=())
+
+
+@dataclass(frozen=True)
+class PassReport:
+    """One pass of one solve, as it starts (``seconds`` None) or as it ends.
+
+    Attributes
+    ----------
+    solver : str
+        Who reads: a solver's name, or ``"features"`` for the feature stage's own read.
+    number : int
+        The pass, from 1, counting passes of a run this one resumed from a checkpoint.
+    budget : int
+        Most passes the solve makes (``at_most``) or exactly that many.
+    at_most : bool
+        The solve may stop before ``budget`` (an accuracy target met, iterations converged).
+    seconds : float or None
+        Wall time of this pass, once it ended.
+    mean_seconds : float or None
+        Mean wall time of the passes this process made so far in this solve.
+    bound : float or None
+        The error bound (sin θ) the solve had reached before this pass, if it has one.
+    tol : float or None
+        The accuracy asked for.
+    """
+
+    solver: str
+    number: int
+    budget: int
+    at_most: bool = False
+    seconds: float | None = None
+    mean_seconds: float | None = None
+    bound: float | None = None
+    tol: float | None = None
+
+    @property
+    def seconds_left(self) -> float | None:
+        """Upper estimate of the time left when this pass starts: the passes still allowed, this
+        one included, at the mean time of the passes so far (None before the first has ended)."""
+        if self.mean_seconds is None or self.seconds is not None:
+            return None
+        return (self.budget - self.number + 1) * self.mean_seconds
+
+    def describe(self) -> str:
+        """``"pass 3 of ≤ 8 (krylov, bound 2.1e-03 → tol 1e-04), 41 s a pass, ~3.4 min left"``."""
+        at_most = "≤ " if self.at_most else ""
+        detail = self.solver
+        if self.bound is not None:
+            detail += f", bound {self.bound:.1e}" + (f" → tol {self.tol:.0e}" if self.tol is not None else "")
+        text = f"pass {self.number} of {at_most}{self.budget} ({detail})"
+        if self.seconds is not None:
+            return f"{text} took {format_seconds(self.seconds)}"
+        if self.mean_seconds is not None:
+            text += f", {format_seconds(self.mean_seconds)} a pass, ~{format_seconds(self.seconds_left)} left"
+        return text
+
+
+def format_seconds(seconds: float) -> str:
+    """``"0.031 s"``, ``"4.2 s"``, ``"41 s"``, ``"3.4 min"``, ``"2.1 h"``."""
+    if seconds < 1:
+        return f"{seconds:.2g} s"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+@contextmanager
+def listen(listener: Callable[[PassReport], None]) -> Iterator[None]:
+    """Call ``listener(report)`` for every pass start and end of the solves run inside."""
+    token = _listeners.set((*_listeners.get(), listener))
+    try:
+        yield
+    finally:
+        _listeners.reset(token)
+
+
+def _send(report: PassReport) -> None:
+    for listener in _listeners.get():
+        listener(report)
+
+
+class PassClock:
+    """Wall time of the passes reported inside ``with PassClock() as clock:`` (``clock.passes``,
+    in order) and of the whole block (``clock.seconds``)."""
+
+    def __enter__(self) -> "PassClock":
+        self.passes: list[float] = []
+        self._listening = listen(lambda report: report.seconds is None or self.passes.append(report.seconds))
+        self._listening.__enter__()
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc_info) -> bool:
+        self.seconds = time.perf_counter() - self._start
+        self._listening.__exit__(*exc_info)
+        return False
+
+
+class Passes:
+    """The passes of one solve, told to the listeners.
+
+    Parameters
+    ----------
+    solver : str
+    budget : int
+        Most passes the solve makes, counted from the first of the whole run (a resumed run's
+        passes included).
+    at_most : bool, default=False
+        True when the solve may stop earlier.
+    tol : float, optional
+        The accuracy asked for, shown beside the bound.
+    done : int, default=0
+        Passes made before this process started (resumed from a checkpoint).
+    """
+
+    def __init__(self, solver: str, budget: int, *, at_most: bool = False, tol: float | None = None, done: int = 0):
+        self.solver, self.budget, self.at_most, self.tol = solver, int(budget), at_most, tol
+        self.number = int(done)
+        self.seconds: list[float] = []
+        self._bound: float | None = None
+
+    def bound(self, value: float) -> None:
+        """The error bound reached after the last pass (shown when the next one starts)."""
+        self._bound = float(value) if math.isfinite(value) else None
+
+    @contextmanager
+    def read(self) -> Iterator[None]:
+        """Around one pass's ``dask.compute``: reports its start and, if it succeeds, its end."""
+        self.number += 1
+        mean = sum(self.seconds) / len(self.seconds) if self.seconds else None
+        report = PassReport(self.solver, self.number, max(self.budget, self.number), self.at_most,
+                            None, mean, self._bound, self.tol)
+        logger.info("%s", report.describe())
+        _send(report)
+        start = time.perf_counter()
+        yield
+        self.seconds.append(time.perf_counter() - start)
+        _send(replace(report, seconds=self.seconds[-1]))
+
+
+class ProgressLine:
+    """Report the passes of the fits run inside (a context manager; :func:`daskpca.progress`).
+
+    A terminal gets one line redrawn in place; anything else (a log, a notebook's output) one
+    line per pass, prefixed ``progress:``. No percentage is ever shown: nothing reads "100 %"
+    before the fit ends, and the last line (``done: N passes in T``) is written when the work
+    inside has ended without an error.
+
+    Parameters
+    ----------
+    stream : file, default sys.stderr
+    quiet : bool
+        Report nothing.
+    interval : float, optional
+        Terminal only: seconds between redraws of the current pass's line with its elapsed time
+        (default 0.5). In logs (not a terminal) a line is written when each pass starts.
+    """
+
+    def __init__(self, *, stream=None, quiet: bool = False, interval: float = 0.5):
+        self.stream = stream or sys.stderr
+        self.quiet = quiet
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._current: tuple[str, float] | None = None  # the running pass's line and its start
+        self._passes = 0
+        self._thread = None
+        self._listening = None
+        self._start = None
+
+    def __enter__(self):
+        if self.quiet:
+            return self
+        self._start = time.monotonic()
+        self._listening = listen(self._on_pass)
+        self._listening.__enter__()
+        if self.tty:
+            self._thread = threading.Thread(target=self._redraw, name="daskpca-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, exc_type, exc, traceback):
+        if self._listening is None:
+            return False
+        self._listening.__exit__(exc_type, exc, traceback)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if exc_type is None and self._passes:  # a failed job ends with its error, not a progress line
+            elapsed = format_seconds(time.monotonic() - self._start)
+            self._write(f"done: {self._passes} pass{'es' if self._passes != 1 else ''} in {elapsed}", final=True)
+        return False
+
+    def _on_pass(self, report: PassReport) -> None:
+        if report.seconds is not None:  # a pass ended; the next start (or the end) says more
+            self._passes += 1
+            return
+        self._current = (report.describe(), time.monotonic())
+        self._write(self._current[0])
+
+    def _redraw(self) -> None:
+        while not self._stop.wait(self.interval):
+            current = self._current
+            if current is not None:
+                self._write(f"{current[0]} · {format_seconds(time.monotonic() - current[1])} in")
+
+    def _write(self, text: str, final: bool = False) -> None:
+        with self._lock:
+            if self.tty:
+                self.stream.write(f"\r\033[K{text}" + ("\n" if final else ""))
+            else:
+                self.stream.write(f"progress: {text}\n")
+            self.stream.flush()
+
+
+def progress(stream=None, *, quiet: bool = False) -> ProgressLine:
+    """Show the passes of the fits run inside, as the ``daskpca`` command does::
+
+        with daskpca.progress():
+            pca.fit(X)      # progress: pass 2 of ≤ 20 (krylov, bound 3.1e-02 → tol 1e-04), 41 s a pass, ~13 min left
+
+    ``stream`` (default ``sys.stderr``) gets the lines; ``quiet=True`` shows nothing (for code
+    that decides at run time). Logs can have the same lines without this: configure the
+    ``"daskpca"`` logger at INFO.
+    """
+    return ProgressLine(stream=stream, quiet=quiet)

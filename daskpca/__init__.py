@@ -1,21 +1,20 @@
 """daskpca: out-of-core, distributed principal component analysis on Dask.
 
-Public API: :class:`PCA` (the estimator), the EOF family — :class:`HilbertPCA` (complex EOFs),
-:class:`Rotator` (varimax / promax of a fitted model), :func:`lag_embed` (extended EOFs) — and
-:data:`SOLVERS` (the registered solver names).
+Public API: :class:`PCA` (the estimator), :class:`MCA` (coupled modes of two fields), the EOF
+family — :class:`HilbertPCA` (complex EOFs), :class:`Rotator` (varimax / promax of a fitted
+model), :func:`lag_embed` (extended EOFs) — :func:`load` (any saved model, as the class that wrote
+it) and :data:`SOLVERS` (the registered solver names).
 """
 
 from ._version import __version__
 
+from .coupled.mca import MCA
 from .exceptions import NotFittedError
 from .eof.hilbert import HilbertPCA
 from .eof.lagged import lag_embed
 from .pca import PCA
 from .eof.rotation import Rotator
 from .solvers import SOLVERS
+from .store.model import load
 
-#: Load a model written by ``save`` (``daskpca.load(path)`` = ``PCA.load(path)``): a PCA, or the
-#: subclass that wrote it (``HilbertPCA``).
-load = PCA.load
-
-__all__ = ["HilbertPCA", "PCA", "NotFittedError", "Rotator", "SOLVERS", "lag_embed", "load", "__version__"]
+__all__ = ["HilbertPCA", "MCA", "PCA", "NotFittedError", "Rotator", "SOLVERS", "lag_embed", "load", "__version__"]

@@ -41,31 +41,20 @@ import numpy as np
 from scipy.linalg import svd
 
 from .. import _plan, io, labeled
-from .._features import FeatureSpec, FeatureStage, column_stats_graph, matrix_weights
+from .._features import FeatureStage, column_stats_graph
 from .._params import ParamsMixin
 from .._validation import as_dask_matrix, check_n_features
-from ..exceptions import AccuracyWarning, DamagedModelError, InvalidParameterError, NonFiniteInputError, NotFittedError
+from ..exceptions import AccuracyWarning, DamagedModelError, InvalidParameterError, NotFittedError
 from ..solvers import cross_covariance as cc
 from ..solvers._linalg import flip_signs, one_blas_thread_per_task
 from ..solvers.krylov import check_accuracy_options
 from ..store.model import SavedModelMixin
+from .fields import FIELDS, Field, fields, resolve
 
 PATHS = ("auto", "exact", "krylov")
 #: Passes the Krylov path makes (its statistics pass included) when neither ``tol`` nor
 #: ``max_passes`` is given.
 DEFAULT_MAX_PASSES = 20
-FIELDS = ("X", "Y")
-
-
-@dataclass(frozen=True)
-class Field:
-    """One field as the fit needs it (nothing read): its matrix, labeled layout and feature spec."""
-
-    name: str
-    matrix: object
-    kind: str
-    layout: object
-    spec: FeatureSpec
 
 
 @dataclass(frozen=True)
@@ -197,28 +186,15 @@ class MCA(SavedModelMixin, ParamsMixin):
     def _fields(self, X, Y, sample_dims) -> tuple[Field, Field]:
         """Both fields as matrices with their specs, checked as a pair (reads nothing)."""
         self._check_params()
-        if labeled.is_labeled(X) != labeled.is_labeled(Y):
-            raise TypeError(
-                f"X is {type(X).__name__} and Y is {type(Y).__name__}: pass two xarray objects (aligned "
-                "by sample coordinate) or two matrices (aligned by row), not one of each.")
-        if labeled.is_labeled(X):
-            Y = _aligned(X, Y, labeled.normalize_sample_dims(sample_dims))
-        elif sample_dims is not None:
-            raise TypeError(f"sample_dims={sample_dims!r} applies to xarray input only; matrices have samples as rows.")
-        weights, standardize = _pair(self.weights, "weights"), _pair(self.standardize, "standardize")
-        fields = tuple(_field(name, data, sample_dims, w, s)
-                       for name, data, w, s in zip(FIELDS, (X, Y), weights, standardize))
-        n_x, n_y = fields[0].matrix.shape[0], fields[1].matrix.shape[0]
-        if n_x != n_y:
-            raise ValueError(f"X has {n_x} samples (rows) and Y has {n_y}: MCA pairs the samples of two fields, "
-                             "so they must have the same ones. Select the common period of both first.")
-        bound = self._rank_bound(n_x, fields[0].matrix.shape[1], fields[1].matrix.shape[1])
+        x, y = fields(X, Y, sample_dims, self.weights, self.standardize)
+        n, dx, dy = x.matrix.shape[0], x.matrix.shape[1], y.matrix.shape[1]
+        bound = self._rank_bound(n, dx, dy)
         if self.n_components is not None and self.n_components > bound:
             raise ValueError(
-                f"n_components={self.n_components} is more than the cross-covariance of {n_x} samples, "
-                f"{fields[0].matrix.shape[1]} X features and {fields[1].matrix.shape[1]} Y features can have: "
-                f"at most min(n_samples − 1, dx, dy) = {bound} modes. Ask for {bound} or fewer.")
-        return fields
+                f"n_components={self.n_components} is more than the cross-covariance of {n} samples, {dx} X "
+                f"features and {dy} Y features can have: at most min(n_samples − 1, dx, dy) = {bound} modes. "
+                f"Ask for {bound} or fewer.")
+        return x, y
 
     @staticmethod
     def _rank_bound(n, dx, dy) -> int:
@@ -265,8 +241,8 @@ class MCA(SavedModelMixin, ParamsMixin):
     def _fit_exact(self, x: Field, y: Field, plan: CoupledPlan) -> None:
         (moments,) = dask.compute(cc.cross_moments_graph(x.matrix, y.matrix))
         n = moments.count
-        stage_x = _resolve(x, moments.finite_x, n, moments.m2_x / max(n - 1, 1))
-        stage_y = _resolve(y, moments.finite_y, n, moments.m2_y / max(n - 1, 1))
+        stage_x = resolve(x, moments.finite_x, n, moments.m2_x / max(n - 1, 1))
+        stage_y = resolve(y, moments.finite_y, n, moments.m2_y / max(n - 1, 1))
         k = self._narrowed_k(n, stage_x, stage_y)
         cross = moments.cross[np.ix_(stage_x.keep, stage_y.keep)] * np.outer(stage_x.factor, stage_y.factor)
         cross /= max(n - 1, 1)
@@ -287,8 +263,8 @@ class MCA(SavedModelMixin, ParamsMixin):
         part_x = slice(0, dx)
         part_y = slice(dx, None)
         variance = stats.variance()
-        stage_x = _resolve(x, stats.count[part_x], n, variance[part_x])
-        stage_y = _resolve(y, stats.count[part_y], n, variance[part_y])
+        stage_x = resolve(x, stats.count[part_x], n, variance[part_x])
+        stage_y = resolve(y, stats.count[part_y], n, variance[part_y])
         k = self._narrowed_k(n, stage_x, stage_y)
         mean_x = stats.mean[part_x][stage_x.keep] * stage_x.factor
         mean_y = stats.mean[part_y][stage_y.keep] * stage_y.factor
@@ -561,67 +537,3 @@ class MCA(SavedModelMixin, ParamsMixin):
         if not np.all(np.isfinite(values)) or np.any(values < 0) or np.any(np.diff(values) > 1e-9 * max(values[0], 1e-300)):
             return "the singular values are not finite, non-negative and decreasing"
         return None
-
-
-# ---------------------------------------------------------------------------- the pair of fields
-
-
-def _pair(value, name: str) -> tuple:
-    """A per-field parameter as ``(for X, for Y)``: a tuple or list of two, else the value for both."""
-    if isinstance(value, (tuple, list)):
-        if len(value) != 2:
-            raise InvalidParameterError(
-                f"{name} as a {type(value).__name__} must hold two entries, X's and Y's; got {len(value)}. "
-                "For per-feature weights of a plain matrix pass a NumPy array.")
-        return tuple(value)
-    return value, value
-
-
-def _field(name, data, sample_dims, weights, standardize) -> Field:
-    """One field's matrix, layout and feature spec (reads nothing)."""
-    if labeled.is_labeled(data):
-        source = labeled.from_xarray(data, sample_dims, weights)
-        return Field(name, source.matrix, source.kind, source.layout, FeatureSpec(source.weights, bool(standardize)))
-    matrix, kind = as_dask_matrix(data, name=name)
-    return Field(name, matrix, kind, None, FeatureSpec(matrix_weights(weights, matrix.shape[1]), bool(standardize)))
-
-
-def _aligned(X, Y, sample_dims):
-    """``Y`` with its samples in X's order; refuses, naming them, samples present in one field only."""
-    for dim in sample_dims:
-        for data, which in ((X, "X"), (Y, "Y")):
-            if dim not in data.dims:
-                raise ValueError(f"sample dim {dim!r} is not a dimension of {which} (its dims: {list(data.dims)}).")
-        if dim not in X.coords or dim not in Y.coords:
-            if X.sizes[dim] != Y.sizes[dim]:
-                raise ValueError(f"X has {X.sizes[dim]} samples along {dim!r} and Y has {Y.sizes[dim]}, and without "
-                                 f"a {dim!r} coordinate they cannot be aligned. Select the common samples first.")
-            continue
-        x_values, y_values = X[dim].values, Y[dim].values
-        only_x = [v for v in x_values if v not in set(y_values)]
-        only_y = [v for v in y_values if v not in set(x_values)]
-        if only_x or only_y:
-            raise ValueError(
-                f"X and Y do not have the same samples along {dim!r}: {_listed(only_x)} only in X, "
-                f"{_listed(only_y)} only in Y. MCA pairs each sample of X with the same sample of Y; select "
-                f"the common ones first, e.g. X, Y = xarray.align(X, Y, join='inner').")
-        if len(set(x_values)) != len(x_values):
-            raise ValueError(f"X has repeated {dim!r} values; samples must be unique to be paired.")
-        if not np.array_equal(x_values, y_values):
-            Y = Y.sel({dim: x_values})  # same samples, another order: pair them by coordinate
-    return Y
-
-
-def _listed(values) -> str:
-    if not values:
-        return "none"
-    shown = ", ".join(str(v)[:19] for v in values[:3])
-    return f"{len(values)} ({shown}{', …' if len(values) > 3 else ''})"
-
-
-def _resolve(field: Field, finite_count, n, variance) -> FeatureStage:
-    """The field's stage from its statistics; errors name the field."""
-    try:
-        return field.spec.resolve(finite_count, n, variance)
-    except NonFiniteInputError as exc:
-        raise NonFiniteInputError(f"field {field.name}: {exc}") from None

@@ -209,22 +209,24 @@ def known_cross_spectrum(n, dx, dy, values, seed=0):
     return X, Y, U, V
 
 
-@pytest.mark.parametrize("max_passes", [3, 5, 12])
+@pytest.mark.parametrize("max_passes", [4, 8, 16])
 def test_krylov_bound_is_never_below_the_true_error_and_meets_tol(max_passes):
     k = 4
-    # Four modes above a noise continuum that starts just below σ_k (σ_k/σ_{k+1} = 1.25).
-    values = np.concatenate([[10.0, 8.0, 6.5, 5.0], np.linspace(4.0, 0.5, 60)])
-    X, Y, U, V = known_cross_spectrum(500, 150, 120, values, seed=7)
+    # Four modes above a full-rank noise continuum that starts just below σ_k (σ_k/σ_{k+1} = 1.25).
+    values = np.concatenate([[10.0, 8.0, 6.5, 5.0], np.linspace(4.0, 0.5, 156)])
+    X, Y, U, V = known_cross_spectrum(500, 200, 160, values, seed=7)
     fit = MCA(k, solver="krylov", tol=1e-4, max_passes=max_passes, random_state=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the small budgets warn that tol was not met
-        fit.fit(da.from_array(X, chunks=(125, 150)), da.from_array(Y, chunks=(125, 120)))
+        fit.fit(da.from_array(X, chunks=(125, 200)), da.from_array(Y, chunks=(125, 160)))
     error = max(sin_theta(fit.components_x_, U[:, :k].T), sin_theta(fit.components_y_, V[:, :k].T))
-    assert fit.error_bound_ >= error
-    assert fit.n_passes_ <= max_passes
-    if max_passes == 12:
-        assert fit.error_bound_ <= 1e-4 and fit.n_passes_ < 12
+    assert error <= fit.error_bound_ <= 10 * error  # never below the truth, and not vacuous
+    if max_passes == 16:
+        # Measured: 1 statistics pass + 12 Krylov passes; bound 8.9e-5, true sin θ 2.0e-5.
+        assert fit.error_bound_ <= 1e-4 and fit.n_passes_ == 13
         np.testing.assert_allclose(fit.singular_values_, values[:k], rtol=1e-7)
+    else:
+        assert fit.n_passes_ == max_passes and fit.error_bound_ > 1e-4
 
 
 def test_plan_reads_nothing_and_krylov_is_chosen_when_the_cross_covariance_does_not_fit(tmp_path, monkeypatch):

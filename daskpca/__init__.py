@@ -1,6 +1,7 @@
 """daskpca: out-of-core, distributed principal component analysis on Dask.
 
-Public API: :class:`PCA` (the estimator), :class:`MCA` (coupled modes of two fields), the EOF
+Public API: :class:`PCA` (the estimator), :class:`MCA` and :class:`CCA` (coupled modes of two
+fields), the EOF
 family — :class:`HilbertPCA` (complex EOFs), :class:`Rotator` (varimax / promax of a fitted
 model), :func:`lag_embed` (extended EOFs) — :func:`load` (any saved model, as the class that wrote
 it) and :data:`SOLVERS` (the registered solver names).
@@ -8,6 +9,7 @@ it) and :data:`SOLVERS` (the registered solver names).
 
 from ._version import __version__
 
+from .coupled.cca import CCA
 from .coupled.mca import MCA
 from .exceptions import NotFittedError
 from .eof.hilbert import HilbertPCA
@@ -17,4 +19,4 @@ from .eof.rotation import Rotator
 from .solvers import SOLVERS
 from .store.model import load
 
-__all__ = ["HilbertPCA", "MCA", "PCA", "NotFittedError", "Rotator", "SOLVERS", "lag_embed", "load", "__version__"]
+__all__ = ["CCA", "HilbertPCA", "MCA", "PCA", "NotFittedError", "Rotator", "SOLVERS", "lag_embed", "load", "__version__"]

@@ -69,8 +69,10 @@ def aligned(X, Y, sample_dims):
         if only_x or only_y:
             raise ValueError(
                 f"X and Y do not have the same samples along {dim!r}: {_listed(only_x)} only in X, "
-                f"{_listed(only_y)} only in Y. MCA pairs each sample of X with the same sample of Y; select "
-                f"the common ones first, e.g. X, Y = xarray.align(X, Y, join='inner').")
+                f"{_listed(only_y)} only in Y. Each sample of X is paired with the same sample of Y; select "
+                f"the common ones first, e.g. common = numpy.intersect1d(X[{dim!r}], Y[{dim!r}]), then "
+                f"X.sel({dim}=common) and Y.sel({dim}=common) (xarray.align would also intersect the "
+                "feature grids they share dim names with).")
         if len(set(x_values)) != len(x_values):
             raise ValueError(f"X has repeated {dim!r} values; samples must be unique to be paired.")
         if not np.array_equal(x_values, y_values):

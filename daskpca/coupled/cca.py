@@ -35,15 +35,14 @@ import dask
 import numpy as np
 from scipy.linalg import svd
 
-from .. import _plan, labeled
+from .. import _plan
 from .._params import ParamsMixin
-from .._validation import as_dask_matrix
 from ..exceptions import InvalidParameterError, NotFittedError
 from ..pca import PCA
 from ..solvers._linalg import eigh_descending, flip_signs, one_blas_thread_per_task
 from ..solvers.covariance import moments_graph
 from ..solvers.cross_covariance import joint_rows
-from .fields import Field, fields, pair, resolve
+from .fields import Field, fields, pair, project, resolve
 
 
 @dataclass(frozen=True)
@@ -187,21 +186,10 @@ class CCA(ParamsMixin):
         labeled model."""
         if not hasattr(self, "weights_x_"):
             raise NotFittedError("This CCA instance is not fitted yet. Call fit(X, Y) first.")
-        out = []
-        for name, data, layout, stage, mean, w in (
-                ("X", X, self.layout_x_, self.feature_stage_x_, self.mean_x_, self.weights_x_),
-                ("Y", Y, self.layout_y_, self.feature_stage_y_, self.mean_y_, self.weights_y_)):
-            if layout is not None:
-                matrix, kind = labeled.to_matrix(layout, data)
-            else:
-                matrix, kind = as_dask_matrix(data, name=name)
-            scores = (stage.apply(matrix).astype(np.float64) - mean) @ w.T
-            if kind == "numpy":
-                scores = scores.compute()
-            if layout is not None:
-                scores = labeled.scores_to_xarray(layout, scores, data, self.n_components_, "unit")
-            out.append(scores)
-        return tuple(out)
+        return tuple(project(name, data, stage, layout, mean, w.T, estimator="CCA", scaling="unit")
+                     for name, data, layout, stage, mean, w in (
+                         ("X", X, self.layout_x_, self.feature_stage_x_, self.mean_x_, self.weights_x_),
+                         ("Y", Y, self.layout_y_, self.feature_stage_y_, self.mean_y_, self.weights_y_)))
 
 
 def _leading(covariance: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:

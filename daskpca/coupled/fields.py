@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import labeled
 from .._features import FeatureSpec, FeatureStage, matrix_weights
-from .._validation import as_dask_matrix
+from .._validation import as_dask_matrix, check_n_features
 from ..exceptions import InvalidParameterError, NonFiniteInputError
 
 FIELDS = ("X", "Y")
@@ -112,3 +112,30 @@ def fields(X, Y, sample_dims, weights, standardize) -> tuple[Field, Field]:
                          "analysis pairs the samples of two fields, so they must have the same ones. Select the "
                          "common period of both first.")
     return x, y
+
+
+def model_matrix(name: str, data, stage: FeatureStage, layout, estimator: str):
+    """``(matrix, kind)`` of one field for a fitted coupled model: labeled as at fit time
+    (variables, dims, coords checked), or a matrix with the fitted number of features."""
+    if layout is not None:
+        if not labeled.is_labeled(data):
+            raise TypeError(f"this {estimator} was fitted on labeled {name}; pass an xarray object, not "
+                            f"{type(data).__name__}.")
+        return labeled.to_matrix(layout, data)
+    if labeled.is_labeled(data):
+        raise TypeError(f"this {estimator} was fitted on a plain matrix {name}; pass a matrix, not an xarray object.")
+    matrix, kind = as_dask_matrix(data, name=name)
+    check_n_features(matrix, stage.n_input, name=name, estimator=estimator)
+    return matrix, kind
+
+
+def project(name: str, data, stage: FeatureStage, layout, mean, basis, *, estimator: str, scaling: str):
+    """Scores ``(z − mean)·basis`` of one field (basis: d_kept × k): NumPy for NumPy input, lazy
+    (one pass when computed) otherwise, a DataArray ``(*sample_dims, "mode")`` for a labeled model."""
+    matrix, kind = model_matrix(name, data, stage, layout, estimator)
+    scores = (stage.apply(matrix).astype(np.float64) - mean) @ basis
+    if kind == "numpy":
+        scores = scores.compute()
+    if layout is not None:
+        scores = labeled.scores_to_xarray(layout, scores, data, basis.shape[1], scaling)
+    return scores

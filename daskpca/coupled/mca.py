@@ -43,13 +43,12 @@ from scipy.linalg import svd
 from .. import _plan, io, labeled
 from .._features import FeatureStage, column_stats_graph
 from .._params import ParamsMixin
-from .._validation import as_dask_matrix, check_n_features
 from ..exceptions import AccuracyWarning, DamagedModelError, InvalidParameterError, NotFittedError
 from ..solvers import cross_covariance as cc
 from ..solvers._linalg import flip_signs, one_blas_thread_per_task
 from ..solvers.krylov import check_accuracy_options
 from ..store.model import SavedModelMixin
-from .fields import FIELDS, Field, fields, resolve
+from .fields import Field, fields, model_matrix, project, resolve
 
 PATHS = ("auto", "exact", "krylov")
 #: Passes the Krylov path makes (its statistics pass included) when neither ``tol`` nor
@@ -333,20 +332,9 @@ class MCA(SavedModelMixin, ParamsMixin):
         labeled model. Either may be ``None`` to score one field only.
         """
         self._check_fitted()
-        out = []
-        for name, data in zip(FIELDS, (X, Y)):
-            if data is None:
-                out.append(None)
-                continue
-            matrix, kind, stage, layout = self._field_matrix(name, data)
-            mean, components = (self.mean_x_, self.components_x_) if name == "X" else (self.mean_y_, self.components_y_)
-            scores = (stage.apply(matrix).astype(np.float64) - mean) @ components.T
-            if kind == "numpy":
-                scores = scores.compute()
-            if layout is not None:
-                scores = labeled.scores_to_xarray(layout, scores, data, self.n_components_, "none")
-            out.append(scores)
-        return tuple(out)
+        return tuple(None if data is None else
+                     project(name, data, stage, layout, mean, components.T, estimator="MCA", scaling="none")
+                     for (name, components, mean, stage, layout), data in zip(self._per_field(), (X, Y)))
 
     def patterns(self, X, Y):
         """Homogeneous and heterogeneous correlation patterns, in one pass reading both fields.
@@ -365,8 +353,9 @@ class MCA(SavedModelMixin, ParamsMixin):
             ``mode`` for a labeled model.
         """
         self._check_fitted()
-        matrix_x, _, stage_x, layout_x = self._field_matrix("X", X)
-        matrix_y, _, stage_y, layout_y = self._field_matrix("Y", Y)
+        (_, _, _, stage_x, layout_x), (_, _, _, stage_y, layout_y) = self._per_field()
+        matrix_x, _ = model_matrix("X", X, stage_x, layout_x, "MCA")
+        matrix_y, _ = model_matrix("Y", Y, stage_y, layout_y, "MCA")
         if matrix_x.shape[0] != matrix_y.shape[0]:
             raise ValueError(f"X has {matrix_x.shape[0]} samples and Y {matrix_y.shape[0]}: pass the same samples.")
         with one_blas_thread_per_task():
@@ -386,20 +375,6 @@ class MCA(SavedModelMixin, ParamsMixin):
         coords = {labeled.MODE: (labeled.MODE, np.arange(1, k + 1))}
         out = layout.unstack_features(rows, leading_dims=(labeled.MODE,), leading_shape=(k,), leading_coords=coords)
         return out.assign_attrs(long_name=f"{kind} correlation pattern")
-
-    def _field_matrix(self, name, data):
-        """``(matrix, kind, stage, layout)`` of one field for the fitted model (checked as at fit)."""
-        stage, layout = (self.feature_stage_x_, self.layout_x_) if name == "X" else (self.feature_stage_y_, self.layout_y_)
-        if layout is not None:
-            if not labeled.is_labeled(data):
-                raise TypeError(f"this MCA was fitted on labeled {name}; pass an xarray object, not {type(data).__name__}.")
-            matrix, kind = labeled.to_matrix(layout, data)
-        else:
-            if labeled.is_labeled(data):
-                raise TypeError(f"this MCA was fitted on a plain matrix {name}; pass a matrix, not an xarray object.")
-            matrix, kind = as_dask_matrix(data, name=name)
-            check_n_features(matrix, stage.n_input, name=name, estimator="MCA")
-        return matrix, kind, stage, layout
 
     # ------------------------------------------------------------------ results
 

@@ -121,6 +121,10 @@ class SavedModelMixin:
                 f"{source!r} holds model format {attrs['daskpca_format_version']}; this daskpca "
                 f"reads format {io.FORMAT_VERSION} and older. Upgrade daskpca."
             )
+        other = ESTIMATORS.get(attrs.get("estimator"))
+        if other is not None and not (issubclass(other, cls) or issubclass(cls, other)):
+            raise DamagedModelError(f"{source!r} holds a {other.__name__} model, not a {cls.__name__}: load it with "
+                                    f"daskpca.load() (or {other.__name__}.load).")
         missing = [name for name in ("parameters", *_MODEL_SCALARS) if name not in attrs]
         missing += [f"model_{name.rstrip('_')}" for name in _MODEL_ARRAYS if f"model_{name.rstrip('_')}" not in ds]
         if missing:

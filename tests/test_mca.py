@@ -65,6 +65,12 @@ def test_exact_agrees_with_lapack_on_the_weighted_masked_cross_covariance():
     np.testing.assert_allclose(mca.covariance_fraction_, s[:3] / np.sum(s), rtol=1e-8)
     assert mca.n_passes_ == 1 and mca.solver_ == "exact" and mca.error_bound_ == 0.0
     assert list(mca.feature_stage_x_.keep) == list(keep)
+    # A NaN in new data is named inside the projection task (a field masked at fit time is not).
+    bad = Y.copy()
+    bad[7, 2] = np.nan
+    with pytest.raises(NonFiniteInputError, match="first is at row 7, column 2"):
+        mca.transform(None, bad)
+    assert np.isnan(mca.transform(None, bad, nan="propagate")[1][7]).all()
     # Scores: each field's anomalies on its patterns (pairs flip together: σ stays positive).
     scores_x, scores_y = mca.transform(X, Y)
     aligned, signs = align_signs(mca.components_x_, u[:3])

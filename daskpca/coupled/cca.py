@@ -180,13 +180,13 @@ class CCA(ParamsMixin):
         return (tuple(m.components_.T for m in models), tuple(m.mean_ for m in models), covariances,
                 tuple(m.feature_stage_ for m in models), n, passes)
 
-    def transform(self, X, Y):
+    def transform(self, X, Y, *, nan="raise"):
         """Canonical variates of each field: ``(z − mean)·weightsᵀ`` (unit variance on the fitting
         data); NumPy for NumPy input, lazy otherwise, labeled ``(*sample_dims, "mode")`` for a
-        labeled model."""
+        labeled model. ``nan``: as for :meth:`daskpca.PCA.transform`."""
         if not hasattr(self, "weights_x_"):
             raise NotFittedError("This CCA instance is not fitted yet. Call fit(X, Y) first.")
-        return tuple(project(name, data, stage, layout, mean, w.T, estimator="CCA", scaling="unit")
+        return tuple(project(name, data, stage, layout, mean, w.T, estimator="CCA", scaling="unit", nan=nan)
                      for name, data, layout, stage, mean, w in (
                          ("X", X, self.layout_x_, self.feature_stage_x_, self.mean_x_, self.weights_x_),
                          ("Y", Y, self.layout_y_, self.feature_stage_y_, self.mean_y_, self.weights_y_)))

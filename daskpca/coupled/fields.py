@@ -15,7 +15,8 @@ import numpy as np
 
 from .. import labeled
 from .._features import FeatureSpec, FeatureStage, matrix_weights
-from .._validation import as_dask_matrix, check_n_features
+from .._probabilistic import project_block
+from .._validation import Positions, as_dask_matrix, check_n_features, check_nan_policy
 from ..exceptions import InvalidParameterError, NonFiniteInputError
 
 FIELDS = ("X", "Y")
@@ -129,11 +130,24 @@ def model_matrix(name: str, data, stage: FeatureStage, layout, estimator: str):
     return matrix, kind
 
 
-def project(name: str, data, stage: FeatureStage, layout, mean, basis, *, estimator: str, scaling: str):
-    """Scores ``(z − mean)·basis`` of one field (basis: d_kept × k): NumPy for NumPy input, lazy
-    (one pass when computed) otherwise, a DataArray ``(*sample_dims, "mode")`` for a labeled model."""
+def project(name: str, data, stage: FeatureStage, layout, mean, basis, *, estimator: str, scaling: str, nan: str):
+    """Scores ``(z − mean)·basis`` of one field (basis: d_kept × k), computed in float64 and given
+    in the analysed field's floating dtype (as :meth:`daskpca.PCA.transform`): NumPy for NumPy
+    input, lazy (one pass when computed) otherwise, a DataArray ``(*sample_dims, "mode")`` for a
+    labeled model.
+
+    ``nan="raise"``: a NaN/±inf of the field raises inside the projection task (no extra pass),
+    naming its position — coordinates for labeled input; ``"propagate"``: NaN scores there.
+    """
+    import dask
+
+    check_nan_policy(nan)
     matrix, kind = model_matrix(name, data, stage, layout, estimator)
-    scores = (stage.apply(matrix).astype(np.float64) - mean) @ basis
+    columns = None if stage.keep.all() else np.flatnonzero(stage.keep)
+    positions = Positions(columns) if layout is None else labeled.LabeledPositions.of(layout, data, columns)
+    Z = stage.apply(matrix).rechunk({1: -1})
+    scores = Z.map_blocks(project_block, mean, basis, nan, dask.delayed(positions, pure=True),
+                          dtype=Z.dtype, chunks=(Z.chunks[0], (basis.shape[1],)))
     if kind == "numpy":
         scores = scores.compute()
     if layout is not None:

@@ -303,8 +303,10 @@ class MCA(SavedModelMixin, ParamsMixin):
     def _set_fitted(self, components_x, components_y, values, n, mean_x, mean_y, stages, layouts, plan, *,
                     n_passes, error_bound, total_squared, sum_values, info) -> None:
         signs = flip_signs(components_x)
-        self.components_x_ = components_x * signs[:, None]
-        self.components_y_ = components_y * signs[:, None]
+        # C order, as a loaded model's: BLAS may round a product differently for another layout,
+        # and a reloaded model's scores must be bit-identical.
+        self.components_x_ = np.ascontiguousarray(components_x * signs[:, None])
+        self.components_y_ = np.ascontiguousarray(components_y * signs[:, None])
         self.singular_values_ = np.asarray(values, dtype=np.float64)
         self.total_squared_covariance_ = float(total_squared)
         self.squared_covariance_fraction_ = self.singular_values_**2 / total_squared if total_squared > 0 else \
@@ -324,16 +326,17 @@ class MCA(SavedModelMixin, ParamsMixin):
 
     # ------------------------------------------------------------------ projecting
 
-    def transform(self, X, Y):
+    def transform(self, X, Y, *, nan="raise"):
         """Scores of each field on its patterns: ``((z_x − mean_x_)·Uₓᵀ, (z_y − mean_y_)·U_yᵀ)``.
 
         As xeofs's ``scores()`` (not normalised). Lazy for dask/zarr input (one pass per field
         when computed), NumPy for NumPy input, DataArrays ``(*sample_dims, "mode")`` for a
-        labeled model. Either may be ``None`` to score one field only.
+        labeled model. Either may be ``None`` to score one field only. ``nan``: as for
+        :meth:`daskpca.PCA.transform` (``"raise"`` names the first NaN/±inf inside the task).
         """
         self._check_fitted()
         return tuple(None if data is None else
-                     project(name, data, stage, layout, mean, components.T, estimator="MCA", scaling="none")
+                     project(name, data, stage, layout, mean, components.T, estimator="MCA", scaling="none", nan=nan)
                      for (name, components, mean, stage, layout), data in zip(self._per_field(), (X, Y)))
 
     def patterns(self, X, Y):

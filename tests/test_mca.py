@@ -247,3 +247,25 @@ def test_plan_reads_nothing_and_krylov_is_chosen_when_the_cross_covariance_does_
     plan = MCA(3, tol=1e-6).plan(array_x, array_y)
     assert plan.path == "krylov" and "more than the budget" in plan.reason and "1e-06" in plan.n_passes
     assert not store_x.chunk_reads() and not store_y.chunk_reads()
+
+
+def test_both_paths_on_worker_processes_agree_with_the_threaded_fit(tmp_path):
+    from distributed import Client, LocalCluster
+
+    from daskpca.solvers.cross_covariance import chunk_cross_moments
+
+    X, Y = coupled_fields(400, 30, 20, seed=6)
+    write_zarr(tmp_path / "x.zarr", X, (100, 30))
+    write_zarr(tmp_path / "y.zarr", Y, (80, 20))
+    array_x, array_y = str(tmp_path / "x.zarr"), str(tmp_path / "y.zarr")  # opened by the workers
+    exact = MCA(3).fit(X, Y)
+    # A partial result tells distributed its real size (not a dataclass's ~56 bytes).
+    from dask.sizeof import sizeof
+
+    assert sizeof(chunk_cross_moments(np.hstack([X, Y]), 0, 30)) >= 30 * 20 * 8
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None, memory_limit="1GiB") as cluster, Client(cluster):
+        on_workers = MCA(3).fit(array_x, array_y)
+        krylov = MCA(3, solver="krylov", max_passes=3, random_state=0).fit(array_x, array_y)
+    np.testing.assert_allclose(on_workers.singular_values_, exact.singular_values_, rtol=1e-12)
+    assert sin_theta(krylov.components_x_, exact.components_x_) <= krylov.error_bound_ and krylov.n_passes_ == 3

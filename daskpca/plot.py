@@ -1,4 +1,5 @@
-"""Pictures of a fitted PCA: scree, cumulative variance, distortion, component maps, reconstructions.
+"""Pictures of a fitted PCA: scree, cumulative variance, distortion, component maps, reconstructions
+(and an MCA's coupled patterns side by side).
 
 Shared by the notebooks in ``notebooks/`` (and meant for ``daskpca report``). matplotlib is an
 optional dependency (``pip install "daskpca[plot]"``); it is imported only when a function here
@@ -31,6 +32,7 @@ __all__ = [
     "components_for_variance",
     "distortion_curve",
     "map_geometry",
+    "coupled_patterns",
 ]
 
 
@@ -426,6 +428,30 @@ def component_maps(model_or_components, shape=None, *, n=4, ax=None, fig=None, m
         first.set_cmap("gray")
         first.set_clim(np.nanmin(images[0]), np.nanmax(images[0]))
     return grid
+
+
+def coupled_patterns(mca, *, n=3, cmap="RdBu_r"):
+    """The leading pattern pairs of a fitted :class:`daskpca.MCA` side by side: X's patterns on the
+    left, Y's on the right, one per mode, titled with the mode's squared covariance fraction. A
+    labeled field with two feature dims is drawn as maps over its coordinates (:func:`map_geometry`),
+    anything else as lines against feature index (NaN at masked features). Returns the Figure."""
+    plt = _pyplot()
+    n = min(n, mca.n_components_)
+    fig = plt.figure(figsize=(11.0, 2.4 * n + 0.9), layout="constrained")
+    tree = mca.to_xarray()
+    fractions = mca.squared_covariance_fraction_
+    for sub, name in zip(fig.subfigures(1, 2), ("X", "Y")):
+        title = f"{name} patterns (mode: squared covariance fraction)"
+        fitted = tree[name].to_dataset()
+        geometry = map_geometry(fitted["components"].isel(mode=slice(0, n))) if "components" in fitted else None
+        if geometry is not None:
+            images, shape, options = geometry
+            component_maps(images, shape, n=n, fig=sub, ncols=1, cmap=cmap, ratios=fractions, title=title, **options)
+        else:
+            stage = mca.feature_stage_x_ if name == "X" else mca.feature_stage_y_
+            rows = stage.restore(mca.components_x_ if name == "X" else mca.components_y_)
+            component_maps(rows, n=n, ax=sub.add_subplot(), ratios=fractions, title=title)
+    return fig
 
 
 def map_geometry(maps):

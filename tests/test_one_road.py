@@ -213,12 +213,15 @@ def test_the_public_api_is_where_users_import_it():
     import importlib
     import importlib.metadata
 
-    from daskpca import PCA, HilbertPCA, Rotator, lag_embed, load  # noqa: F401
+    from daskpca import MCA, PCA, HilbertPCA, Rotator, lag_embed, load  # noqa: F401
     from daskpca.cli import main
     from daskpca.io import open_xarray, write_array, read_marker  # noqa: F401
     from daskpca.significance import north_test  # noqa: F401
 
-    assert callable(main) and load == PCA.load
+    # daskpca.load returns the class that wrote the store (PCA, HilbertPCA, MCA): one reader.
+    from daskpca.store.model import load as load_model
+
+    assert callable(main) and load is load_model
     assert callable(importlib.import_module("daskpca.plot").scree)
     entry = importlib.metadata.entry_points(group="console_scripts", name="daskpca")
     assert [e.value for e in entry] == ["daskpca.cli:main"]

@@ -269,6 +269,9 @@ def cmd_fit(args) -> dict:
     from .. import HilbertPCA, PCA, Rotator, io
 
     n_components = cli_options.n_components(args.n_components)
+    cli_options.check_coupled_options(args)
+    if args.mca:
+        return _fit_mca(args, n_components)
     with _claim_outputs(args, args.out, args.scores):
         for output in filter(None, [args.out, args.scores]):
             io.check_writable(output, overwrite=args.overwrite)  # before the cluster starts or data is read
@@ -306,6 +309,34 @@ def cmd_fit(args) -> dict:
     _say(args, f"wrote the model to {args.out}"
                + (f" and the scores ({pca.n_samples_}, {pca.n_components_}) to {args.scores}" if args.scores else ""))
     return summary
+
+
+def _fit_mca(args, n_components) -> dict:
+    """``fit SOURCE --mca --with SOURCE2``: MCA of two fields, the model saved to --out."""
+    from .. import MCA, io
+
+    if n_components is not None and not isinstance(n_components, int):
+        raise UsageError(f"--mca keeps a number of mode pairs: give -k an int (or 'all'), not {args.n_components}.")
+    with _claim_outputs(args, args.out):
+        io.check_writable(args.out, overwrite=args.overwrite)
+        fields = [open_source(args.source, args.var), open_source(args.with_source, args.var2)]
+        sample_dims = _sample_dims(args, fields[0])
+        mca = MCA(n_components, solver=args.solver, tol=args.tol, weights=args.weights, random_state=args.random_state)
+        mca.plan(*fields, sample_dims=sample_dims)  # the pair, k and parameters checked; nothing read
+        with runner(args, fields[0].nbytes + fields[1].nbytes):
+            start = time.perf_counter()
+            mca.fit(*fields, **({} if sample_dims is None else {"sample_dims": sample_dims}))
+            fit_s = time.perf_counter() - start
+            mca.save(args.out, overwrite=args.overwrite)
+    lines = [" mode  singular value  squared cov. fraction"]
+    lines += [f"{i:5d} {s:15.4g} {f:22.2%}" for i, (s, f) in
+              enumerate(zip(mca.singular_values_, mca.squared_covariance_fraction_), 1)]
+    _say(args, "\n".join(lines) + f"\nwrote the MCA model to {args.out} ({_passes(mca.n_passes_)} over both fields)")
+    return {"model": args.out, "ran_on": getattr(args, "ran_on", None), "analysis": "mca", "solver": mca.solver_,
+            "n_components": int(mca.n_components_), "n_samples": int(mca.n_samples_), "n_passes": int(mca.n_passes_),
+            "singular_values": [float(v) for v in mca.singular_values_],
+            "squared_covariance_fraction": [float(v) for v in mca.squared_covariance_fraction_],
+            "error_bound": float(mca.error_bound_), "timings": {"fit_s": fit_s}}
 
 
 def cmd_transform(args) -> dict:
@@ -374,7 +405,7 @@ def cmd_inspect(args) -> dict:
 
 
 def cmd_report(args) -> dict:
-    from .. import io, load
+    from .. import MCA, io, load
 
     with _claim_outputs(args, args.out):
         io.check_writable(args.out, overwrite=args.overwrite)
@@ -383,9 +414,10 @@ def cmd_report(args) -> dict:
             import matplotlib  # noqa: F401
         except ImportError as exc:
             raise UsageError(f"daskpca report needs matplotlib: pip install 'daskpca[plot]' ({exc}).") from exc
-        from .report import write_report
+        from .report import write_coupled_report, write_report
 
-        written = write_report(pca, args.out, overwrite=args.overwrite, n_maps=args.n_maps)
+        write = write_coupled_report if isinstance(pca, MCA) else write_report
+        written = write(pca, args.out, overwrite=args.overwrite, n_maps=args.n_maps)
     _say(args, f"wrote the report to {args.out}: {', '.join(Path(p).name for p in written)}")
     return {"report": args.out, "files": [str(p) for p in written]}
 

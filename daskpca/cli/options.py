@@ -154,6 +154,12 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
                      help="extended EOFs: embed N copies of the field delayed by --lag-step samples (a 'lag' dim)")
     eof.add_argument("--lag-step", type=positive_int, default=1, metavar="STEP",
                      help="delay between the copies, in samples (default: %(default)s)")
+    coupled = fit.add_argument_group("coupled analysis of two fields")
+    coupled.add_argument("--mca", action="store_true",
+                         help="maximum covariance analysis of SOURCE and the --with source (their shared samples)")
+    coupled.add_argument("--with", dest="with_source", metavar="SOURCE2",
+                         help="the second field of --mca: a zarr store or NetCDF file with the same samples")
+    coupled.add_argument("--var2", metavar="NAME", help="variable of the --with dataset")
     fit.add_argument("--all", action="store_true", help="print every mode of the variance table (default: the first 20)")
     output_options(fit)
     cluster_options(fit)
@@ -324,3 +330,18 @@ def check_eof_options(args) -> None:
         raise UsageError("--power is promax's exponent: add --rotation promax, or drop --power.")
     if args.lag_step != 1 and not args.lags:
         raise UsageError("--lag-step needs --lags N (the number of delayed copies).")
+
+
+def check_coupled_options(args) -> None:
+    """--mca with its second source, and nothing that applies to one field only; before any read."""
+    if args.mca != bool(args.with_source):
+        raise UsageError("--mca needs --with SOURCE2, the second field; --with applies to --mca only.")
+    if args.var2 and not args.with_source:
+        raise UsageError("--var2 names a variable of the --with source: add --mca --with SOURCE2.")
+    single = [flag for flag, given in (("--hilbert", args.hilbert), ("--rotation", args.rotation), ("--lags", args.lags),
+                                       ("--scores", args.scores), ("--whiten", args.whiten), ("--max-iter", args.max_iter))
+              if given]
+    if args.mca and single:
+        raise UsageError(f"{', '.join(single)} apply to one field's PCA, not to --mca: drop them.")
+    if args.mca and args.solver not in ("auto", "exact", "krylov"):
+        raise UsageError(f"--mca takes --solver auto, exact (one pass) or krylov (with --tol); not {args.solver}.")

@@ -4,6 +4,8 @@ Files: ``scree.png`` (eigenvalues, with North et al. errors), ``cumulative.png``
 explained variance with the 95 % line), ``distortion.png`` (J(k)), ``components.png`` (the leading
 component maps: images over the two feature dims of a labeled 2-D field, lines otherwise) and
 ``summary.md``. The folder is written to a temporary location and moved into place complete.
+An MCA model's report (:func:`write_coupled_report`) draws ``patterns.png`` (the coupled patterns
+of the two fields side by side) and ``fractions.png`` (squared covariance fraction per mode).
 """
 
 from __future__ import annotations
@@ -51,6 +53,49 @@ def write_report(pca, out, *, overwrite: bool = False, n_maps: int = 4) -> list[
             plt.close(figure)
             names.append(name)
         (folder / "summary.md").write_text(summary_markdown(pca, names))
+        names.append("summary.md")
+    return [Path(out) / name for name in names]
+
+
+def write_coupled_report(mca, out, *, overwrite: bool = False, n_maps: int = 3) -> list[Path]:
+    """Write the report of a fitted :class:`daskpca.MCA` into the folder ``out``; return the files:
+    ``patterns.png`` (X's and Y's leading patterns side by side), ``fractions.png`` and ``summary.md``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .. import plot
+    from ..io import atomic_directory
+
+    names = []
+    with atomic_directory(out, overwrite=overwrite) as folder:
+        folder.mkdir(parents=True)
+        for name, draw in (("patterns.png", lambda: plot.coupled_patterns(mca, n=max(n_maps, 1))),
+                           ("fractions.png", lambda: plot.scree(mca.squared_covariance_fraction_, title="MCA modes",
+                                                                label="squared covariance fraction σ²/‖C‖²_F"))):
+            drawn = draw()
+            figure = drawn if hasattr(drawn, "savefig") else drawn.figure
+            figure.savefig(folder / name, dpi=110)
+            plt.close(figure)
+            names.append(name)
+        bound = mca.error_bound_
+        lines = [
+            "# daskpca MCA report",
+            "",
+            f"- samples: {mca.n_samples_}; features: X {mca.n_features_x_}, Y {mca.n_features_y_}; "
+            f"mode pairs kept: {mca.n_components_}",
+            f"- path: `{mca.solver_}` ({mca.solver_reason_}); passes over both fields: {mca.n_passes_}",
+            "- accuracy: " + ("exact (to round-off)" if bound == 0 else
+                              f"sin θ of each field's singular subspace ≤ {bound:.2g} (the Krylov bound)"),
+            "",
+            "| mode | singular value | squared covariance fraction | covariance fraction |",
+            "|---:|---:|---:|---:|",
+        ]
+        lines += [f"| {i} | {s:.6g} | {f:.2%} | {c:.2%} |" for i, (s, f, c) in enumerate(
+            zip(mca.singular_values_, mca.squared_covariance_fraction_, mca.covariance_fraction_), 1)]
+        lines += ["", *[f"![{Path(p).stem}]({p})" for p in names]]
+        (folder / "summary.md").write_text("\n".join(lines) + "\n")
         names.append("summary.md")
     return [Path(out) / name for name in names]
 

@@ -7,7 +7,10 @@ declare ``OPTIONS``: the names of estimator parameters it takes as keyword argum
 The pass kernels every solver builds on live here too: :mod:`._graph` (one task per row block or
 column strip, tree reductions, operands shared as one key), :mod:`._moments` (exact mergeable
 count / mean / scatter), :mod:`._linalg` (the small local eigen- and singular-value solves, BLAS
-threads) and :mod:`._base` (the solver contract).
+threads) and :mod:`._base` (the solver contract). :mod:`.cross_covariance` holds the passes of two
+fields read together (exact cross-moments, the cross operator and its block Krylov SVD, correlation
+patterns) for the coupled estimators (:mod:`daskpca.coupled`); it is no PCA solver, so it is not in
+``SOLVERS``.
 
 **Imports.** Solvers import only their kernels, :mod:`daskpca._validation` (NaN/±inf checks),
 :mod:`daskpca.exceptions` and :mod:`daskpca.store.checkpoint` (resumable state). The fit stages,

@@ -67,13 +67,7 @@ class SavedModelMixin:
         non-negative variances). The returned model's ``transform`` is identical to the saved
         model's.
         """
-        source = os.fspath(store)
-        # The version is read first: if the store is replaced while it is read, the recorded
-        # version is the older one, and a later save there is refused (the safe direction).
-        version = io.store_version(store)
-        model = cls.from_dataset(read_model_dataset(store), source=source)
-        model._loaded_from = (_store_identity(store), version)
-        return model
+        return _load(store, cls)
 
     def to_dataset(self):
         """The fitted model as one ``xarray.Dataset`` (format ``daskpca-model`` version 1).
@@ -127,6 +121,10 @@ class SavedModelMixin:
                 f"{source!r} holds model format {attrs['daskpca_format_version']}; this daskpca "
                 f"reads format {io.FORMAT_VERSION} and older. Upgrade daskpca."
             )
+        other = ESTIMATORS.get(attrs.get("estimator"))
+        if other is not None and not (issubclass(other, cls) or issubclass(cls, other)):
+            raise DamagedModelError(f"{source!r} holds a {other.__name__} model, not a {cls.__name__}: load it with "
+                                    f"daskpca.load() (or {other.__name__}.load).")
         missing = [name for name in ("parameters", *_MODEL_SCALARS) if name not in attrs]
         missing += [f"model_{name.rstrip('_')}" for name in _MODEL_ARRAYS if f"model_{name.rstrip('_')}" not in ds]
         if missing:
@@ -212,6 +210,27 @@ def _is_json(value) -> bool:
         return True
     except TypeError:
         return False
+
+
+def load(store):
+    """``daskpca.load``: the model :meth:`SavedModelMixin.save` wrote at ``store``, as the class
+    that wrote it (the store's ``estimator`` attr: ``PCA``, ``HilbertPCA``, ``MCA``), verified as
+    :meth:`SavedModelMixin.load` says."""
+    return _load(store, None)
+
+
+def _load(store, cls):
+    """Read, verify and rebuild the model at ``store`` with ``cls`` (None: the class that wrote it)."""
+    source = os.fspath(store)
+    # The version is read first: if the store is replaced while it is read, the recorded
+    # version is the older one, and a later save there is refused (the safe direction).
+    version = io.store_version(store)
+    ds = read_model_dataset(store)
+    if cls is None:  # an unknown name falls to PCA's reader, whose error names it
+        cls = ESTIMATORS.get(ds.attrs.get("estimator"), ESTIMATORS["PCA"])
+    model = cls.from_dataset(ds, source=source)
+    model._loaded_from = (_store_identity(store), version)
+    return model
 
 
 def read_model_dataset(store):

@@ -1,0 +1,214 @@
+r"""Canonical correlation analysis (CCA) of two fields through PCA pre-truncation.
+
+CCA finds weight vectors ``a_i``, ``b_i`` whose canonical variates ``Z̃x·a_i`` and ``Z̃y·b_i``
+(unit variance) are most correlated, each pair uncorrelated with the earlier ones. On gridded
+fields the sample cross-covariances are far from full rank, so — as xeofs and Barnett & Preisendorfer
+(1987) do — each field is first reduced to its leading principal components (``n_pca_modes``:
+kx and ky), and the canonical problem is solved on the PC scores:
+
+    K = Cₚₓ^{-½} · Cₚₓᵧ · Cₚᵧ^{-½} = A ρ Bᵀ,      a = Eₓ Cₚₓ^{-½} A,   b = Eᵧ Cₚᵧ^{-½} B,
+
+with Eₓ (dx × kx) the leading EOFs of the analysed field Z = X[:, keep]·factor (each field
+through its own feature stage) and Cₚ the covariances of the PC scores. ``canonical_correlations_``
+are ρ (≤ 1).
+
+**When it is ill-posed.** With n samples the centred scores live in an (n − 1)-dimensional space;
+once kx + ky ≥ n − 1 the two score spaces intersect (or nearly so) and the leading canonical
+correlations are 1 whatever the data — an artefact, not a coupling. CCA is refused, before any
+read, unless kx + ky ≤ n − 2 (keep kx + ky well below n in practice: the sampling bias of ρ grows
+like (kx + ky)/n). Also kx ≤ min(n − 1, dx) and ky ≤ min(n − 1, dy), and k ≤ min(kx, ky).
+
+**Paths and passes** (a pass here reads both fields, unless said):
+
+- ``"exact"`` — 1 pass: the exact moments (Chan merge) of the joined matrix [X | Y], which give
+  both fields' covariances, their cross-covariance and the per-feature statistics of both feature
+  stages at once; everything else on the client. Needs the (dx + dy)² covariance in a task.
+- ``"pca"`` — otherwise: each field's PCA by :class:`daskpca.PCA` (its planner and passes, each
+  reading its own field), then 1 pass reading both for the covariances of the PC scores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dask
+import numpy as np
+from scipy.linalg import svd
+
+from .. import _plan
+from .._params import ParamsMixin
+from ..exceptions import InvalidParameterError, NotFittedError
+from ..pca import PCA
+from ..solvers._linalg import eigh_descending, flip_signs, one_blas_thread_per_task
+from ..solvers.covariance import moments_graph
+from ..solvers.cross_covariance import joint_rows
+from .fields import Field, fields, pair, project, resolve
+
+
+@dataclass(frozen=True)
+class CCAPlan:
+    """What :meth:`CCA.fit` would do, from metadata only."""
+
+    path: str
+    reason: str
+    n_passes: str
+    task_bytes: int
+    budget: int
+
+    def __str__(self) -> str:
+        return (f"CCA path {self.path!r} — {self.reason}\npasses: {self.n_passes}\nlargest task: "
+                f"{_plan.format_bytes(self.task_bytes)} of a {_plan.format_bytes(self.budget)} budget")
+
+
+class CCA(ParamsMixin):
+    """Canonical correlation analysis of two fields on their leading PCs, on Dask.
+
+    Parameters
+    ----------
+    n_components : int, default=2
+        Canonical pairs k ≤ min(kx, ky).
+    n_pca_modes : int or pair of int, default=10
+        Leading PCs kept of each field (kx, ky); see the module docstring for the bound on
+        kx + ky that makes the problem well posed.
+    weights, standardize
+        Per-field feature stage, as for :class:`daskpca.MCA`.
+    solver : {"auto", "exact", "pca"}, default="auto"
+
+    Attributes
+    ----------
+    canonical_correlations_ : ndarray of shape (k,)
+    weights_x_, weights_y_ : ndarray of shape (k, dx_kept), (k, dy_kept)
+        Canonical weight vectors in each field's analysed (weighted) space: the canonical
+        variates ``(z − mean)·weightsᵀ`` have unit variance on the fitting data.
+    mean_x_, mean_y_, feature_stage_x_, feature_stage_y_, layout_x_, layout_y_
+    n_components_, n_samples_, n_passes_, solver_, solver_reason_
+    """
+
+    def __init__(self, n_components=2, *, n_pca_modes=10, weights=None, standardize=False, solver="auto"):
+        self.n_components = n_components
+        self.n_pca_modes = n_pca_modes
+        self.weights = weights
+        self.standardize = standardize
+        self.solver = solver
+
+    def fit(self, X, Y, *, sample_dims=None):
+        """Fit the canonical pairs of ``X`` and ``Y`` (inputs as for :meth:`daskpca.MCA.fit`).
+
+        Raises
+        ------
+        ValueError
+            Before any read: the pair as :meth:`daskpca.MCA.fit` refuses it, and an ill-posed
+            problem (kx + ky > n − 2, or a k or kx, ky larger than the data allow).
+        """
+        x, y = self._fields(X, Y, sample_dims)
+        plan = self._plan(x, y)
+        with one_blas_thread_per_task():
+            fitted = self._fit_exact(x, y) if plan.path == "exact" else self._fit_pca(x, y)
+        eofs, means, covariances, stages, n, passes = fitted
+        rho, a, b = canonical(*covariances, self.n_components)
+        self.canonical_correlations_ = rho
+        weights_x, weights_y = (eofs[0] @ a).T, (eofs[1] @ b).T
+        signs = flip_signs(weights_x)  # a pair flips together: ρ stays positive
+        self.weights_x_, self.weights_y_ = weights_x * signs[:, None], weights_y * signs[:, None]
+        self.mean_x_, self.mean_y_ = means
+        self.feature_stage_x_, self.feature_stage_y_ = stages
+        self.layout_x_, self.layout_y_ = x.layout, y.layout
+        self.n_components_, self.n_samples_, self.n_passes_ = len(rho), n, passes
+        self.solver_, self.solver_reason_ = plan.path, plan.reason
+        return self
+
+    def _fields(self, X, Y, sample_dims) -> tuple[Field, Field]:
+        if self.solver not in ("auto", "exact", "pca"):
+            raise InvalidParameterError(f"solver={self.solver!r} is not one of ('auto', 'exact', 'pca').")
+        x, y = fields(X, Y, sample_dims, self.weights, self.standardize)
+        n = x.matrix.shape[0]
+        kx, ky = (int(m) for m in pair(self.n_pca_modes, "n_pca_modes"))
+        for name, m, d in (("X", kx, x.matrix.shape[1]), ("Y", ky, y.matrix.shape[1])):
+            if not 1 <= m <= min(n - 1, d):
+                raise ValueError(f"n_pca_modes={m} for {name}: expected 1..min(n_samples − 1, features) = "
+                                 f"{min(n - 1, d)}.")
+        if kx + ky > n - 2:
+            raise ValueError(
+                f"CCA on {kx} + {ky} PCs of {n} samples is ill-posed: with kx + ky ≥ n − 1 the two score spaces "
+                f"meet and the canonical correlations are 1 whatever the data. Keep kx + ky ≤ n − 2 = {n - 2} "
+                "(well below n in practice), e.g. n_pca_modes=(5, 5).")
+        if not 1 <= self.n_components <= min(kx, ky):
+            raise ValueError(f"n_components={self.n_components}: expected 1..min(kx, ky) = {min(kx, ky)} "
+                             "(the canonical pairs cannot outnumber either field's PCs).")
+        self._modes = (kx, ky)
+        return x, y
+
+    def plan(self, X, Y, *, sample_dims=None) -> CCAPlan:
+        """The path, passes and largest task of :meth:`fit`, reading nothing."""
+        return self._plan(*self._fields(X, Y, sample_dims))
+
+    def _plan(self, x: Field, y: Field) -> CCAPlan:
+        d = x.matrix.shape[1] + y.matrix.shape[1]
+        rows = max(x.matrix.chunks[0])
+        budget, _ = _plan.task_memory_budget()
+        exact = max(rows * d * 16 + d * d * 8, 3 * d * d * 8)
+        if self.solver == "exact" or (self.solver == "auto" and exact <= budget):
+            why = "requested by the caller" if self.solver == "exact" else f"the ({d})² joint covariance fits a task"
+            return CCAPlan("exact", why, "1", exact, budget)
+        why = "requested by the caller" if self.solver == "pca" else f"the ({d})² joint covariance does not fit a task"
+        return CCAPlan("pca", why, "each field's PCA passes (its own field), then 1 reading both",
+                       rows * d * 16, budget)
+
+    def _fit_exact(self, x: Field, y: Field):
+        (moments,) = dask.compute(moments_graph(joint_rows(x.matrix, y.matrix)))
+        n, dx = moments.count, x.matrix.shape[1]
+        scatter = moments.symmetric_scatter() / max(n - 1, 1)
+        parts = (slice(0, dx), slice(dx, None))
+        stages = tuple(resolve(f, moments.finite_counts()[p], n, np.diag(scatter)[p]) for f, p in zip((x, y), parts))
+        index = [np.flatnonzero(stage.keep) + p.start for stage, p in zip(stages, parts)]
+        blocks = [[scatter[np.ix_(i, j)] * np.outer(si.factor, sj.factor) for j, sj in zip(index, stages)]
+                  for i, si in zip(index, stages)]
+        eofs, variances = zip(*(_leading(blocks[i][i], m) for i, m in enumerate(self._modes)))
+        cross = eofs[0].T @ blocks[0][1] @ eofs[1]
+        means = tuple(moments.mean[i] * s.factor for i, s in zip(index, stages))
+        return eofs, means, (np.diag(variances[0]), np.diag(variances[1]), cross), stages, n, 1
+
+    def _fit_pca(self, x: Field, y: Field):
+        models = [PCA(m, weights=f.spec.weights, standardize=f.spec.standardize).fit(f.matrix)
+                  for f, m in zip((x, y), self._modes)]
+        scores = [model.transform(f.matrix) for model, f in zip(models, (x, y))]
+        (moments,) = dask.compute(moments_graph(joint_rows(*scores)))
+        kx, n = self._modes[0], moments.count
+        cov = moments.symmetric_scatter() / max(n - 1, 1)
+        covariances = (cov[:kx, :kx], cov[kx:, kx:], cov[:kx, kx:])
+        passes = sum(model.n_passes_ for model in models) + 1
+        return (tuple(m.components_.T for m in models), tuple(m.mean_ for m in models), covariances,
+                tuple(m.feature_stage_ for m in models), n, passes)
+
+    def transform(self, X, Y, *, nan="raise"):
+        """Canonical variates of each field: ``(z − mean)·weightsᵀ`` (unit variance on the fitting
+        data); NumPy for NumPy input, lazy otherwise, labeled ``(*sample_dims, "mode")`` for a
+        labeled model. ``nan``: as for :meth:`daskpca.PCA.transform`."""
+        if not hasattr(self, "weights_x_"):
+            raise NotFittedError("This CCA instance is not fitted yet. Call fit(X, Y) first.")
+        return tuple(project(name, data, stage, layout, mean, w.T, estimator="CCA", scaling="unit", nan=nan)
+                     for name, data, layout, stage, mean, w in (
+                         ("X", X, self.layout_x_, self.feature_stage_x_, self.mean_x_, self.weights_x_),
+                         ("Y", Y, self.layout_y_, self.feature_stage_y_, self.mean_y_, self.weights_y_)))
+
+
+def _leading(covariance: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``m`` leading eigenvectors (d × m) and eigenvalues of a covariance."""
+    values, vectors = eigh_descending(covariance, m)
+    return vectors[:, :m], values[:m]
+
+
+def canonical(cov_x: np.ndarray, cov_y: np.ndarray, cross: np.ndarray, k: int):
+    """``(ρ, A, B)``: the k leading canonical pairs of scores with covariances ``cov_x`` (kx²),
+    ``cov_y`` (ky²) and cross-covariance ``cross`` (kx × ky); the weights on the scores are
+    ``Cₓ^{-½}A`` and ``Cᵧ^{-½}B`` (returned already multiplied), unit variance."""
+    root_x, root_y = _inverse_root(cov_x), _inverse_root(cov_y)
+    left, rho, right_t = svd(root_x @ cross @ root_y, full_matrices=False, check_finite=False)
+    return np.clip(rho[:k], 0.0, 1.0), root_x @ left[:, :k], root_y @ right_t[:k].T
+
+
+def _inverse_root(covariance: np.ndarray) -> np.ndarray:
+    values, vectors = np.linalg.eigh((covariance + covariance.T) / 2)
+    if values.min() <= 1e-12 * values.max():
+        raise ValueError("the PC scores are (numerically) linearly dependent: keep fewer PCs (n_pca_modes).")
+    return (vectors / np.sqrt(values)) @ vectors.T

@@ -1,0 +1,155 @@
+"""Two fields as a coupled fit takes them: matrices, layouts and feature specs, paired by sample.
+
+Reads no data. Labeled fields are aligned by sample coordinate (the same samples in another order
+are paired by coordinate; samples present in one field only are refused, named); matrices are
+paired by row. Per-field parameters (``weights``, ``standardize``) are one value for both fields
+or a pair. :func:`resolve` turns a field's spec into its stage once its statistics are read, with
+errors that name the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import labeled
+from .._features import FeatureSpec, FeatureStage, matrix_weights
+from .._probabilistic import project_block
+from .._validation import Positions, as_dask_matrix, check_n_features, check_nan_policy
+from ..exceptions import InvalidParameterError, NonFiniteInputError
+
+FIELDS = ("X", "Y")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field as the fit needs it (nothing read): its matrix, labeled layout and feature spec."""
+
+    name: str
+    matrix: object
+    kind: str
+    layout: object
+    spec: FeatureSpec
+
+
+def pair(value, name: str) -> tuple:
+    """A per-field parameter as ``(for X, for Y)``: a tuple or list of two, else the value for both."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise InvalidParameterError(
+                f"{name} as a {type(value).__name__} must hold two entries, X's and Y's; got {len(value)}. "
+                "For per-feature weights of a plain matrix pass a NumPy array.")
+        return tuple(value)
+    return value, value
+
+
+def field(name, data, sample_dims, weights, standardize) -> Field:
+    """One field's matrix, layout and feature spec (reads nothing)."""
+    if labeled.is_labeled(data):
+        source = labeled.from_xarray(data, sample_dims, weights)
+        return Field(name, source.matrix, source.kind, source.layout, FeatureSpec(source.weights, bool(standardize)))
+    matrix, kind = as_dask_matrix(data, name=name)
+    return Field(name, matrix, kind, None, FeatureSpec(matrix_weights(weights, matrix.shape[1]), bool(standardize)))
+
+
+def aligned(X, Y, sample_dims):
+    """``Y`` with its samples in X's order; refuses, naming them, samples present in one field only."""
+    for dim in sample_dims:
+        for data, which in ((X, "X"), (Y, "Y")):
+            if dim not in data.dims:
+                raise ValueError(f"sample dim {dim!r} is not a dimension of {which} (its dims: {list(data.dims)}).")
+        if dim not in X.coords or dim not in Y.coords:
+            if X.sizes[dim] != Y.sizes[dim]:
+                raise ValueError(f"X has {X.sizes[dim]} samples along {dim!r} and Y has {Y.sizes[dim]}, and without "
+                                 f"a {dim!r} coordinate they cannot be aligned. Select the common samples first.")
+            continue
+        x_values, y_values = X[dim].values, Y[dim].values
+        only_x = [v for v in x_values if v not in set(y_values)]
+        only_y = [v for v in y_values if v not in set(x_values)]
+        if only_x or only_y:
+            raise ValueError(
+                f"X and Y do not have the same samples along {dim!r}: {_listed(only_x)} only in X, "
+                f"{_listed(only_y)} only in Y. Each sample of X is paired with the same sample of Y; select "
+                f"the common ones first, e.g. common = numpy.intersect1d(X[{dim!r}], Y[{dim!r}]), then "
+                f"X.sel({dim}=common) and Y.sel({dim}=common) (xarray.align would also intersect the "
+                "feature grids they share dim names with).")
+        if len(set(x_values)) != len(x_values):
+            raise ValueError(f"X has repeated {dim!r} values; samples must be unique to be paired.")
+        if not np.array_equal(x_values, y_values):
+            Y = Y.sel({dim: x_values})  # same samples, another order: pair them by coordinate
+    return Y
+
+
+def _listed(values) -> str:
+    if not values:
+        return "none"
+    shown = ", ".join(str(v)[:19] for v in values[:3])
+    return f"{len(values)} ({shown}{', …' if len(values) > 3 else ''})"
+
+
+def resolve(field: Field, finite_count, n, variance) -> FeatureStage:
+    """The field's stage from its statistics; errors name the field."""
+    try:
+        return field.spec.resolve(finite_count, n, variance)
+    except NonFiniteInputError as exc:
+        raise NonFiniteInputError(f"field {field.name}: {exc}") from None
+
+
+def fields(X, Y, sample_dims, weights, standardize) -> tuple[Field, Field]:
+    """Both fields as matrices with their specs, paired (reads nothing)."""
+    if labeled.is_labeled(X) != labeled.is_labeled(Y):
+        raise TypeError(
+            f"X is {type(X).__name__} and Y is {type(Y).__name__}: pass two xarray objects (aligned "
+            "by sample coordinate) or two matrices (aligned by row), not one of each.")
+    if labeled.is_labeled(X):
+        Y = aligned(X, Y, labeled.normalize_sample_dims(sample_dims))
+    elif sample_dims is not None:
+        raise TypeError(f"sample_dims={sample_dims!r} applies to xarray input only; matrices have samples as rows.")
+    pairs = zip(FIELDS, (X, Y), pair(weights, "weights"), pair(standardize, "standardize"))
+    x, y = (field(name, data, sample_dims, w, s) for name, data, w, s in pairs)
+    if x.matrix.shape[0] != y.matrix.shape[0]:
+        raise ValueError(f"X has {x.matrix.shape[0]} samples (rows) and Y has {y.matrix.shape[0]}: a coupled "
+                         "analysis pairs the samples of two fields, so they must have the same ones. Select the "
+                         "common period of both first.")
+    return x, y
+
+
+def model_matrix(name: str, data, stage: FeatureStage, layout, estimator: str):
+    """``(matrix, kind)`` of one field for a fitted coupled model: labeled as at fit time
+    (variables, dims, coords checked), or a matrix with the fitted number of features."""
+    if layout is not None:
+        if not labeled.is_labeled(data):
+            raise TypeError(f"this {estimator} was fitted on labeled {name}; pass an xarray object, not "
+                            f"{type(data).__name__}.")
+        return labeled.to_matrix(layout, data)
+    if labeled.is_labeled(data):
+        raise TypeError(f"this {estimator} was fitted on a plain matrix {name}; pass a matrix, not an xarray object.")
+    matrix, kind = as_dask_matrix(data, name=name)
+    check_n_features(matrix, stage.n_input, name=name, estimator=estimator)
+    return matrix, kind
+
+
+def project(name: str, data, stage: FeatureStage, layout, mean, basis, *, estimator: str, scaling: str, nan: str):
+    """Scores ``(z − mean)·basis`` of one field (basis: d_kept × k), computed in float64 and given
+    in the analysed field's floating dtype (as :meth:`daskpca.PCA.transform`): NumPy for NumPy
+    input, lazy (one pass when computed) otherwise, a DataArray ``(*sample_dims, "mode")`` for a
+    labeled model.
+
+    ``nan="raise"``: a NaN/±inf of the field raises inside the projection task (no extra pass),
+    naming its position — coordinates for labeled input; ``"propagate"``: NaN scores there.
+    """
+    import dask
+
+    check_nan_policy(nan)
+    matrix, kind = model_matrix(name, data, stage, layout, estimator)
+    columns = None if stage.keep.all() else np.flatnonzero(stage.keep)
+    positions = Positions(columns) if layout is None else labeled.LabeledPositions.of(layout, data, columns)
+    Z = stage.apply(matrix).rechunk({1: -1})
+    scores = Z.map_blocks(project_block, mean, basis, nan, dask.delayed(positions, pure=True),
+                          dtype=Z.dtype, chunks=(Z.chunks[0], (basis.shape[1],)))
+    if kind == "numpy":
+        scores = scores.compute()
+    if layout is not None:
+        scores = labeled.scores_to_xarray(layout, scores, data, basis.shape[1], scaling)
+    return scores

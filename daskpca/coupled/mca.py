@@ -1,0 +1,517 @@
+r"""Maximum covariance analysis (MCA) of two fields larger than memory.
+
+MCA (Bretherton, Smith & Wallace 1992) finds pairs of patterns ``(u_i, v_i)`` of two fields X
+(n × dx) and Y (n × dy) sharing their samples that maximise the covariance of their scores: the
+singular value decomposition of the cross-covariance
+
+    C = Z̃xᵀ Z̃y / (n − 1) = U Σ Vᵀ,      Z = X[:, keep]·factor, Z̃ = Z − 1·z̄ᵀ,
+
+where each field goes through its own feature stage (:mod:`daskpca._features`: features NaN for
+every sample dropped, weights such as ``"coslat"``, standardisation). Outputs follow xeofs's
+MCA: the singular vectors as each field's patterns (``components_x_``, ``components_y_``), the
+singular values σ_i, the squared covariance fraction σ_i²/‖C‖²_F, the covariance fraction
+σ_i/Σσ_j, each field's scores (:meth:`MCA.transform`) and the homogeneous and heterogeneous
+correlation patterns (:meth:`MCA.patterns`).
+
+**Paths and passes** (a pass reads both fields once, in the same tasks):
+
+- ``"exact"`` — 1 pass: each row block's cross-scatter centred on its own means, merged exactly
+  (the Chan update on the cross term, :mod:`daskpca.solvers.cross_covariance`), the per-feature
+  finite counts and variances of both fields in the same pass; the dx×dy SVD on the client.
+  Memory per task: a block and three dx×dy float64 matrices. Every singular value is computed,
+  so both fractions are exact.
+- ``"krylov"`` — when dx×dy does not fit a task: 1 pass for the per-feature statistics (masks,
+  weights, means), then block Krylov on v ↦ Z̃xᵀ(Z̃y·v), u ↦ Z̃yᵀ(Z̃x·u), one pass per block, until
+  the a posteriori bound on the singular subspaces is ≤ ``tol`` or ``max_passes`` are spent
+  (:func:`daskpca.solvers.cross_covariance.krylov_svd` states the bound). ‖C‖_F and the sum of all
+  singular values are not known there: both fractions are NaN.
+
+``"auto"`` takes the exact path when its largest task fits the task memory budget
+(:func:`daskpca._plan.task_memory_budget`). :meth:`MCA.plan` says which, and why, reading nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+
+import dask
+import numpy as np
+from scipy.linalg import svd
+
+from .. import _plan, io, labeled
+from .._features import FeatureStage, column_stats_graph
+from .._params import ParamsMixin
+from ..exceptions import AccuracyWarning, DamagedModelError, InvalidParameterError, NotFittedError
+from ..solvers import cross_covariance as cc
+from ..solvers._linalg import flip_signs, one_blas_thread_per_task
+from ..solvers.krylov import check_accuracy_options
+from ..store.model import SavedModelMixin
+from .fields import Field, fields, model_matrix, project, resolve
+
+PATHS = ("auto", "exact", "krylov")
+#: Passes the Krylov path makes (its statistics pass included) when neither ``tol`` nor
+#: ``max_passes`` is given.
+DEFAULT_MAX_PASSES = 20
+
+
+@dataclass(frozen=True)
+class CoupledPlan:
+    """What :meth:`MCA.fit` would do, from metadata only."""
+
+    path: str
+    reason: str
+    n_passes: str
+    task_bytes: int
+    budget: int
+    budget_source: str
+    shape: tuple
+
+    def __str__(self) -> str:
+        n, dx, dy = self.shape
+        return (f"MCA of X ({n} × {dx}) and Y ({n} × {dy}): path {self.path!r} — {self.reason}\n"
+                f"passes (each reads both fields): {self.n_passes}\n"
+                f"largest task: {_plan.format_bytes(self.task_bytes)} of a "
+                f"{_plan.format_bytes(self.budget)} budget ({self.budget_source})")
+
+
+class MCA(SavedModelMixin, ParamsMixin):
+    """Maximum covariance analysis of two fields sharing their samples, on Dask.
+
+    Parameters
+    ----------
+    n_components : int or None, default=None
+        Number of mode pairs k, in [1, min(n_samples − 1, dx, dy)] (the rank the cross-covariance
+        can have); ``None`` keeps all of them (exact path only).
+    solver : {"auto", "exact", "krylov"}, default="auto"
+        The path (see the module docstring); ``"auto"`` is exact when the dx×dy cross-covariance
+        fits a task.
+    weights : None, "coslat", array, dict, or a pair of these, default=None
+        Per-feature weights of each field as for :class:`daskpca.PCA`; a tuple or list of two
+        gives X's and Y's, anything else applies to both (pass arrays as NumPy arrays, not lists).
+    standardize : bool or pair of bool, default=False
+        Divide each field's features by their standard deviation (one flag, or X's and Y's).
+    tol : float or None, default=None
+        Krylov path: stop once the bound on the sine of the largest principal angle between the
+        computed and the exact singular subspaces (of each field) is ≤ ``tol``.
+    max_passes : int or None, default=None
+        Krylov path: most reads of the fields, the statistics pass included (default 20); when
+        spent before ``tol`` is met the fit warns (:class:`~daskpca.exceptions.AccuracyWarning`).
+    n_oversamples : int, default=10
+        Krylov path: block size ℓ = k + n_oversamples.
+    random_state : int, numpy.random.Generator or None
+        Krylov path: the Gaussian starting blocks.
+
+    Attributes
+    ----------
+    components_x_, components_y_ : ndarray of shape (k, dx_kept), (k, dy_kept)
+        Singular vectors (orthonormal rows) in each field's weighted space, the patterns of
+        xeofs's ``components()``; each pair's signs make the largest |entry| of the X pattern
+        positive (the pair flips together, so σ stays positive).
+    singular_values_ : ndarray of shape (k,)
+        Singular values σ of the cross-covariance C (ddof=1), decreasing.
+    squared_covariance_fraction_, covariance_fraction_ : ndarray of shape (k,)
+        σ_i²/‖C‖²_F and σ_i/Σ_j σ_j over all singular values (NaN on the Krylov path).
+    total_squared_covariance_ : float
+        ‖C‖²_F (NaN on the Krylov path).
+    mean_x_, mean_y_ : ndarray of shape (dx_kept,), (dy_kept,)
+        Means of the analysed (weighted) fields.
+    feature_stage_x_, feature_stage_y_ : FeatureStage
+    layout_x_, layout_y_ : Layout or None
+    n_components_, n_samples_, n_features_x_, n_features_y_ : int
+    solver_, solver_reason_ : str
+    n_passes_ : int
+        Reads of the two fields (each pass reads both once).
+    error_bound_ : float
+        0 on the exact path; the Krylov path's bound on the subspaces' sin θ.
+    solver_info_ : dict
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskpca import MCA
+    >>> rng = np.random.default_rng(0)
+    >>> s = rng.standard_normal((500, 2))
+    >>> X = s @ rng.standard_normal((2, 30)) + 0.1 * rng.standard_normal((500, 30))
+    >>> Y = s @ rng.standard_normal((2, 20)) + 0.1 * rng.standard_normal((500, 20))
+    >>> mca = MCA(2).fit(X, Y)
+    >>> mca.components_x_.shape, mca.components_y_.shape, mca.n_passes_
+    ((2, 30), (2, 20), 1)
+    """
+
+    def __init__(self, n_components=None, *, solver="auto", weights=None, standardize=False, tol=None,
+                 max_passes=None, n_oversamples=10, random_state=None):
+        self.n_components = n_components
+        self.solver = solver
+        self.weights = weights
+        self.standardize = standardize
+        self.tol = tol
+        self.max_passes = max_passes
+        self.n_oversamples = n_oversamples
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ fitting
+
+    def fit(self, X, Y, *, sample_dims=None):
+        """Fit the coupled modes of ``X`` and ``Y``.
+
+        Parameters
+        ----------
+        X, Y : array of shape (n_samples, dx) and (n_samples, dy), or xarray objects
+            NumPy or dask arrays, ``zarr.Array`` s or zarr paths; or two labeled objects with the
+            same sample dims, whose samples are aligned by coordinate.
+        sample_dims : str or sequence of str, optional
+            Labeled input only (and required there), as for :meth:`daskpca.PCA.fit`.
+
+        Raises
+        ------
+        ValueError
+            Before any read: parameters out of range, fields of different sample counts or
+            sample coordinates (the samples in one field only are named), k too large for
+            either field. After the one statistics pass: a field all NaN, or partly missing.
+        """
+        fields = self._fields(X, Y, sample_dims)
+        plan = self._plan(fields)
+        x, y = fields
+        with one_blas_thread_per_task():
+            if plan.path == "exact":
+                self._fit_exact(x, y, plan)
+            else:
+                self._fit_krylov(x, y, plan)
+        self.__dict__.pop("_loaded_from", None)
+        return self
+
+    def _fields(self, X, Y, sample_dims) -> tuple[Field, Field]:
+        """Both fields as matrices with their specs, checked as a pair (reads nothing)."""
+        self._check_params()
+        x, y = fields(X, Y, sample_dims, self.weights, self.standardize)
+        n, dx, dy = x.matrix.shape[0], x.matrix.shape[1], y.matrix.shape[1]
+        bound = self._rank_bound(n, dx, dy)
+        if self.n_components is not None and self.n_components > bound:
+            raise ValueError(
+                f"n_components={self.n_components} is more than the cross-covariance of {n} samples, {dx} X "
+                f"features and {dy} Y features can have: at most min(n_samples − 1, dx, dy) = {bound} modes. "
+                f"Ask for {bound} or fewer.")
+        return x, y
+
+    @staticmethod
+    def _rank_bound(n, dx, dy) -> int:
+        return max(min(n - 1, dx, dy), 0)
+
+    def _check_params(self) -> None:
+        k = self.n_components
+        if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
+            raise InvalidParameterError(f"n_components={k!r}: expected an int ≥ 1 or None.")
+        if self.solver not in PATHS:
+            raise InvalidParameterError(f"solver={self.solver!r} is not one of {PATHS}.")
+        if not isinstance(self.n_oversamples, (int, np.integer)) or self.n_oversamples < 0:
+            raise InvalidParameterError(f"n_oversamples={self.n_oversamples!r}: expected an int ≥ 0.")
+        check_accuracy_options(self.tol, self.max_passes)
+        if self.solver == "krylov" and k is None:
+            raise InvalidParameterError("solver='krylov' computes the leading modes only: give n_components.")
+
+    def plan(self, X, Y, *, sample_dims=None) -> CoupledPlan:
+        """What :meth:`fit` would do — path, passes, largest task against the budget — reading nothing."""
+        return self._plan(self._fields(X, Y, sample_dims))
+
+    def _plan(self, fields) -> CoupledPlan:
+        x, y = fields
+        (n, dx), dy = x.matrix.shape, y.matrix.shape[1]
+        itemsize = max(x.matrix.dtype.itemsize, y.matrix.dtype.itemsize)
+        rows = max(x.matrix.chunks[0])
+        budget, source = _plan.task_memory_budget()
+        exact = cc.exact_task_bytes(rows, dx, dy, itemsize)
+        ell = (self.n_components or 1) + self.n_oversamples
+        krylov = rows * (dx + dy) * (itemsize + 8) + 2 * (dx + dy) * ell * 8
+        fits = exact <= budget
+        if self.solver == "krylov" or (self.solver == "auto" and not fits and self.n_components is not None):
+            why = "requested by the caller" if self.solver == "krylov" else (
+                f"the {dx}×{dy} cross-covariance needs {_plan.format_bytes(exact)} per task, more than the budget")
+            most = self.max_passes or DEFAULT_MAX_PASSES
+            passes = f"1 (statistics) + block Krylov until the bound ≤ {self.tol} (at most {most} in all)" \
+                if self.tol is not None else f"{most} (1 for statistics, then block Krylov)"
+            return CoupledPlan("krylov", why, passes, krylov, budget, source, (n, dx, dy))
+        why = "requested by the caller" if self.solver == "exact" else (
+            f"the {dx}×{dy} cross-covariance fits a task" if fits else
+            "n_components=None needs every singular value (only the exact path gives them); it does not fit the budget")
+        return CoupledPlan("exact", why, "1", exact, budget, source, (n, dx, dy))
+
+    def _fit_exact(self, x: Field, y: Field, plan: CoupledPlan) -> None:
+        (moments,) = dask.compute(cc.cross_moments_graph(x.matrix, y.matrix))
+        n = moments.count
+        stage_x = resolve(x, moments.finite_x, n, moments.m2_x / max(n - 1, 1))
+        stage_y = resolve(y, moments.finite_y, n, moments.m2_y / max(n - 1, 1))
+        k = self._narrowed_k(n, stage_x, stage_y)
+        cross = moments.cross[np.ix_(stage_x.keep, stage_y.keep)] * np.outer(stage_x.factor, stage_y.factor)
+        cross /= max(n - 1, 1)
+        left, values, right_t = svd(cross, full_matrices=False, check_finite=False)
+        total = float(np.sum(values**2))
+        self._set_fitted(
+            left[:, :k].T, right_t[:k], values[:k], n,
+            moments.mean_x[stage_x.keep] * stage_x.factor, moments.mean_y[stage_y.keep] * stage_y.factor,
+            (stage_x, stage_y), (x.layout, y.layout), plan, n_passes=1, error_bound=0.0,
+            total_squared=total, sum_values=float(np.sum(values)),
+            info={"total_variance_x": float(np.sum(moments.m2_x[stage_x.keep] * stage_x.factor**2)) / max(n - 1, 1),
+                  "total_variance_y": float(np.sum(moments.m2_y[stage_y.keep] * stage_y.factor**2)) / max(n - 1, 1)},
+        )
+
+    def _fit_krylov(self, x: Field, y: Field, plan: CoupledPlan) -> None:
+        (stats,) = dask.compute(column_stats_graph(cc.joint_rows(x.matrix, y.matrix)))
+        n, dx = x.matrix.shape[0], x.matrix.shape[1]
+        part_x = slice(0, dx)
+        part_y = slice(dx, None)
+        variance = stats.variance()
+        stage_x = resolve(x, stats.count[part_x], n, variance[part_x])
+        stage_y = resolve(y, stats.count[part_y], n, variance[part_y])
+        k = self._narrowed_k(n, stage_x, stage_y)
+        mean_x = stats.mean[part_x][stage_x.keep] * stage_x.factor
+        mean_y = stats.mean[part_y][stage_y.keep] * stage_y.factor
+        budget = (self.max_passes or DEFAULT_MAX_PASSES) - 1
+
+        def apply(V, U):
+            (products,) = dask.compute(cc.cross_products_graph(x.matrix, y.matrix, stage_x, stage_y, mean_x, mean_y, V, U))
+            return products
+
+        rng = np.random.default_rng(self.random_state)
+        block = min(k + self.n_oversamples, stage_x.n_kept, stage_y.n_kept)
+        found = cc.krylov_svd(apply, stage_x.n_kept, stage_y.n_kept, k, block=block, tol=self.tol,
+                              max_passes=max(budget, 1), n_samples=n, rng=rng)
+        scale = max(n - 1, 1)
+        self._set_fitted(
+            found.left.T, found.right.T, found.singular_values / scale, n, mean_x, mean_y,
+            (stage_x, stage_y), (x.layout, y.layout), plan, n_passes=1 + found.n_passes,
+            error_bound=found.error_bound, total_squared=np.nan, sum_values=np.nan,
+            info={"bounds": found.bounds, "stats_pass": "one read of both fields for the per-feature "
+                  "finite counts, means and variances before the Krylov passes"},
+        )
+        if self.tol is not None and found.error_bound > self.tol:
+            warnings.warn(
+                f"MCA's Krylov path spent its {self.n_passes_} reads with a bound of {found.error_bound:.2g} on the "
+                f"subspaces' sin θ, above tol={self.tol}. Raise max_passes or n_oversamples, or use the exact path "
+                "if dx×dy fits a task.", AccuracyWarning, stacklevel=3)
+
+    def _narrowed_k(self, n, stage_x: FeatureStage, stage_y: FeatureStage) -> int:
+        bound = self._rank_bound(n, stage_x.n_kept, stage_y.n_kept)
+        if self.n_components is not None and self.n_components > bound:
+            raise ValueError(
+                f"n_components={self.n_components} is more than the cross-covariance can have once the features "
+                f"missing everywhere are dropped ({stage_x.n_kept} of X, {stage_y.n_kept} of Y are left): at most "
+                f"{bound} modes.")
+        return bound if self.n_components is None else int(self.n_components)
+
+    def _set_fitted(self, components_x, components_y, values, n, mean_x, mean_y, stages, layouts, plan, *,
+                    n_passes, error_bound, total_squared, sum_values, info) -> None:
+        signs = flip_signs(components_x)
+        # C order, as a loaded model's: BLAS may round a product differently for another layout,
+        # and a reloaded model's scores must be bit-identical.
+        self.components_x_ = np.ascontiguousarray(components_x * signs[:, None])
+        self.components_y_ = np.ascontiguousarray(components_y * signs[:, None])
+        self.singular_values_ = np.asarray(values, dtype=np.float64)
+        self.total_squared_covariance_ = float(total_squared)
+        self.squared_covariance_fraction_ = self.singular_values_**2 / total_squared if total_squared > 0 else \
+            np.full(len(values), np.nan)
+        self.covariance_fraction_ = self.singular_values_ / sum_values if sum_values > 0 else \
+            np.full(len(values), np.nan)
+        self.mean_x_, self.mean_y_ = mean_x, mean_y
+        self.n_components_ = len(values)
+        self.n_samples_ = int(n)
+        self.feature_stage_x_, self.feature_stage_y_ = stages
+        self.n_features_x_, self.n_features_y_ = stages[0].n_input, stages[1].n_input
+        self.layout_x_, self.layout_y_ = layouts
+        self.solver_, self.solver_reason_ = plan.path, plan.reason
+        self.n_passes_ = int(n_passes)
+        self.error_bound_ = float(error_bound)
+        self.solver_info_ = dict(info)
+
+    # ------------------------------------------------------------------ projecting
+
+    def transform(self, X, Y, *, nan="raise"):
+        """Scores of each field on its patterns: ``((z_x − mean_x_)·Uₓᵀ, (z_y − mean_y_)·U_yᵀ)``.
+
+        As xeofs's ``scores()`` (not normalised). Lazy for dask/zarr input (one pass per field
+        when computed), NumPy for NumPy input, DataArrays ``(*sample_dims, "mode")`` for a
+        labeled model. Either may be ``None`` to score one field only. ``nan``: as for
+        :meth:`daskpca.PCA.transform` (``"raise"`` names the first NaN/±inf inside the task).
+        """
+        self._check_fitted()
+        return tuple(None if data is None else
+                     project(name, data, stage, layout, mean, components.T, estimator="MCA", scaling="none", nan=nan)
+                     for (name, components, mean, stage, layout), data in zip(self._per_field(), (X, Y)))
+
+    def patterns(self, X, Y):
+        """Homogeneous and heterogeneous correlation patterns, in one pass reading both fields.
+
+        Homogeneous: the correlation of each feature of a field with that field's scores
+        (``corr(X, r_x)``, ``corr(Y, r_y)``); heterogeneous: with the *other* field's scores
+        (``corr(X, r_y)``, ``corr(Y, r_x)``) — as xeofs's ``homogeneous_patterns()`` and
+        ``heterogeneous_patterns()`` (without the p-values). Correlations are invariant to the
+        feature stage's per-feature factor, so they are those of the data.
+
+        Returns
+        -------
+        dict
+            ``{"homogeneous": (H_x, H_y), "heterogeneous": (G_x, G_y)}``, each (k, d_input) NumPy
+            arrays (NaN at masked features), or labeled over each field's feature dims with
+            ``mode`` for a labeled model.
+        """
+        self._check_fitted()
+        (_, _, _, stage_x, layout_x), (_, _, _, stage_y, layout_y) = self._per_field()
+        matrix_x, _ = model_matrix("X", X, stage_x, layout_x, "MCA")
+        matrix_y, _ = model_matrix("Y", Y, stage_y, layout_y, "MCA")
+        if matrix_x.shape[0] != matrix_y.shape[0]:
+            raise ValueError(f"X has {matrix_x.shape[0]} samples and Y {matrix_y.shape[0]}: pass the same samples.")
+        with one_blas_thread_per_task():
+            (sums,) = dask.compute(cc.pattern_sums_graph(matrix_x, matrix_y, stage_x, stage_y, self.mean_x_,
+                                                         self.mean_y_, self.components_x_.T, self.components_y_.T))
+        corr_x, corr_y = cc.correlations(sums)
+        k = self.n_components_
+        maps = {"homogeneous": (corr_x[:, :k], corr_y[:, k:]), "heterogeneous": (corr_x[:, k:], corr_y[:, :k])}
+        return {kind: tuple(self._pattern_out(stage.restore(m.T), layout, kind)
+                            for m, stage, layout in zip(pair, (stage_x, stage_y), (layout_x, layout_y)))
+                for kind, pair in maps.items()}
+
+    def _pattern_out(self, rows, layout, kind):
+        if layout is None:
+            return rows
+        k = self.n_components_
+        coords = {labeled.MODE: (labeled.MODE, np.arange(1, k + 1))}
+        out = layout.unstack_features(rows, leading_dims=(labeled.MODE,), leading_shape=(k,), leading_coords=coords)
+        return out.assign_attrs(long_name=f"{kind} correlation pattern")
+
+    # ------------------------------------------------------------------ results
+
+    def to_xarray(self):
+        """Fitted results as an ``xarray.DataTree``: at the root the per-mode values
+        (``singular_values``, ``squared_covariance_fraction``, ``covariance_fraction``) over
+        ``mode`` (from 1); in ``/X`` and ``/Y`` each field's ``components`` (mode × its feature
+        dims, NaN at masked features), ``mean`` (data units) and ``feature_scale`` — two groups
+        because the fields may have different grids under the same dim names."""
+        import xarray as xr
+
+        self._check_fitted()
+        k = self.n_components_
+        root = xr.Dataset(coords={labeled.MODE: (labeled.MODE, np.arange(1, k + 1))})
+        for name, doc in (("singular_values", "σ of the cross-covariance (ddof=1)"),
+                          ("squared_covariance_fraction", "σ²/‖C‖²_F"), ("covariance_fraction", "σ/Σσ")):
+            root[name] = xr.DataArray(getattr(self, f"{name}_"), dims=(labeled.MODE,), attrs={"long_name": doc})
+        root.attrs.update({"estimator": "MCA", "solver": self.solver_, "n_passes": self.n_passes_,
+                           "n_samples": self.n_samples_, "error_bound": self.error_bound_,
+                           "total_squared_covariance": self.total_squared_covariance_})
+        children = {}
+        for name, components, mean, stage, layout in self._per_field():
+            rows = {"components": stage.restore(components), "mean": stage.restore(mean / stage.factor)[None],
+                    "feature_scale": stage.restore(stage.factor)[None]}
+            ds = xr.Dataset()
+            for key, value in rows.items():
+                leading = ((labeled.MODE,), (k,)) if key == "components" else ((), ())
+                if layout is None:
+                    ds[key] = xr.DataArray(value if key == "components" else value[0],
+                                           dims=(*leading[0], "feature"))
+                    continue
+                array = layout.unstack_features(value, leading_dims=leading[0], leading_shape=leading[1], leading_coords={})
+                if layout.is_dataarray:
+                    ds[key] = array
+                else:
+                    for var in array.data_vars:
+                        ds[f"{key}_{var}"] = array[var]
+            children[name] = xr.DataTree(ds.assign_coords({labeled.MODE: np.arange(1, k + 1)}))
+        return xr.DataTree(root, children=children)
+
+    def _per_field(self):
+        yield "X", self.components_x_, self.mean_x_, self.feature_stage_x_, self.layout_x_
+        yield "Y", self.components_y_, self.mean_y_, self.feature_stage_y_, self.layout_y_
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "components_x_"):
+            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet. Call fit(X, Y) first.")
+
+    # ------------------------------------------------------------------ the saved model
+
+    def to_dataset(self):
+        """The fitted model as one flat ``xarray.Dataset`` (format ``daskpca-model``, estimator
+        ``"MCA"``): the fitted arrays exactly (``model_components_x`` ...), each field's feature
+        stage, and each labeled field's layout (JSON) with its feature coords under names suffixed
+        ``__x`` / ``__y`` (the two grids may share dim names)."""
+        import xarray as xr
+
+        self._check_fitted()
+        ds = xr.Dataset()
+        for name in ("singular_values_", "squared_covariance_fraction_", "covariance_fraction_"):
+            ds[f"model_{name.rstrip('_')}"] = xr.DataArray(getattr(self, name), dims=("mode",))
+        for name, components, mean, stage, layout in self._per_field():
+            tag = name.lower()
+            ds[f"model_components_{tag}"] = xr.DataArray(components, dims=("mode", f"feature_kept_{tag}"))
+            ds[f"model_mean_{tag}"] = xr.DataArray(mean, dims=(f"feature_kept_{tag}",))
+            ds[f"model_keep_{tag}"] = xr.DataArray(stage.keep, dims=(f"feature_all_{tag}",))
+            ds[f"model_factor_{tag}"] = xr.DataArray(stage.factor, dims=(f"feature_kept_{tag}",))
+            if layout is not None:
+                ds.attrs[f"layout_{tag}"] = json.dumps(layout.to_json())
+                suffix = f"__{tag}"
+                coords = layout.coords.to_dataset()
+                renames = {k: f"{k}{suffix}" for k in (*coords.variables, *coords.dims)}
+                ds = ds.merge(coords.rename(renames))
+        ds.attrs.update({
+            "estimator": "MCA", "daskpca_format": io.MODEL_FORMAT, "daskpca_format_version": io.FORMAT_VERSION,
+            "parameters": json.dumps(labeled.results.jsonable_params(self)), "n_samples": self.n_samples_,
+            "solver": self.solver_, "solver_reason": self.solver_reason_, "n_passes": self.n_passes_,
+            "error_bound": self.error_bound_, "total_squared_covariance": self.total_squared_covariance_,
+        })
+        return ds
+
+    @classmethod
+    def from_dataset(cls, ds, *, source: str = "the dataset"):
+        """The model :meth:`to_dataset` wrote, checked (``source`` names it in errors)."""
+        import xarray as xr
+
+        if ds.attrs.get("estimator") != "MCA":
+            raise DamagedModelError(f"{source!r} holds a {ds.attrs.get('estimator', 'PCA')} model, not an MCA: "
+                                    "load it with daskpca.load().")
+        try:
+            params = json.loads(ds.attrs["parameters"])
+            model = cls(**{k: v for k, v in params.items() if k in cls._param_names()
+                           and not (isinstance(v, str) and v.startswith("<not JSON-able"))})
+            stages, layouts = [], []
+            for tag in ("x", "y"):
+                stages.append(FeatureStage(ds[f"model_keep_{tag}"].values.astype(bool), ds[f"model_factor_{tag}"].values))
+                if f"layout_{tag}" in ds.attrs:
+                    info = json.loads(ds.attrs[f"layout_{tag}"])
+                    suffix = f"__{tag}"
+                    names = [k for k in ds.variables if k.endswith(suffix)]
+                    coords = ds[names].rename({k: k[: -len(suffix)] for k in names})
+                    coords = coords.rename_dims({d: d[: -len(suffix)] for d in coords.dims if d.endswith(suffix)})
+                    layouts.append(labeled.Layout.from_json(info, xr.Dataset(coords=coords.variables)))
+                else:
+                    layouts.append(None)
+            attrs = ds.attrs
+            plan = CoupledPlan(str(attrs["solver"]), str(attrs["solver_reason"]), "", 0, 0, "", ())
+            model._set_fitted(
+                ds["model_components_x"].values, ds["model_components_y"].values, ds["model_singular_values"].values,
+                int(attrs["n_samples"]),
+                ds["model_mean_x"].values, ds["model_mean_y"].values, tuple(stages), tuple(layouts), plan,
+                n_passes=int(attrs["n_passes"]), error_bound=float(attrs["error_bound"]),
+                total_squared=float(attrs["total_squared_covariance"]), sum_values=np.nan, info={})
+            # The fractions are stored, not re-derived: bit-identical to the saved model's.
+            model.squared_covariance_fraction_ = ds["model_squared_covariance_fraction"].values
+            model.covariance_fraction_ = ds["model_covariance_fraction"].values
+        except (KeyError, ValueError, TypeError) as exc:
+            raise DamagedModelError(f"{source!r} is not a valid daskpca MCA model ({type(exc).__name__}: {exc}).") from None
+        problem = model._problem()
+        if problem:
+            raise DamagedModelError(f"{source!r} is not a valid daskpca MCA model: {problem}. Refusing to load it.")
+        return model
+
+    def _problem(self) -> str | None:
+        """The first fitted invariant this model breaks (None when it keeps all)."""
+        k = self.n_components_
+        for name, components, mean, stage, _ in self._per_field():
+            if components.shape != (k, stage.n_kept) or mean.shape != (stage.n_kept,):
+                return f"the {name} patterns have shape {components.shape}, expected ({k}, {stage.n_kept})"
+            if not (np.all(np.isfinite(components)) and np.all(np.isfinite(mean))):
+                return f"the {name} patterns or mean contain NaN or ±inf"
+            if not np.allclose(components @ components.T, np.eye(k), atol=1e-8):
+                return f"the {name} patterns are not orthonormal"
+        values = self.singular_values_
+        if not np.all(np.isfinite(values)) or np.any(values < 0) or np.any(np.diff(values) > 1e-9 * max(values[0], 1e-300)):
+            return "the singular values are not finite, non-negative and decreasing"
+        return None

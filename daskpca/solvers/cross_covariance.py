@@ -1,0 +1,290 @@
+r"""Pass kernels of two fields read together: exact cross-moments, the cross operator, patterns.
+
+Two fields X (n × dx) and Y (n × dy) share their rows (samples). Every pass here reads both in
+the same row-block tasks: Y's rows are given X's row chunks and the two are concatenated along
+the features, so one task sees the rows of both fields and each stored chunk is read once.
+
+**Exact cross-moments** (:func:`cross_moments_graph`, one pass). Each row block yields, in
+float64, its count, each field's mean and per-feature sum of squares, its per-feature finite
+counts, and its cross-scatter ``Σ (x − x̄_b)(y − ȳ_b)ᵀ`` centred on the block's *own* means. The
+partial results are merged exactly by the Chan–Golub–LeVeque update applied to the cross term:
+for parts A and B, ``n = n_A + n_B``, ``δx = x̄_B − x̄_A``, ``δy = ȳ_B − ȳ_A``,
+``C = C_A + C_B + δx δyᵀ · n_A n_B / n`` — no ``XᵀY/n − x̄ȳᵀ`` cancellation. Memory per task: a
+block, its float64 copy and dx·dy float64 (a merge holds three dx×dy matrices: pairwise merges).
+Flops: 2·n·dx·dy.
+
+**The cross operator** (:func:`cross_products_graph`, one pass): for given means and blocks
+V (dy × ℓ), U (dx × ℓ) it returns ``C·V = X̃ᵀ(Ỹ·V)`` and ``Cᵀ·U = Ỹᵀ(X̃·U)`` together, X̃ and Ỹ
+centred on the given means; the block Krylov path of MCA (:func:`krylov_svd`) makes one such
+pass per block. Memory per task: a block plus (dx + dy)·ℓ float64. Flops: 4·n·(dx + dy)·ℓ.
+
+**Correlation patterns** (:func:`pattern_sums_graph`, one pass): the sums that give the
+correlation of every feature of each field with the scores of both fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+
+import numpy as np
+from scipy.linalg import blas, svd
+
+from ._graph import SizedByArrays, map_row_blocks, tree_reduce
+from ._moments import MERGE_SPLIT_EVERY, center_block
+from .krylov import DEFLATION_RTOL, ROUNDOFF_RESIDUAL, _orthonormal_extension
+from .._validation import NonFinite
+
+
+def joint_rows(X, Y):
+    """``[X | Y]`` lazily, with Y's rows on X's row chunks (each stored chunk still read once)."""
+    import dask.array as da
+
+    return da.concatenate([X, Y.rechunk({0: X.chunks[0]})], axis=1)
+
+
+# ---------------------------------------------------------------------------- exact cross-moments
+
+
+@dataclass(frozen=True)
+class CrossMoments(SizedByArrays):
+    """Sufficient statistics of the rows of two fields (float64).
+
+    Attributes
+    ----------
+    count : int
+    mean_x, mean_y : ndarray of shape (dx,), (dy,)
+    m2_x, m2_y : ndarray of shape (dx,), (dy,)
+        Per-feature ``Σ (x − x̄)²``.
+    cross : ndarray of shape (dx, dy)
+        ``Σ (x − x̄)(y − ȳ)ᵀ``.
+    nonfinite_x, nonfinite_y : NonFinite
+    finite_x, finite_y : ndarray of shape (dx,), (dy,), int64
+        Per-feature finite entries (non-finite ones were replaced by 0 before the sums).
+    """
+
+    count: int
+    mean_x: np.ndarray
+    mean_y: np.ndarray
+    m2_x: np.ndarray
+    m2_y: np.ndarray
+    cross: np.ndarray
+    nonfinite_x: NonFinite
+    nonfinite_y: NonFinite
+    finite_x: np.ndarray
+    finite_y: np.ndarray
+
+
+def chunk_cross_moments(block: np.ndarray, row_offset: int, n_x: int) -> CrossMoments:
+    """:class:`CrossMoments` of one row block of ``[X | Y]`` (X its first ``n_x`` columns)."""
+    x = center_block(block[:, :n_x], row_offset, 0)
+    y = center_block(block[:, n_x:], row_offset, 0)
+    rows = block.shape[0]
+
+    def finite(part, d):
+        return np.full(d, rows, dtype=np.int64) if part.finite_count is None else part.finite_count
+
+    return CrossMoments(
+        rows, x.mean, y.mean, np.einsum("ij,ij->j", x.centered, x.centered),
+        np.einsum("ij,ij->j", y.centered, y.centered), x.centered.T @ y.centered,
+        x.nonfinite, y.nonfinite, finite(x, n_x), finite(y, block.shape[1] - n_x),
+    )
+
+
+def combine_cross_moments(parts) -> CrossMoments:
+    """Merge :class:`CrossMoments` exactly (the Chan update, cross term included).
+
+    The merged cross-scatter is accumulated in one new Fortran-ordered dx×dy array (inputs are
+    never modified: a retried task must see them intact); the rank-one correction is BLAS
+    ``dger`` in place, no dx×dy temporary.
+    """
+    parts = list(parts)
+    nonfinite_x = reduce(lambda a, b: a.merge(b), (p.nonfinite_x for p in parts))
+    nonfinite_y = reduce(lambda a, b: a.merge(b), (p.nonfinite_y for p in parts))
+    finite_x = sum(p.finite_x for p in parts)
+    finite_y = sum(p.finite_y for p in parts)
+    counted = [p for p in parts if p.count] or parts[:1]
+    first = counted[0]
+    count, mean_x, mean_y, m2_x, m2_y = first.count, first.mean_x, first.mean_y, first.m2_x, first.m2_y
+    cross = np.array(first.cross, dtype=np.float64, order="F", copy=True)
+    for part in counted[1:]:
+        total = count + part.count
+        weight = count * part.count / total
+        delta_x, delta_y = part.mean_x - mean_x, part.mean_y - mean_y
+        cross += part.cross
+        cross = blas.dger(weight, delta_x, delta_y, a=cross, overwrite_a=True)
+        m2_x = m2_x + part.m2_x + weight * delta_x**2
+        m2_y = m2_y + part.m2_y + weight * delta_y**2
+        mean_x = mean_x + delta_x * (part.count / total)
+        mean_y = mean_y + delta_y * (part.count / total)
+        count = total
+    return CrossMoments(count, mean_x, mean_y, m2_x, m2_y, cross, nonfinite_x, nonfinite_y, finite_x, finite_y)
+
+
+def cross_moments_graph(X, Y):
+    """Delayed :class:`CrossMoments` of the rows of X and Y (one pass reading both when computed)."""
+    leaves = map_row_blocks(joint_rows(X, Y), chunk_cross_moments, "cross-covariance-chunk", X.shape[1])
+    return tree_reduce(leaves, combine_cross_moments, "cross-covariance-merge", split_every=MERGE_SPLIT_EVERY)
+
+
+def exact_task_bytes(n_rows_block: int, dx: int, dy: int, itemsize: int) -> int:
+    """Peak memory of the largest task of :func:`cross_moments_graph`: a leaf holds its block,
+    a float64 copy and the dx×dy product; a pairwise merge three dx×dy matrices."""
+    leaf = n_rows_block * (dx + dy) * (itemsize + 8) + dx * dy * 8
+    return max(leaf, 3 * dx * dy * 8)
+
+
+# ---------------------------------------------------------------------------- the cross operator
+
+
+def _cross_products_block(block, row_offset, n_x, mean_x, mean_y, factor_x, factor_y, keep_x, keep_y, V, U):
+    x = (np.asarray(block[:, :n_x], dtype=np.float64)[:, keep_x] * factor_x) - mean_x
+    y = (np.asarray(block[:, n_x:], dtype=np.float64)[:, keep_y] * factor_y) - mean_y
+    return x.T @ (y @ V), y.T @ (x @ U)
+
+
+def _sum_pairs(parts):
+    return sum(p[0] for p in parts), sum(p[1] for p in parts)
+
+
+def cross_products_graph(X, Y, stage_x, stage_y, mean_x, mean_y, V, U):
+    """Delayed ``(C·V, Cᵀ·U)`` with ``C = Z̃xᵀZ̃y`` (no 1/(n − 1)), ``Z = X[:, keep]·factor``
+    centred on the given means: one pass reading both fields."""
+    parts = map_row_blocks(
+        joint_rows(X, Y), _cross_products_block, "mca-krylov-chunk", X.shape[1], mean_x, mean_y,
+        stage_x.factor, stage_y.factor, stage_x.keep, stage_y.keep, V, U,
+    )
+    return tree_reduce(parts, _sum_pairs, "mca-krylov-merge")
+
+
+@dataclass(frozen=True)
+class KrylovSVD:
+    """The leading singular triplets of C found by :func:`krylov_svd`, with their bound."""
+
+    left: np.ndarray  # (dx, k), orthonormal
+    right: np.ndarray  # (dy, k), orthonormal
+    singular_values: np.ndarray  # (k,), of C (as given to the operator, i.e. without 1/(n − 1))
+    error_bound: float
+    n_passes: int
+    bounds: list  # the bound after every pass
+
+
+def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: int, n_samples: int, rng) -> KrylovSVD:
+    r"""Leading k singular triplets of a dx×dy operator C known only through ``apply(V, U)``.
+
+    ``apply(V, U)`` returns ``(C·V, Cᵀ·U)`` and costs one pass over the data. The left and right
+    bases grow together, one block each per pass (two interleaved block Golub–Kahan chains,
+    started from Gaussian blocks on both sides)::
+
+        U₀ = orth(Ωx), V₀ = orth(Ωy)
+        pass j:  P_j = C·V_j,  Q_j = Cᵀ·U_j         (one read of both fields)
+                 Rayleigh–Ritz on B = UᵀCV = Uᵀ[P₀ … P_j]: B = G Σ Hᵀ,
+                 X_k = U·G_k, W_k = V·H_k; residuals from the kept images
+                 R = C·W_k − X_kΣ_k = P·H_k − X_kΣ_k,   S = Cᵀ·X_k − W_kΣ_k = Q·G_k − W_kΣ_k
+                 stop when the bound ≤ tol
+                 U_{j+1} = orth((I − UUᵀ)·P_j),  V_{j+1} = orth((I − VVᵀ)·Q_j)
+
+    Every image is kept, so C is known on the whole of span V and Cᵀ on span U and the
+    residuals need no pass. span U contains span(Ωx, CΩy, CCᵀΩx, …), the block Krylov spaces of
+    CCᵀ; each degree of CCᵀ costs two passes (no single read gives CCᵀ·v).
+
+    The bound (``error_bound``) is Wedin's sin θ theorem (1972): if the singular values of C
+    outside the computed triplets are ≤ α and σ̂_k ≥ α + δ, δ > 0, then
+    ``√(‖sin Θ_left‖²_F + ‖sin Θ_right‖²_F) ≤ √(‖R‖²_F + ‖S‖²_F) / δ``; it bounds the sine of
+    the largest principal angle between span X_k and the exact left singular subspace, and
+    between span W_k and the right one. σ_{k+1} is unknown; as in :mod:`daskpca.solvers.krylov`
+    it is estimated from above by σ̂_{k+1} + max(‖r_{k+1}‖, ‖s_{k+1}‖) (the next Ritz value,
+    ≤ σ_{k+1} by interlacing, plus its residual), so δ̂ = σ̂_k − σ̂_{k+1} − max(‖r_{k+1}‖,
+    ‖s_{k+1}‖) — an estimate resting on span U, V not missing σ_{k+1}'s vectors (probability zero
+    from Gaussian starts), shown conservative against LAPACK in the tests. The residual norms
+    include a round-off term ``ROUNDOFF_RESIDUAL``·√n·σ̂₁ for the error of the products
+    themselves; the bound is capped at 1 (also when δ̂ ≤ 0: modes k and k + 1 not yet apart).
+
+    Memory on the client: U, V and their images, 2·(dx + dy)·ℓ·passes float64.
+    """
+    size = block
+    U = _orthonormal_extension(np.zeros((dx, 0)), rng.standard_normal((dx, size)))
+    V = _orthonormal_extension(np.zeros((dy, 0)), rng.standard_normal((dy, size)))
+    basis_u, basis_v = np.zeros((dx, 0)), np.zeros((dy, 0))
+    images_v, images_u = np.zeros((dx, 0)), np.zeros((dy, 0))  # C·basis_v, Cᵀ·basis_u
+    bounds, answer = [], None
+    for n_pass in range(1, max_passes + 1):
+        P, Q = apply(V, U)
+        basis_u, basis_v = np.hstack([basis_u, U]), np.hstack([basis_v, V])
+        images_v, images_u = np.hstack([images_v, P]), np.hstack([images_u, Q])
+        answer = _ritz(basis_u, basis_v, images_v, images_u, k, n_samples)
+        bounds.append(answer[3])
+        if tol is not None and answer[3] <= tol:
+            break
+        U = _orthonormal_extension(basis_u, P)
+        V = _orthonormal_extension(basis_v, Q)
+        if U.shape[1] == 0 and V.shape[1] == 0:
+            break  # both spans are invariant: the answer is exact
+    left, right, values, bound = answer
+    return KrylovSVD(left, right, values, bound, n_pass, bounds)
+
+
+def _ritz(basis_u, basis_v, images_v, images_u, k, n_samples):
+    """``(X_k, W_k, σ̂, bound)`` of the current bases (see :func:`krylov_svd`)."""
+    small = basis_u.T @ images_v  # B = UᵀCV
+    G, sigma, Ht = svd(small, full_matrices=False, check_finite=False)
+    m = min(k + 1, len(sigma))
+    G, H = G[:, :m], Ht[:m].T
+    left, right = basis_u @ G, basis_v @ H
+    R = images_v @ H - left * sigma[:m]
+    S = images_u @ G - right * sigma[:m]
+    roundoff = ROUNDOFF_RESIDUAL * np.sqrt(n_samples) * (sigma[0] if len(sigma) else 0.0)
+    r_norms = np.linalg.norm(R, axis=0) + roundoff
+    s_norms = np.linalg.norm(S, axis=0) + roundoff
+    if len(sigma) <= k:
+        return left[:, :k], right[:, :k], sigma[:k], 1.0
+    next_upper = sigma[k] + max(r_norms[k], s_norms[k])
+    gap = sigma[k - 1] - next_upper
+    residual = np.sqrt(np.sum(r_norms[:k] ** 2) + np.sum(s_norms[:k] ** 2))
+    bound = 1.0 if gap <= DEFLATION_RTOL * sigma[0] else min(1.0, float(residual / gap))
+    return left[:, :k], right[:, :k], sigma[:k], bound
+
+
+# ---------------------------------------------------------------------------- correlation patterns
+
+
+def _pattern_block(block, row_offset, n_x, mean_x, mean_y, factor_x, factor_y, keep_x, keep_y, U_x, U_y):
+    x = (np.asarray(block[:, :n_x], dtype=np.float64)[:, keep_x] * factor_x) - mean_x
+    y = (np.asarray(block[:, n_x:], dtype=np.float64)[:, keep_y] * factor_y) - mean_y
+    s_x, s_y = x @ U_x, y @ U_y
+    scores = np.hstack([s_x, s_y])  # (rows, 2k)
+    return (len(x), x.sum(axis=0), y.sum(axis=0), scores.sum(axis=0), np.einsum("ij,ij->j", x, x),
+            np.einsum("ij,ij->j", y, y), np.einsum("ij,ij->j", scores, scores), x.T @ scores, y.T @ scores)
+
+
+def _sum_pattern_parts(parts):
+    return tuple(sum(p[i] for p in parts) for i in range(len(parts[0])))
+
+
+def pattern_sums_graph(X, Y, stage_x, stage_y, mean_x, mean_y, U_x, U_y):
+    """Delayed sums for the correlations of each field with the scores ``[Z̃x·U_x | Z̃y·U_y]``
+    (one pass reading both fields): ``(n, Σz_x, Σz_y, Σs, Σz_x², Σz_y², Σs², Z̃xᵀS, Z̃yᵀS)``;
+    :func:`correlations` finishes them."""
+    parts = map_row_blocks(
+        joint_rows(X, Y), _pattern_block, "mca-patterns-chunk", X.shape[1], mean_x, mean_y,
+        stage_x.factor, stage_y.factor, stage_x.keep, stage_y.keep, U_x, U_y,
+    )
+    return tree_reduce(parts, _sum_pattern_parts, "mca-patterns-merge")
+
+
+def correlations(sums) -> tuple[np.ndarray, np.ndarray]:
+    """Pearson correlations ``(R_x, R_y)`` of shape (dx, 2k), (dy, 2k) from the pattern sums:
+    each feature of a field against each column of ``[scores_x | scores_y]``. The fields were
+    centred on the fitted means, so the centring corrections below are small (no cancellation)."""
+    n, sum_x, sum_y, sum_s, sq_x, sq_y, sq_s, cross_x, cross_y = sums
+    var_s = sq_s - sum_s**2 / n
+
+    def corr(sums_z, squares_z, cross):
+        cov = cross - np.outer(sums_z, sum_s) / n
+        var_z = squares_z - sums_z**2 / n
+        scale = np.sqrt(np.outer(var_z, var_s))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(scale > 0, cov / scale, np.nan)
+
+    return corr(sum_x, sq_x, cross_x), corr(sum_y, sq_y, cross_y)
+

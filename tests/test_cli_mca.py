@@ -1,0 +1,61 @@
+"""daskpca fit --mca --with and the coupled report, in-process, on two labeled zarr fields."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from daskpca import MCA, load
+from daskpca.cli import main
+
+from test_mca import labeled_pair
+
+
+@pytest.fixture(scope="module")
+def fields(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mca")
+    x, y = labeled_pair()
+    x.to_dataset().chunk({"time": 40}).to_zarr(root / "x.zarr", zarr_format=3, consolidated=False)
+    y.to_dataset().chunk({"time": 50}).to_zarr(root / "y.zarr", zarr_format=3, consolidated=False)
+    return root, x, y
+
+
+def test_fit_mca_saves_the_model_the_api_fits_and_reports_it_side_by_side(fields, tmp_path, capsys):
+    root, x, y = fields
+    out = tmp_path / "mca.zarr"
+    code = main(["fit", str(root / "x.zarr"), "--var", "sst", "--mca", "--with", str(root / "y.zarr"),
+                 "--var2", "slp", "-k", "3", "--weights", "coslat", "--out", str(out), "--json"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    reference = MCA(3, weights="coslat").fit(x, y, sample_dims="time")
+    assert summary["analysis"] == "mca" and summary["n_passes"] == 1 and summary["solver"] == "exact"
+    np.testing.assert_allclose(summary["singular_values"], reference.singular_values_, rtol=1e-10)
+    model = load(out)
+    assert isinstance(model, MCA)
+    np.testing.assert_allclose(np.abs(model.components_y_), np.abs(reference.components_y_), atol=1e-10)
+
+    assert main(["report", str(out), "--out", str(tmp_path / "report"), "--quiet"]) == 0
+    written = sorted(p.name for p in (tmp_path / "report").iterdir())
+    assert written == ["fractions.png", "patterns.png", "summary.md"]
+    text = (tmp_path / "report" / "summary.md").read_text()
+    assert "passes over both fields: 1" in text and f"{reference.squared_covariance_fraction_[0]:.2%}" in text
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--mca"], "--mca needs --with SOURCE2"),
+    (["--with", "Y"], "--mca needs --with SOURCE2"),
+    (["--mca", "--with", "Y", "--hilbert"], "--hilbert apply to one field's PCA, not to --mca"),
+    (["--mca", "--with", "Y", "--solver", "tsqr"], "--mca takes --solver auto, exact (one pass) or krylov"),
+    (["--mca", "--with", "Y", "-k", "0.9"], "give -k an int"),
+])
+def test_bad_coupled_options_exit_2_before_reading(fields, tmp_path, capsys, extra, message):
+    root, _, _ = fields
+    args = ["fit", str(root / "x.zarr"), "--var", "sst", "--out", str(tmp_path / "m.zarr"), *extra]
+    if "-k" not in extra:
+        args += ["-k", "2"]
+    args = [str(root / "y.zarr") if a == "Y" else a for a in args]
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "m.zarr").exists()

@@ -1,0 +1,271 @@
+"""MCA: exact against float64 LAPACK and xeofs, chunking, passes on real zarr stores, bad pairs,
+save/load, and the Krylov path's bound against the truth."""
+
+from __future__ import annotations
+
+import warnings
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+
+import daskpca
+from daskpca import MCA, PCA
+from daskpca.exceptions import DamagedModelError, NonFiniteInputError
+
+from _helpers import align_signs, sin_theta, write_zarr
+
+
+def coupled_fields(n=300, dx=40, dy=25, *, seed=0, offset=50.0):
+    """Two fields sharing three signals of decreasing strength, plus noise and large means."""
+    rng = np.random.default_rng(seed)
+    s = rng.standard_normal((n, 3)) * [3.0, 2.0, 1.0]
+    X = s @ rng.standard_normal((3, dx)) + 0.4 * rng.standard_normal((n, dx)) + offset
+    Y = s @ rng.standard_normal((3, dy)) + 0.4 * rng.standard_normal((n, dy)) - offset
+    return X, Y
+
+
+def reference_mca(X, Y):
+    """Float64 LAPACK: the SVD of the cross-covariance of the centred fields (ddof=1)."""
+    Xc, Yc = X - X.mean(axis=0), Y - Y.mean(axis=0)
+    u, s, vt = np.linalg.svd(Xc.T @ Yc / (X.shape[0] - 1))
+    return u.T, s, vt
+
+
+def labeled_pair(n=120, seed=1):
+    """Two labeled fields on different grids that share the dim names lat/lon, X with a land point."""
+    X, Y = coupled_fields(n, 35, 30, seed=seed)
+    time = np.arange(n)
+    x = xr.DataArray(X.reshape(n, 7, 5), dims=("time", "lat", "lon"), name="sst",
+                     coords={"time": time, "lat": np.linspace(-60, 60, 7), "lon": np.arange(0.0, 50.0, 10.0)})
+    y = xr.DataArray(Y.reshape(n, 5, 6), dims=("time", "lat", "lon"), name="slp",
+                     coords={"time": time, "lat": np.linspace(-40, 40, 5), "lon": np.arange(100.0, 160.0, 10.0)})
+    x[:, 0, 0] = np.nan
+    return x, y
+
+
+def test_exact_agrees_with_lapack_on_the_weighted_masked_cross_covariance():
+    X, Y = coupled_fields()
+    X = X.astype(np.float32)
+    X[:, 3] = np.nan  # a feature missing for every sample: dropped, restored as NaN
+    rng = np.random.default_rng(5)
+    wx, wy = 0.5 + rng.random(40), 0.5 + rng.random(25)
+    mca = MCA(3, weights=(wx, wy), standardize=(False, True)).fit(
+        da.from_array(X, chunks=(70, 40)), da.from_array(Y, chunks=(45, 13)))
+    keep = np.arange(40) != 3
+    Zx = X[:, keep].astype(np.float64) * wx[keep]
+    Zy = Y * wy / Y.std(axis=0, ddof=1)
+    u, s, vt = reference_mca(Zx, Zy)
+    assert sin_theta(mca.components_x_, u[:3]) <= 1e-8
+    assert sin_theta(mca.components_y_, vt[:3]) <= 1e-8
+    np.testing.assert_allclose(mca.singular_values_, s[:3], rtol=1e-8)
+    np.testing.assert_allclose(mca.squared_covariance_fraction_, s[:3] ** 2 / np.sum(s**2), rtol=1e-8)
+    np.testing.assert_allclose(mca.covariance_fraction_, s[:3] / np.sum(s), rtol=1e-8)
+    assert mca.n_passes_ == 1 and mca.solver_ == "exact" and mca.error_bound_ == 0.0
+    assert list(mca.feature_stage_x_.keep) == list(keep)
+    # A NaN in new data is named inside the projection task (a field masked at fit time is not).
+    bad = Y.copy()
+    bad[7, 2] = np.nan
+    with pytest.raises(NonFiniteInputError, match="first is at row 7, column 2"):
+        mca.transform(None, bad)
+    assert np.isnan(mca.transform(None, bad, nan="propagate")[1][7]).all()
+    # Scores: each field's anomalies on its patterns (pairs flip together: σ stays positive).
+    scores_x, scores_y = mca.transform(X, Y)
+    aligned, signs = align_signs(mca.components_x_, u[:3])
+    np.testing.assert_allclose(scores_x * signs, (Zx - Zx.mean(axis=0)) @ u[:3].T, atol=1e-8 * np.abs(scores_x).max())
+    np.testing.assert_allclose(scores_y * signs, (Zy - Zy.mean(axis=0)) @ vt[:3].T, atol=1e-8 * np.abs(scores_y).max())
+
+
+def test_agrees_with_xeofs_mca_in_memory():
+    import xeofs as xe
+
+    x, y = labeled_pair()
+    mca = MCA(3, weights="coslat").fit(x, y, sample_dims="time")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = xe.cross.MCA(n_modes=3, use_coslat=True, use_pca=False).fit(x, y, dim="time")
+        ref_x, ref_y = ref.components()
+        ref_scores = ref.scores()
+        (hom_x, hom_y), _ = ref.homogeneous_patterns()
+        (het_x, het_y), _ = ref.heterogeneous_patterns()
+    np.testing.assert_allclose(mca.singular_values_, ref.data["singular_values"].values, rtol=1e-8)
+    np.testing.assert_allclose(mca.squared_covariance_fraction_, ref.squared_covariance_fraction().values, rtol=1e-8)
+    tree = mca.to_xarray()
+    ours = [tree["X"]["components"], tree["Y"]["components"]]
+    for got, want in zip(ours, (ref_x, ref_y)):
+        got = got.values.reshape(3, -1)
+        want = want.transpose("mode", "lat", "lon").values.reshape(3, -1)
+        ok = ~np.isnan(got[0])
+        assert np.array_equal(ok, ~np.isnan(want[0]))  # the same land point masked
+        assert sin_theta(got[:, ok], want[:, ok]) <= 1e-8
+    _, signs = align_signs(ours[0].values.reshape(3, -1)[:, 1:], ref_x.transpose("mode", "lat", "lon").values.reshape(3, -1)[:, 1:])
+    scores = mca.transform(x, y)
+    patterns = mca.patterns(x, y)
+    for got, want in zip(scores, ref_scores):
+        np.testing.assert_allclose(got.values * signs, want.transpose("time", "mode").values, atol=1e-8 * np.abs(got.values).max())
+    for got, want in zip((*patterns["homogeneous"], *patterns["heterogeneous"]), (hom_x, hom_y, het_x, het_y)):
+        np.testing.assert_allclose(got.values * signs[:, None, None], want.transpose("mode", "lat", "lon").values, atol=1e-10)
+
+
+def test_results_do_not_depend_on_chunking():
+    X, Y = coupled_fields(seed=2)
+    fits = [MCA(3).fit(da.from_array(X, chunks=cx), da.from_array(Y, chunks=cy))
+            for cx, cy in (((300, 40), (300, 25)), ((31, 7), (77, 25)), ((100, 40), (13, 4)))]
+    for other in fits[1:]:
+        np.testing.assert_allclose(other.singular_values_, fits[0].singular_values_, rtol=1e-12)
+        np.testing.assert_allclose(other.components_x_, fits[0].components_x_, atol=1e-12)
+        np.testing.assert_allclose(other.components_y_, fits[0].components_y_, atol=1e-12)
+
+
+def test_each_field_is_read_once_on_the_exact_path_and_once_per_pass_on_krylov(tmp_path):
+    X, Y = coupled_fields(400, 30, 20, seed=3)
+    array_x, store_x = write_zarr(tmp_path / "x.zarr", X.astype(np.float32), (90, 12))
+    array_y, store_y = write_zarr(tmp_path / "y.zarr", Y, (64, 20))  # row chunks unlike X's
+    chunks_x, chunks_y = 5 * 3, 7
+    with dask.config.set(scheduler="threads"):
+        mca = MCA(3).fit(array_x, array_y)
+        assert mca.n_passes_ == 1
+        for store, chunks in ((store_x, chunks_x), (store_y, chunks_y)):
+            reads = store.chunk_reads()
+            assert len(reads) == chunks and set(reads.values()) == {1}
+            store.reads.clear()
+        mca.patterns(array_x, array_y)  # homogeneous and heterogeneous: one more pass
+        for store in (store_x, store_y):
+            assert set(store.chunk_reads().values()) == {1}
+            store.reads.clear()
+        krylov = MCA(3, solver="krylov", max_passes=4, random_state=0).fit(array_x, array_y)
+    assert krylov.n_passes_ == 4
+    for store, chunks in ((store_x, chunks_x), (store_y, chunks_y)):
+        reads = store.chunk_reads()
+        assert len(reads) == chunks and set(reads.values()) == {4}
+
+
+def test_bad_pairs_get_one_clear_error_before_any_read(tmp_path):
+    x, y = labeled_pair(60)
+    shifted = y.assign_coords(time=y.time + 5)
+    with pytest.raises(ValueError, match=r"same samples along 'time': 5 \(0, 1, 2, …\) only in X, "
+                                         r"5 \(60, 61, 62, …\) only in Y"):
+        MCA(2).fit(x, shifted, sample_dims="time")
+    # The same samples in another order are paired by coordinate, not by position.
+    reordered = MCA(2).fit(x, y.isel(time=slice(None, None, -1)), sample_dims="time")
+    np.testing.assert_allclose(reordered.singular_values_, MCA(2).fit(x, y, sample_dims="time").singular_values_, rtol=1e-12)
+    with pytest.raises(TypeError, match="two xarray objects"):
+        MCA(2).fit(x, y.values.reshape(60, -1), sample_dims="time")
+
+    X, Y = coupled_fields(200, 12, 6)
+    array_x, store_x = write_zarr(tmp_path / "x.zarr", X, (50, 12))
+    array_y, store_y = write_zarr(tmp_path / "y.zarr", Y, (50, 6))
+    short, _ = write_zarr(tmp_path / "short.zarr", Y[:150], (50, 6))
+    with pytest.raises(ValueError, match="X has 200 samples .* Y has 150"):
+        MCA(2).fit(array_x, short)
+    with pytest.raises(ValueError, match=r"n_components=7 .* at most min\(n_samples − 1, dx, dy\) = 6"):
+        MCA(7).fit(array_x, array_y)
+    with pytest.raises(ValueError, match="n_components"):
+        MCA(7).plan(array_x, array_y)  # plan() checks the pair as fit does
+    assert not store_x.chunk_reads() and not store_y.chunk_reads()
+
+    nan_y, _ = write_zarr(tmp_path / "nan.zarr", np.full((200, 6), np.nan), (50, 6))
+    with pytest.raises(NonFiniteInputError, match="field Y: all 6 features are NaN"):
+        MCA(2).fit(array_x, nan_y)
+    # k is checked again on the features left after the mask (X keeps 12, Y keeps 2 of 6).
+    masked = Y.copy()
+    masked[:, 2:] = np.nan
+    with pytest.raises(ValueError, match="n_components=3 .* 2 of Y are left"):
+        MCA(3).fit(X, masked)
+
+
+def test_save_load_round_trip_returns_an_mca(tmp_path):
+    x, y = labeled_pair()
+    mca = MCA(3, weights="coslat", standardize=[True, False]).fit(x, y, sample_dims="time")
+    mca.save(tmp_path / "mca.zarr")
+    loaded = daskpca.load(tmp_path / "mca.zarr")
+    assert isinstance(loaded, MCA) and loaded.get_params() == mca.get_params()
+    for name in ("components_x_", "components_y_", "singular_values_", "squared_covariance_fraction_",
+                 "covariance_fraction_", "mean_x_", "mean_y_"):
+        assert np.array_equal(getattr(loaded, name), getattr(mca, name)), name
+    for got, want in zip(loaded.transform(x, y), mca.transform(x, y)):
+        xr.testing.assert_identical(got, want)
+    # Each field keeps its own grid although both name their dims lat/lon.
+    np.testing.assert_array_equal(loaded.to_xarray()["Y"]["lat"].values, y.lat.values)
+    assert MCA.load(tmp_path / "mca.zarr").n_components_ == 3
+    with pytest.raises(FileExistsError):
+        mca.save(tmp_path / "mca.zarr")
+    ds = mca.to_dataset()
+    ds["model_components_y"] = ds["model_components_y"] * 2
+    with pytest.raises(DamagedModelError, match="the Y patterns are not orthonormal"):
+        MCA.from_dataset(ds)
+    PCA(2).fit(np.random.default_rng(0).standard_normal((50, 4))).save(tmp_path / "pca.zarr")
+    with pytest.raises(DamagedModelError, match="holds a PCA model, not an MCA"):
+        MCA.load(tmp_path / "pca.zarr")
+    with pytest.raises(DamagedModelError, match=r"holds a MCA model, not a PCA: load it with daskpca.load\(\)"):
+        PCA.load(tmp_path / "mca.zarr")
+
+
+def known_cross_spectrum(n, dx, dy, values, seed=0):
+    """Fields whose cross-covariance (ddof=1) is exactly U·diag(values)·Vᵀ (random U, V)."""
+    rng = np.random.default_rng(seed)
+    basis = rng.standard_normal((n, dx))
+    Q, _ = np.linalg.qr(basis - basis.mean(axis=0))  # centred orthonormal columns
+    r = len(values)
+    U, _ = np.linalg.qr(rng.standard_normal((dx, r)))
+    V, _ = np.linalg.qr(rng.standard_normal((dy, r)))
+    M = (U * values) @ V.T
+    X = np.sqrt(n - 1) * Q + 3.0
+    Y = np.sqrt(n - 1) * Q @ M - 1.0
+    return X, Y, U, V
+
+
+@pytest.mark.parametrize("max_passes", [4, 8, 16])
+def test_krylov_bound_is_never_below_the_true_error_and_meets_tol(max_passes):
+    k = 4
+    # Four modes above a full-rank noise continuum that starts just below σ_k (σ_k/σ_{k+1} = 1.25).
+    values = np.concatenate([[10.0, 8.0, 6.5, 5.0], np.linspace(4.0, 0.5, 156)])
+    X, Y, U, V = known_cross_spectrum(500, 200, 160, values, seed=7)
+    fit = MCA(k, solver="krylov", tol=1e-4, max_passes=max_passes, random_state=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the small budgets warn that tol was not met
+        fit.fit(da.from_array(X, chunks=(125, 200)), da.from_array(Y, chunks=(125, 160)))
+    error = max(sin_theta(fit.components_x_, U[:, :k].T), sin_theta(fit.components_y_, V[:, :k].T))
+    assert error <= fit.error_bound_ <= 10 * error  # never below the truth, and not vacuous
+    if max_passes == 16:
+        # Measured: 1 statistics pass + 12 Krylov passes; bound 8.9e-5, true sin θ 2.0e-5.
+        assert fit.error_bound_ <= 1e-4 and fit.n_passes_ == 13
+        np.testing.assert_allclose(fit.singular_values_, values[:k], rtol=1e-7)
+    else:
+        assert fit.n_passes_ == max_passes and fit.error_bound_ > 1e-4
+
+
+def test_plan_reads_nothing_and_krylov_is_chosen_when_the_cross_covariance_does_not_fit(tmp_path, monkeypatch):
+    X, Y = coupled_fields(200, 30, 20)
+    array_x, store_x = write_zarr(tmp_path / "x.zarr", X, (50, 30))
+    array_y, store_y = write_zarr(tmp_path / "y.zarr", Y, (50, 20))
+    plan = MCA(3).plan(array_x, array_y)
+    assert plan.path == "exact" and plan.n_passes == "1" and "fits a task" in str(plan)
+    monkeypatch.setattr("daskpca._plan.task_memory_budget", lambda: (1000, "a test budget"))
+    plan = MCA(3, tol=1e-6).plan(array_x, array_y)
+    assert plan.path == "krylov" and "more than the budget" in plan.reason and "1e-06" in plan.n_passes
+    assert not store_x.chunk_reads() and not store_y.chunk_reads()
+
+
+def test_both_paths_on_worker_processes_agree_with_the_threaded_fit(tmp_path):
+    from distributed import Client, LocalCluster
+
+    from daskpca.solvers.cross_covariance import chunk_cross_moments
+
+    X, Y = coupled_fields(400, 30, 20, seed=6)
+    write_zarr(tmp_path / "x.zarr", X, (100, 30))
+    write_zarr(tmp_path / "y.zarr", Y, (80, 20))
+    array_x, array_y = str(tmp_path / "x.zarr"), str(tmp_path / "y.zarr")  # opened by the workers
+    exact = MCA(3).fit(X, Y)
+    # A partial result tells distributed its real size (not a dataclass's ~56 bytes).
+    from dask.sizeof import sizeof
+
+    assert sizeof(chunk_cross_moments(np.hstack([X, Y]), 0, 30)) >= 30 * 20 * 8
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None, memory_limit="1GiB") as cluster, Client(cluster):
+        on_workers = MCA(3).fit(array_x, array_y)
+        krylov = MCA(3, solver="krylov", max_passes=3, random_state=0).fit(array_x, array_y)
+    np.testing.assert_allclose(on_workers.singular_values_, exact.singular_values_, rtol=1e-12)
+    assert sin_theta(krylov.components_x_, exact.components_x_) <= krylov.error_bound_ and krylov.n_passes_ == 3

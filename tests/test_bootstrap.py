@@ -1,0 +1,195 @@
+"""Moving-block bootstrap of a fitted PCA (daskpca.significance.bootstrap): one read for any
+number of replicates, exact replicates on a covariance fit, coverage under AR(1) noise,
+chunking-independent results, bad parameters refused before any read."""
+
+import dask
+import numpy as np
+import pytest
+import xarray as xr
+
+from daskpca import PCA
+from daskpca.exceptions import NotFittedError
+from daskpca.significance import block_weights, bootstrap, bootstrap_scores, carlstein_block_length
+
+from _helpers import low_rank_data, write_zarr
+
+LAMBDA = np.array([10.0, 5.0, 2.5, 0.5, 0.5])
+
+
+def ar1_field(rng, n, phi, variances=LAMBDA, offset=3.0):
+    """Independent AR(1) series (coefficient phi) with stationary variances ``variances``, rotated
+    by a random orthogonal matrix: a field whose covariance spectrum is ``variances`` exactly."""
+    noise = rng.standard_normal((n, variances.size)) * np.sqrt(1 - phi**2)
+    series = np.empty_like(noise)
+    series[0] = rng.standard_normal(variances.size)
+    for t in range(1, n):
+        series[t] = phi * series[t - 1] + noise[t]
+    rotation, _ = np.linalg.qr(rng.standard_normal((variances.size, variances.size)))
+    return series * np.sqrt(variances) @ rotation.T + offset
+
+
+def test_one_read_for_a_thousand_replicates(tmp_path):
+    X = low_rank_data(1_000, 12, dtype=np.float32)
+    array, store = write_zarr(tmp_path / "x.zarr", X, (130, 5))
+    with dask.config.set(scheduler="threads"):
+        pca = PCA(4, solver="covariance").fit(array)
+        store.reads.clear()
+        result = bootstrap(pca, array, n_replicates=1000, block_length=10, random_state=0)
+    reads = store.chunk_reads()
+    assert len(reads) == 8 * 3 and set(reads.values()) == {1}  # every chunk once, none twice
+    assert result.n_passes == 1 and result.n_replicates == 1000 and result.replicates.shape == (1000, 4)
+
+
+def test_exact_replicates_equal_refits_on_the_resampled_series():
+    rng = np.random.default_rng(1)
+    X = ar1_field(rng, 300, 0.6)
+    pca = PCA(3, solver="covariance").fit(X)
+    result = bootstrap(pca, X, n_replicates=5, block_length=7, random_state=4)
+    assert result.exact and result.n_basis == 5
+    # The same weights, drawn again, reweight the samples of an ordinary eigendecomposition.
+    weights = block_weights(np.random.default_rng(4), 300, 7, 5)
+    for w, replicate in zip(weights, result.replicates):
+        sample = np.repeat(X, w.astype(int), axis=0)
+        refit = np.linalg.eigvalsh(np.cov(sample, rowvar=False))[::-1]
+        np.testing.assert_allclose(replicate, refit[:3], rtol=1e-10)
+    np.testing.assert_allclose(result.explained_variance, pca.explained_variance_, rtol=1e-12)
+    np.testing.assert_allclose(result.explained_variance_ratio, pca.explained_variance_ratio_, rtol=1e-12)
+    np.testing.assert_allclose(result.singular_values, pca.singular_values_, rtol=1e-12)
+    np.testing.assert_allclose(result.components, pca.components_, atol=1e-12)
+
+
+def test_block_weights_draw_n_samples_in_wrapped_blocks():
+    weights = block_weights(np.random.default_rng(0), 103, 10, 4000)
+    assert weights.shape == (4000, 103) and np.all(weights.sum(axis=1) == 103)
+    assert np.all(weights >= 0)
+    # Circular blocks: every sample is drawn once per replicate on average, the ends included.
+    assert abs(weights[:, :5].mean() - 1) < 0.1 and abs(weights[:, -5:].mean() - 1) < 0.1
+
+
+def test_block_length_rule():
+    assert carlstein_block_length(0.0, 1000) == 1  # independent samples: the ordinary bootstrap
+    assert carlstein_block_length(-0.3, 1000) == 1
+    assert carlstein_block_length(0.5, 1000) == round((np.sqrt(6) * 0.5 / 0.75) ** (2 / 3) * 10)
+    assert carlstein_block_length(0.999, 50) == 50  # never longer than the series
+    assert carlstein_block_length(0.8, 8000) > carlstein_block_length(0.5, 8000)
+
+
+def test_coverage_of_the_leading_variances_under_ar1_noise():
+    # Known spectrum, AR(1) samples (φ = 0.5): the 95 % intervals of the three leading
+    # eigenvalues, pooled over repetitions, cover the truth 90–99 % of the time. Exact replicates
+    # from the full centred data (what a covariance fit's one read gives), to stay fast.
+    rng = np.random.default_rng(0)
+    hits = []
+    for repetition in range(150):
+        X = ar1_field(rng, 1_000, 0.5)
+        result = bootstrap_scores(X - X.mean(axis=0), n_modes=3, n_replicates=300, random_state=repetition)
+        low, high = result.explained_variance_interval
+        hits.append((low <= LAMBDA[:3]) & (LAMBDA[:3] <= high))
+    coverage = np.mean(hits)
+    assert 0.90 <= coverage <= 0.99, coverage
+
+
+@pytest.mark.slow
+def test_coverage_through_fit_and_one_read_on_zarr(tmp_path):
+    rng = np.random.default_rng(5)
+    hits = []
+    for repetition in range(200):
+        X = ar1_field(rng, 1_000, 0.5)
+        array, _ = write_zarr(tmp_path / f"x{repetition}.zarr", X, (250, 5))
+        with dask.config.set(scheduler="threads"):
+            pca = PCA(3, solver="covariance").fit(array)
+            result = bootstrap(pca, array, n_replicates=500, random_state=repetition)
+        low, high = result.explained_variance_interval
+        hits.append((low <= LAMBDA[:3]) & (LAMBDA[:3] <= high))
+    assert 0.90 <= np.mean(hits) <= 0.99
+
+
+def test_results_do_not_depend_on_chunking(tmp_path):
+    X = low_rank_data(600, 10)
+    results = []
+    for i, chunks in enumerate([(600, 10), (77, 3), (200, 10)]):
+        array, _ = write_zarr(tmp_path / f"x{i}.zarr", X, chunks)
+        with dask.config.set(scheduler="threads"):
+            pca = PCA(3, solver="covariance").fit(array)
+            results.append(bootstrap(pca, array, n_replicates=200, random_state=7))
+    for other in results[1:]:
+        assert other.block_length == results[0].block_length
+        for name in ("explained_variance_interval", "explained_variance_ratio_interval",
+                     "singular_values_interval", "components_interval"):
+            np.testing.assert_allclose(getattr(other, name), getattr(results[0], name), rtol=1e-7, atol=1e-9)
+
+
+def test_patterns_are_aligned_and_separated_modes_stand_out():
+    rng = np.random.default_rng(2)
+    X = ar1_field(rng, 2_000, 0.3, variances=np.array([20.0, 8.0, 1.0, 0.9, 0.8, 0.7]))
+    pca = PCA(4, solver="covariance").fit(X)
+    result = bootstrap(pca, X, n_replicates=300, random_state=0)
+    low, high = result.components_interval
+    # Signs and order follow the model's: each pattern lies inside its own interval, and the
+    # well-separated leading patterns have narrow intervals (no sign flips averaged in).
+    assert np.all(low <= pca.components_ + 1e-12) and np.all(pca.components_ <= high + 1e-12)
+    assert np.max(high[:2] - low[:2]) < 0.2
+    assert result.n_standout == 2  # modes 3 and 4 (1.0 vs 0.9) are not told apart
+    assert list(result.separated[:3]) == [True, True, False]
+    errors = result.errors()
+    assert errors.shape == (2, 4) and np.all(errors >= 0)
+
+
+def test_an_approximate_bootstrap_from_the_model_components_alone():
+    # A Gram fit keeps no covariance: the basis is its own components, the residuals count in
+    # the total variance (ratios) and the result says it is not exact.
+    X = low_rank_data(80, 300)
+    pca = PCA(6, solver="gram").fit(X)
+    result = bootstrap(pca, X, n_modes=3, n_replicates=200, block_length=4, random_state=0)
+    assert not result.exact and result.n_basis == 6
+    np.testing.assert_allclose(result.explained_variance_ratio, pca.explained_variance_ratio_[:3], rtol=1e-10)
+    low, high = result.explained_variance_ratio_interval
+    assert np.all(low <= pca.explained_variance_ratio_[:3]) and np.all(pca.explained_variance_ratio_[:3] <= high)
+
+
+def test_labeled_model_gives_pattern_intervals_on_the_field():
+    rng = np.random.default_rng(3)
+    data = ar1_field(rng, 200, 0.4, variances=np.linspace(6, 1, 12)).reshape(200, 3, 4)
+    data[:, 0, 0] = np.nan  # a masked point stays NaN in the intervals
+    field = xr.DataArray(data, dims=("time", "lat", "lon"),
+                         coords={"time": np.arange(200), "lat": [10.0, 20.0, 30.0], "lon": [0.0, 1.0, 2.0, 3.0]})
+    pca = PCA(2, solver="covariance", weights="coslat").fit(field, sample_dims="time")
+    ds = bootstrap(pca, field, n_replicates=100, random_state=0).to_xarray()
+    assert ds["components_interval"].dims == ("bound", "mode", "lat", "lon")
+    assert np.isnan(ds["components_interval"].sel(lat=10.0, lon=0.0)).all()
+    assert list(ds["bound"].values) == ["lower", "upper"] and list(ds["mode"].values) == [1, 2]
+    assert ds.attrs["n_replicates"] == 100
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"block_length": 0}, "block_length=0"),
+    ({"block_length": 1001}, "block_length=1001"),
+    ({"confidence": 1.0}, "confidence=1.0"),
+    ({"confidence": 0}, "confidence=0"),
+    ({"n_replicates": 0}, "n_replicates=0"),
+    ({"n_modes": 5}, "n_modes=5"),
+    ({"interval": "bca"}, "interval='bca'"),
+])
+def test_bad_parameters_are_refused_before_any_read(tmp_path, kwargs, match):
+    X = low_rank_data(1_000, 8)
+    array, store = write_zarr(tmp_path / "x.zarr", X, (250, 8))
+    with dask.config.set(scheduler="threads"):
+        pca = PCA(4, solver="covariance").fit(array)
+    store.reads.clear()
+    with pytest.raises(ValueError, match=match):
+        bootstrap(pca, array, **kwargs)
+    assert not store.chunk_reads()
+
+
+def test_unfitted_model_is_refused_before_any_read(tmp_path):
+    array, store = write_zarr(tmp_path / "x.zarr", low_rank_data(100, 5), (50, 5))
+    with pytest.raises(NotFittedError):
+        bootstrap(PCA(2), array)
+    assert not store.chunk_reads()
+
+
+def test_more_basis_than_a_gram_fit_knows_is_refused():
+    X = low_rank_data(50, 100)
+    pca = PCA(3, solver="gram").fit(X)
+    with pytest.raises(ValueError, match="keeps no covariance"):
+        bootstrap(pca, X, n_basis=10)

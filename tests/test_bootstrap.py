@@ -193,3 +193,32 @@ def test_more_basis_than_a_gram_fit_knows_is_refused():
     pca = PCA(3, solver="gram").fit(X)
     with pytest.raises(ValueError, match="keeps no covariance"):
         bootstrap(pca, X, n_basis=10)
+
+
+def test_report_draws_bootstrap_intervals_behind_a_flag(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from daskpca import cli, plot
+
+    X = ar1_field(np.random.default_rng(6), 400, 0.5)
+    write_zarr(tmp_path / "x.zarr", X, (100, 5))
+    pca = PCA(3, solver="covariance").fit(X)
+    pca.save(tmp_path / "model.zarr")
+    args = ["report", str(tmp_path / "model.zarr"), "--quiet", "--data", str(tmp_path / "x.zarr")]
+    assert cli.main([*args, "--out", str(tmp_path / "report"), "--bootstrap", "200", "--block-length", "8"]) == 0
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert "Moving-block bootstrap (200 replicates, blocks of 8 samples, 95% percentile intervals, exact" in summary
+    assert summary.count("| [") == 2 * 3  # per mode: its variance and its ratio interval
+    # Bad input is refused before anything is written: no --data, a block longer than the series.
+    capsys.readouterr()
+    assert cli.main(["report", str(tmp_path / "model.zarr"), "--out", str(tmp_path / "r2"), "--bootstrap", "10"]) == 2
+    assert "--data SOURCE" in capsys.readouterr().err
+    assert cli.main([*args, "--out", str(tmp_path / "r3"), "--bootstrap", "10", "--block-length", "401"]) == 2
+    assert "block_length=401" in capsys.readouterr().err
+    assert not (tmp_path / "r2").exists() and not (tmp_path / "r3").exists()
+    # The scree plot takes the interval as asymmetric error bars.
+    result = bootstrap(pca, X, n_replicates=50, random_state=0)
+    ax = plot.scree(pca, errors=result.errors())
+    low, high = result.explained_variance_interval
+    segments = ax.collections[-1].get_segments()
+    np.testing.assert_allclose([s[:, 1] for s in segments], np.stack([low, high], axis=1))
+    ax.figure.clf()

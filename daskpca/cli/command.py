@@ -381,7 +381,11 @@ def cmd_report(args) -> dict:
             raise UsageError(f"daskpca report needs matplotlib: pip install 'daskpca[plot]' ({exc}).") from exc
         from .report import write_report
 
-        written = write_report(pca, args.out, overwrite=args.overwrite, n_maps=args.n_maps)
+        if args.bootstrap and not args.data:
+            raise UsageError("--bootstrap N resamples the data the model was fitted on: name it with --data SOURCE.")
+        data = _as_fitted(open_source(args.data, args.var), pca) if args.bootstrap else None
+        written = write_report(pca, args.out, overwrite=args.overwrite, n_maps=args.n_maps, data=data,
+                               n_replicates=args.bootstrap, block_length=args.block_length)
     _say(args, f"wrote the report to {args.out}: {', '.join(Path(p).name for p in written)}")
     return {"report": args.out, "files": [str(p) for p in written]}
 

@@ -332,6 +332,7 @@ def bootstrap_scores(scores, residual=None, *, basis=None, reference=None, n_mod
     """
     scores = np.asarray(scores, dtype=np.float64)
     n, m = scores.shape
+    _check_resampling(n, n_replicates, block_length, confidence, interval)
     residual = np.zeros(n) if residual is None else np.asarray(residual, dtype=np.float64)
     covariance = scores.T @ scores / max(n - 1, 1)
     if reference is None:
@@ -389,15 +390,7 @@ def _check_bootstrap(pca, n_replicates, block_length, confidence, n_modes, n_bas
     if np.iscomplexobj(pca.components_):
         raise ValueError("bootstrap resamples real PCA models; this model has complex (Hilbert) components.")
     n, k = pca.n_samples_, pca.n_components_
-    if not isinstance(n_replicates, (int, np.integer)) or n_replicates < 1:
-        raise ValueError(f"n_replicates={n_replicates!r}: expected an int >= 1 (e.g. 1000).")
-    if block_length is not None and (not isinstance(block_length, (int, np.integer)) or not 1 <= block_length <= n):
-        raise ValueError(f"block_length={block_length!r}: expected an int in [1, n_samples={n}] (consecutive "
-                         "samples per block), or None for the rule from the scores' lag-1 autocorrelation.")
-    if not (isinstance(confidence, (float, int)) and 0 < confidence < 1):
-        raise ValueError(f"confidence={confidence!r}: expected a probability in (0, 1), e.g. 0.95.")
-    if interval not in INTERVALS:
-        raise ValueError(f"interval={interval!r}: expected one of {INTERVALS}.")
+    _check_resampling(n, n_replicates, block_length, confidence, interval)
     n_modes = k if n_modes is None else n_modes
     if not isinstance(n_modes, (int, np.integer)) or not 1 <= n_modes <= k:
         raise ValueError(f"n_modes={n_modes!r}: expected an int in [1, n_components_={k}].")
@@ -422,6 +415,19 @@ def _check_bootstrap(pca, n_replicates, block_length, confidence, n_modes, n_bas
         raise ValueError(f"the bootstrap keeps n·(m + 1) = {n}·{m + 1} float64 on the client, more than "
                          f"CLIENT_BYTES = {CLIENT_BYTES} bytes: pass a smaller n_basis.")
     return _BootstrapPlan(np.ascontiguousarray(basis), int(m), int(n_modes), bool(m >= rank))
+
+
+def _check_resampling(n, n_replicates, block_length, confidence, interval) -> None:
+    """The resampling parameters of a series of n samples, checked (nothing is read)."""
+    if not isinstance(n_replicates, (int, np.integer)) or n_replicates < 1:
+        raise ValueError(f"n_replicates={n_replicates!r}: expected an int >= 1 (e.g. 1000).")
+    if block_length is not None and (not isinstance(block_length, (int, np.integer)) or not 1 <= block_length <= n):
+        raise ValueError(f"block_length={block_length!r}: expected an int in [1, n_samples={n}] (consecutive "
+                         "samples per block), or None for the rule from the scores' lag-1 autocorrelation.")
+    if not (isinstance(confidence, (float, int)) and 0 < confidence < 1):
+        raise ValueError(f"confidence={confidence!r}: expected a probability in (0, 1), e.g. 0.95.")
+    if interval not in INTERVALS:
+        raise ValueError(f"interval={interval!r}: expected one of {INTERVALS}.")
 
 
 def _project_block(block, row_offset, mean, basis):

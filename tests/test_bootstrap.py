@@ -222,3 +222,11 @@ def test_report_draws_bootstrap_intervals_behind_a_flag(tmp_path, capsys):
     segments = ax.collections[-1].get_segments()
     np.testing.assert_allclose([s[:, 1] for s in segments], np.stack([low, high], axis=1))
     ax.figure.clf()
+
+
+def test_scores_in_memory_are_checked_the_same_way():
+    scores = np.random.default_rng(0).standard_normal((50, 3))
+    with pytest.raises(ValueError, match="block_length=51"):
+        bootstrap_scores(scores, block_length=51)
+    with pytest.raises(ValueError, match="confidence=1.5"):
+        bootstrap_scores(scores, confidence=1.5)

@@ -230,3 +230,18 @@ def test_scores_in_memory_are_checked_the_same_way():
         bootstrap_scores(scores, block_length=51)
     with pytest.raises(ValueError, match="confidence=1.5"):
         bootstrap_scores(scores, confidence=1.5)
+
+
+def test_the_readme_example_runs():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = re.search(r"### Is a mode real\?.*?```python\n(.*?)```", text, re.S).group(1)
+    data = ar1_field(np.random.default_rng(8), 120, 0.5, variances=np.linspace(5, 1, 12)).reshape(120, 3, 4)
+    sst = xr.DataArray(data, dims=("time", "lat", "lon"), coords={"lat": [-20.0, 0.0, 20.0]})
+    pca = PCA(n_components=4, weights="coslat").fit(sst, sample_dims="time")
+    namespace = {"pca": pca, "sst": sst}
+    exec(compile(code, "README.md", "exec"), namespace)
+    boot = namespace["boot"]
+    assert boot.n_replicates == 1000 and boot.exact and boot.explained_variance_interval.shape == (2, 4)

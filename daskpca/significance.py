@@ -99,7 +99,8 @@ def north_k(separated) -> int:
 
 #: Default number of basis directions m (≫ the modes reported) when the model keeps its covariance.
 DEFAULT_BASIS = 50
-#: Largest client-side array the bootstrap may build (the n×m scores; replicate batches): 1 GiB.
+#: Largest client-side array the bootstrap may build (the n×m scores; the replicate patterns of a
+#: slab of features): 1 GiB.
 CLIENT_BYTES = 2**30
 #: Working memory of one step of the replicate loop (a batch of weights, a slab of outer products).
 SLAB_BYTES = 64 * 2**20
@@ -141,6 +142,9 @@ class BootstrapResult:
         Full reads of the data the bootstrap made (1).
     lag1_autocorrelation : float
         Largest lag-1 autocorrelation of the leading scores (what the default block length uses).
+    feature_stage, layout : FeatureStage or None, Layout or None
+        The model's, so :meth:`to_xarray` puts pattern intervals back on every input feature
+        (NaN where masked) and, for a labeled model, on the field's dims and coords.
     """
 
     explained_variance: np.ndarray
@@ -217,8 +221,9 @@ def bootstrap(pca, X, *, n_replicates: int = 1000, block_length: int | None = No
     """Moving-block bootstrap intervals for a fitted PCA, in one read of ``X`` for any number of replicates.
 
     A replicate is a series of n samples made of blocks of ``block_length`` consecutive samples
-    whose starts are drawn uniformly with replacement (Künsch 1989), so serial correlation up to
-    the block length survives the resampling. Its covariance is the data's covariance with
+    whose starts are drawn uniformly with replacement (the moving-block bootstrap, Künsch 1989, in
+    its circular form, Politis & Romano 1992: see :func:`block_weights`), so serial correlation
+    up to the block length survives the resampling. Its covariance is the data's covariance with
     sample i counted w_i times; this function never refits: one pass over ``X`` projects each
     centred, feature-staged sample onto m basis directions and keeps the m scores ``s_i`` and the
     residual sum of squares ``r_i``, and every replicate is formed from those n×(m + 1) numbers.
@@ -280,7 +285,8 @@ def bootstrap(pca, X, *, n_replicates: int = 1000, block_length: int | None = No
     H. R. Künsch, "The jackknife and the bootstrap for general stationary observations",
     Ann. Statist. 17 (1989) 1217–1241. E. Carlstein, "The use of subseries values for
     estimating the variance of a general statistic from a stationary sequence", Ann. Statist. 14
-    (1986) 1171–1179.
+    (1986) 1171–1179. D. N. Politis & J. P. Romano, "A circular block-resampling procedure for
+    stationary data", in *Exploring the Limits of Bootstrap*, Wiley (1992) 263–270.
     """
     plan = _check_bootstrap(pca, n_replicates, block_length, confidence, n_modes, n_basis, interval)
     matrix, _ = pca._model_input(X)

@@ -245,3 +245,4 @@ def test_the_readme_example_runs():
     exec(compile(code, "README.md", "exec"), namespace)
     boot = namespace["boot"]
     assert boot.n_replicates == 1000 and boot.exact and boot.explained_variance_interval.shape == (2, 4)
+

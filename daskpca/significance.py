@@ -35,6 +35,7 @@ import dask
 import numpy as np
 
 from ._validation import find_nonfinite, raise_if_nonfinite
+from .pca import PCA
 from .solvers._graph import map_row_blocks
 from .solvers._linalg import eigh_descending, flip_signs, one_blas_thread_per_task
 
@@ -389,10 +390,10 @@ class _BootstrapPlan:
 
 def _check_bootstrap(pca, n_replicates, block_length, confidence, n_modes, n_basis, interval) -> _BootstrapPlan:
     """Every parameter checked, and the basis chosen, from the fitted model alone (no read)."""
-    check = getattr(pca, "_check_fitted", None)
-    if check is None:
-        raise TypeError(f"bootstrap needs a fitted daskpca PCA, not {type(pca).__name__}.")
-    check()
+    if not isinstance(pca, PCA):
+        raise TypeError(f"bootstrap needs a fitted daskpca PCA, not {type(pca).__name__} (for a rotated "
+                        "model, bootstrap the PCA it rotates).")
+    pca._check_fitted()
     if np.iscomplexobj(pca.components_):
         raise ValueError("bootstrap resamples real PCA models; this model has complex (Hilbert) components.")
     n, k = pca.n_samples_, pca.n_components_

@@ -78,9 +78,11 @@ def test_coverage_of_the_leading_variances_under_ar1_noise():
     # Known spectrum, AR(1) samples (φ = 0.5): the 95 % intervals of the three leading
     # eigenvalues, pooled over repetitions, cover the truth 90–99 % of the time. Exact replicates
     # from the full centred data (what a covariance fit's one read gives), to stay fast.
+    # Measured: 0.905–0.923 pooled over seeds 0–2 (0.94 on independent samples; blocks of 1 on
+    # this AR(1) data: ~0.86) — moving blocks lean a little narrow, as is known.
     rng = np.random.default_rng(0)
     hits = []
-    for repetition in range(150):
+    for repetition in range(200):
         X = ar1_field(rng, 1_000, 0.5)
         result = bootstrap_scores(X - X.mean(axis=0), n_modes=3, n_replicates=300, random_state=repetition)
         low, high = result.explained_variance_interval
@@ -186,6 +188,19 @@ def test_unfitted_model_is_refused_before_any_read(tmp_path):
     with pytest.raises(NotFittedError):
         bootstrap(PCA(2), array)
     assert not store.chunk_reads()
+
+
+def test_models_it_cannot_resample_are_refused():
+    from daskpca import HilbertPCA, Rotator
+
+    X = low_rank_data(100, 6)
+    pca = PCA(3).fit(X)
+    with pytest.raises(TypeError, match="bootstrap the PCA it rotates"):
+        bootstrap(Rotator(n_modes=3).fit(pca), X)
+    with pytest.raises(ValueError, match="complex"):
+        bootstrap(HilbertPCA(2).fit(X), X)
+    with pytest.raises(ValueError, match="fitted on 100"):
+        bootstrap(pca, X[:50])
 
 
 def test_more_basis_than_a_gram_fit_knows_is_refused():

@@ -149,6 +149,21 @@ def test_an_approximate_bootstrap_from_the_model_components_alone():
     assert np.all(low <= pca.explained_variance_ratio_[:3]) and np.all(pca.explained_variance_ratio_[:3] <= high)
 
 
+def test_a_truncated_basis_never_raises_a_replicate_above_the_exact_one():
+    # The same replicates (same weights) within the leading 8 of 40 directions: by Cauchy
+    # interlacing each eigenvalue is at most the exact replicate's, and with a small spectrum
+    # beyond the basis the intervals barely move.
+    X = low_rank_data(500, 40, noise=0.3)
+    pca = PCA(3, solver="covariance").fit(X)
+    exact = bootstrap(pca, X, n_replicates=300, block_length=5, n_basis=40, random_state=0)
+    approximate = bootstrap(pca, X, n_replicates=300, block_length=5, n_basis=8, random_state=0)
+    assert exact.exact and not approximate.exact
+    assert np.all(approximate.replicates <= exact.replicates * (1 + 1e-12))
+    np.testing.assert_allclose(approximate.explained_variance_interval, exact.explained_variance_interval, rtol=5e-3)
+    np.testing.assert_allclose(approximate.explained_variance_ratio_interval, exact.explained_variance_ratio_interval,
+                               rtol=5e-3)
+
+
 def test_labeled_model_gives_pattern_intervals_on_the_field():
     rng = np.random.default_rng(3)
     data = ar1_field(rng, 200, 0.4, variances=np.linspace(6, 1, 12)).reshape(200, 3, 4)

@@ -178,9 +178,10 @@ def scree(model_or_variance, *, ax=None, ratio=False, errors=None, log=False, n=
     ax : matplotlib Axes, optional
     ratio : bool, default False
         Plot ``explained_variance_ratio_`` instead of the eigenvalues.
-    errors : array-like, optional
+    errors : array-like of shape (k,) or (2, k), optional
         One error bar per component (e.g. North et al.'s rule-of-thumb errors λ·√(2/n)), in the
-        same units as the plotted values.
+        same units as the plotted values; or two rows, below and above each value (e.g. a
+        bootstrap interval: ``BootstrapResult.errors()``).
     log : bool, default False
         Logarithmic y axis (spectra often span decades).
     n : int, optional
@@ -201,8 +202,9 @@ def scree(model_or_variance, *, ax=None, ratio=False, errors=None, log=False, n=
     default_label = "explained variance ratio" if ratio else "eigenvalue λ (explained variance)"
     ax.plot(k, values, "o-", ms=3, label=label or default_label)
     if errors is not None:
-        errors = np.asarray(errors, dtype=np.float64)[: values.size]
-        ax.errorbar(k, values, yerr=errors, fmt="none", ecolor="0.4", capsize=2, label="error (±1σ)")
+        errors = np.asarray(errors, dtype=np.float64)[..., : values.size]
+        ax.errorbar(k, values, yerr=errors, fmt="none", ecolor="0.4", capsize=2,
+                    label="interval" if errors.ndim == 2 else "error (±1σ)")
     if log:
         ax.set_yscale("log")
     _integer_ticks(ax)

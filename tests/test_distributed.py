@@ -1,5 +1,6 @@
 """Fits on a real distributed cluster: a scheduler and two worker processes on loopback."""
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -129,3 +130,16 @@ def test_an_operand_shared_twice_while_a_graph_holds_it_is_sent_once(client):
     from dask.delayed import Delayed
 
     assert isinstance(share(np.ones(3)), Delayed)  # a small array stays in the graph
+
+
+def test_bootstrap_reads_on_worker_processes_as_locally(client, tmp_path):
+    from daskpca.significance import bootstrap
+
+    X = low_rank_data(800, 10)
+    write_zarr(tmp_path / "x.zarr", X, (200, 10))
+    pca = PCA(3, solver="covariance").fit(X)
+    with dask.config.set(scheduler="sync"):
+        local = bootstrap(pca, X, n_replicates=100, random_state=3)
+    remote = bootstrap(pca, da.from_zarr(str(tmp_path / "x.zarr")), n_replicates=100, random_state=3)
+    np.testing.assert_allclose(remote.explained_variance_interval, local.explained_variance_interval, rtol=1e-9)
+    np.testing.assert_allclose(remote.components_interval, local.components_interval, rtol=1e-9, atol=1e-12)

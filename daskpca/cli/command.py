@@ -416,8 +416,17 @@ def cmd_report(args) -> dict:
             raise UsageError(f"daskpca report needs matplotlib: pip install 'daskpca[plot]' ({exc}).") from exc
         from .report import write_coupled_report, write_report
 
-        write = write_coupled_report if isinstance(pca, MCA) else write_report
-        written = write(pca, args.out, overwrite=args.overwrite, n_maps=args.n_maps)
+        if args.bootstrap and not args.data:
+            raise UsageError("--bootstrap N resamples the data the model was fitted on: name it with --data SOURCE.")
+        if isinstance(pca, MCA):
+            if args.bootstrap:
+                raise UsageError("--bootstrap works on PCA models; this is an MCA model (bootstrap intervals for "
+                                 "coupled modes are not drawn by the report yet): drop --bootstrap.")
+            written = write_coupled_report(pca, args.out, overwrite=args.overwrite, n_maps=args.n_maps)
+        else:
+            data = _as_fitted(open_source(args.data, args.var), pca) if args.bootstrap else None
+            written = write_report(pca, args.out, overwrite=args.overwrite, n_maps=args.n_maps, data=data,
+                                   n_replicates=args.bootstrap, block_length=args.block_length)
     _say(args, f"wrote the report to {args.out}: {', '.join(Path(p).name for p in written)}")
     return {"report": args.out, "files": [str(p) for p in written]}
 

@@ -200,6 +200,13 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     report.add_argument("model", metavar="MODEL")
     required(report).add_argument("--out", metavar="DIR", help="folder to write (must not exist unless --overwrite)")
     report.add_argument("--n-maps", type=non_negative_int, default=4, help="component maps to draw (default: %(default)s)")
+    report.add_argument("--bootstrap", type=non_negative_int, default=0, metavar="N",
+                        help="moving-block bootstrap intervals from N replicates on the scree plot and in the summary "
+                             "(one extra read of --data; default: none)")
+    report.add_argument("--block-length", type=positive_int, metavar="L",
+                        help="bootstrap block length in samples (default: a rule from the scores' lag-1 autocorrelation)")
+    report.add_argument("--data", metavar="SOURCE", help="the source the model was fitted on (needed by --bootstrap)")
+    source_options(report)
     output_options(report, "an existing report folder")
 
     history = command("history", "the versions of a model a rollback can go to",

@@ -1,6 +1,8 @@
 """``daskpca report``: a folder of pictures and a Markdown summary of a saved model.
 
-Files: ``scree.png`` (eigenvalues, with North et al. errors), ``cumulative.png`` (cumulative
+Files: ``scree.png`` (eigenvalues, with North et al. errors — or, with ``--bootstrap N``, the
+moving-block bootstrap intervals of :func:`daskpca.significance.bootstrap`, one extra read of the
+data), ``cumulative.png`` (cumulative
 explained variance with the 95 % line), ``distortion.png`` (J(k)), ``components.png`` (the leading
 component maps: images over the two feature dims of a labeled 2-D field, lines otherwise) and
 ``summary.md``. The folder is written to a temporary location and moved into place complete.
@@ -18,7 +20,8 @@ import numpy as np
 REPORT_THRESHOLD = 0.95
 
 
-def write_report(pca, out, *, overwrite: bool = False, n_maps: int = 4) -> list[Path]:
+def write_report(pca, out, *, overwrite: bool = False, n_maps: int = 4, data=None, n_replicates: int = 0,
+                 block_length: int | None = None, random_state=0) -> list[Path]:
     """Write the report of a fitted model into the folder ``out``; return the files written.
 
     Parameters
@@ -28,6 +31,11 @@ def write_report(pca, out, *, overwrite: bool = False, n_maps: int = 4) -> list[
         A local folder; it must not exist unless ``overwrite=True``.
     n_maps : int
         Leading components drawn in ``components.png``.
+    data : array or xarray object, optional
+        The data the model was fitted on; with ``n_replicates`` ≥ 1 it is read once (before the
+        folder is written) for bootstrap intervals on the scree plot and in the summary.
+    n_replicates, block_length, random_state
+        Passed to :func:`daskpca.significance.bootstrap` (0 replicates: no bootstrap, no read).
     """
     import matplotlib
 
@@ -36,13 +44,18 @@ def write_report(pca, out, *, overwrite: bool = False, n_maps: int = 4) -> list[
 
     from .. import plot
     from ..io import atomic_directory
+    from ..significance import bootstrap
 
+    # Every check and the one read come before anything is written.
+    intervals = (bootstrap(pca, data, n_replicates=n_replicates, block_length=block_length, random_state=random_state)
+                 if n_replicates else None)
     names = []
     with atomic_directory(out, overwrite=overwrite) as folder:
         folder.mkdir(parents=True)
-        north = pca.north_errors()
+        errors = pca.north_errors() if intervals is None else intervals.errors()
         for name, draw in (
-            ("scree.png", lambda: plot.scree(pca, errors=north, log=True)),
+            ("scree.png", lambda: plot.scree(pca, errors=errors, log=True, n=None if intervals is None
+                                             else intervals.explained_variance.size)),
             ("cumulative.png", lambda: plot.cumulative_variance(pca, threshold=REPORT_THRESHOLD)),
             ("distortion.png", lambda: plot.distortion(pca)),
             ("components.png", lambda: _component_maps(pca, n_maps)),
@@ -52,7 +65,7 @@ def write_report(pca, out, *, overwrite: bool = False, n_maps: int = 4) -> list[
             figure.savefig(folder / name, dpi=110)
             plt.close(figure)
             names.append(name)
-        (folder / "summary.md").write_text(summary_markdown(pca, names))
+        (folder / "summary.md").write_text(summary_markdown(pca, names, intervals))
         names.append("summary.md")
     return [Path(out) / name for name in names]
 
@@ -108,9 +121,10 @@ def _component_maps(pca, n_maps):
     return plot.component_maps(pca, n=min(n_maps, pca.n_components_))
 
 
-def summary_markdown(pca, pictures=()) -> str:
+def summary_markdown(pca, pictures=(), intervals=None) -> str:
     """A short Markdown summary: the fit, its accuracy, a variance table with North et al.'s
-    separation test, and links to the pictures."""
+    separation test, the bootstrap intervals when given (a :class:`~daskpca.significance.BootstrapResult`),
+    and links to the pictures."""
     from ..significance import north_test
 
     cumulative = np.cumsum(pca.explained_variance_ratio_)
@@ -140,5 +154,21 @@ def summary_markdown(pca, pictures=()) -> str:
     for row, ratio, cum in zip(north.lines(), pca.explained_variance_ratio_, cumulative):
         lines.append(f"{row} {ratio:.2%} | {cum:.2%} |")
     lines.append("")
+    if intervals is not None:
+        lines += [
+            f"## Moving-block bootstrap ({intervals.n_replicates} replicates, blocks of {intervals.block_length} "
+            f"samples, {intervals.confidence:.0%} {intervals.interval} intervals, "
+            + ("exact replicates" if intervals.exact else f"replicates within the leading {intervals.n_basis} directions")
+            + "; one extra read of the data)",
+            "",
+            f"The leading {intervals.n_standout} mode(s) each stand out: their variance intervals lie wholly "
+            "above the next mode's." if intervals.n_standout else
+            "Mode 1's variance interval overlaps mode 2's: no single mode stands out.",
+            "",
+            "| mode | variance | interval | ratio interval | stands out from next |",
+            "|---:|---:|:---:|:---:|:---:|",
+            *intervals.lines(),
+            "",
+        ]
     lines += [f"![{Path(p).stem}]({p})" for p in pictures]
     return "\n".join(lines) + "\n"

@@ -132,7 +132,7 @@ class FeatureSpec:
     def weigh(self, matrix):
         """Lazy ``matrix · weights`` over every input column, in float64 (see
         :meth:`FeatureStage.apply`), for solvers that mask afterwards."""
-        return matrix.astype(np.float64) * self.weights
+        return matrix.map_blocks(_scale_columns, share(np.asarray(self.weights, dtype=np.float64)), dtype=np.float64)
 
     def with_kept(self, keep: np.ndarray) -> FeatureStage:
         """The stage keeping the features ``keep`` (boolean, D), already resolved (a resumed

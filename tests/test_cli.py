@@ -226,12 +226,13 @@ def test_unreachable_scheduler_fails_fast_with_exit_1(sources, tmp_path):
 
 def test_progress_names_the_pass_and_never_reaches_100_percent_before_the_end(sources):
     # One line per pass in logs, in passes (not tasks): the budget, the Krylov bound against the
-    # tol asked for, time a pass and time left; "done" only once the fit has ended.
+    # tol asked for, time a pass and time left; "done" only once the fit has ended. (log_after=0:
+    # these passes take milliseconds; by default a log gets a pass's line after 2 s of it.)
     import io
 
     root, _ = sources
     stream = io.StringIO()
-    with daskpca.progress(stream):
+    with daskpca.progress(stream, log_after=0):
         pca = PCA(3, solver="krylov", tol=1e-9, max_passes=5, random_state=0).fit(str(root / "matrix.zarr"))
     lines = stream.getvalue().splitlines()
     assert lines[0] == "progress: pass 1 of ≤ 5 (krylov)"
@@ -241,7 +242,7 @@ def test_progress_names_the_pass_and_never_reaches_100_percent_before_the_end(so
     assert "%" not in stream.getvalue()
 
     stream = io.StringIO()
-    with daskpca.progress(stream):
+    with daskpca.progress(stream, log_after=0):
         PCA(3, solver="covariance").fit(str(root / "matrix.zarr"))
     assert stream.getvalue().splitlines()[0] == "progress: pass 1 of 1 (covariance)"
 
@@ -256,7 +257,8 @@ def test_fit_says_what_ran_in_text_and_json(sources, tmp_path, capsys):
     assert re.search(rf"passes over the data: {pca.n_passes_} passes, [\d.]+ s a pass; fit [\d.]+ s "
                      r"\(the plan predicted ≈ [\d.]+ s\)", captured.out), captured.out
     assert re.search(r"error bound: \d\.?\d*e-\d\d on sin θ; tol asked for 1e-06", captured.out), captured.out
-    assert "progress: pass 1 of ≤ " in captured.err and "resumed" not in captured.out
+    # Passes of milliseconds: the log has only the last line (a pass's own after 2 s of it).
+    assert f"progress: done: {pca.n_passes_} passes in" in captured.err and "resumed" not in captured.out
 
     assert cli.main([*argv, "--out", str(tmp_path / "b.zarr"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -334,3 +336,25 @@ def test_demo_defaults_to_a_named_cache_folder_and_replaces_its_results(tmp_path
     assert f"demo folder: {folder}" in capsys.readouterr().out
     assert sorted(p.name for p in folder.iterdir()) == ["input.zarr", "results-latest"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]  # nothing in the current folder
+
+
+def test_a_log_gets_a_pass_line_once_the_pass_runs_long_and_a_quick_failure_only_its_error():
+    import io
+
+    from daskpca.solvers._progress import Passes
+
+    stream = io.StringIO()
+    with daskpca.progress(stream, log_after=0.2):
+        passes = Passes("krylov", 3, at_most=True)
+        with passes.read():
+            time.sleep(0.6)  # long enough to be logged
+        with passes.read():
+            pass  # too short: only counted in the last line
+    lines = stream.getvalue().splitlines()
+    assert lines == ["progress: pass 1 of ≤ 3 (krylov)", lines[1]] and lines[1].startswith("progress: done: 2 passes in")
+
+    stream = io.StringIO()
+    with pytest.raises(RuntimeError), daskpca.progress(stream):
+        with Passes("covariance", 1).read():
+            raise RuntimeError("fails within the first second")
+    assert stream.getvalue() == ""

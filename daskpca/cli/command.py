@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import sys
 import time
@@ -28,6 +27,7 @@ import numpy as np
 from . import options as cli_options
 from .options import UsageError
 from .errors import failure_line
+from .summary import passes_text, summary as job_summary, variance_table, what_ran
 
 log = logging.getLogger("daskpca")
 
@@ -36,8 +36,6 @@ CONNECT_TIMEOUT = float(os.environ.get("DASKPCA_CONNECT_TIMEOUT", 15))
 #: Inputs up to this size run on the threaded scheduler unless a cluster is asked for: starting
 #: a local cluster takes seconds, longer than the whole job.
 SMALL_INPUT_BYTES = 256 * 2**20
-#: Rows of the variance table printed without --all.
-TABLE_ROWS = 20
 #: Defaults of the embedded local cluster.
 LOCAL_CLUSTER = {"workers": 2, "threads": 1, "memory_limit": "auto"}
 
@@ -303,9 +301,9 @@ def cmd_fit(args) -> dict:
                     scores = model.transform(data)
                     (io.write_xarray if _is_labeled(scores) else io.write_array)(scores, args.scores, overwrite=args.overwrite)
             timings["write_s"] = time.perf_counter() - start
-    summary = _summary(pca, args, model=args.out, scores=args.scores, timings=timings, plan=plan)
-    _say(args, _variance_table(pca, args.all))
-    _say(args, _what_ran(summary))
+    summary = job_summary(pca, args, model=args.out, scores=args.scores, timings=timings, plan=plan)
+    _say(args, variance_table(pca, args.all))
+    _say(args, what_ran(summary))
     _say(args, f"wrote the model to {args.out}"
                + (f" and the scores ({pca.n_samples_}, {pca.n_components_}) to {args.scores}" if args.scores else ""))
     return summary
@@ -331,7 +329,7 @@ def _fit_mca(args, n_components) -> dict:
     lines = [" mode  singular value  squared cov. fraction"]
     lines += [f"{i:5d} {s:15.4g} {f:22.2%}" for i, (s, f) in
               enumerate(zip(mca.singular_values_, mca.squared_covariance_fraction_), 1)]
-    _say(args, "\n".join(lines) + f"\nwrote the MCA model to {args.out} ({_passes(mca.n_passes_)} over both fields)")
+    _say(args, "\n".join(lines) + f"\nwrote the MCA model to {args.out} ({passes_text(mca.n_passes_)} over both fields)")
     return {"model": args.out, "ran_on": getattr(args, "ran_on", None), "analysis": "mca", "solver": mca.solver_,
             "n_components": int(mca.n_components_), "n_samples": int(mca.n_samples_), "n_passes": int(mca.n_passes_),
             "singular_values": [float(v) for v in mca.singular_values_],
@@ -369,10 +367,10 @@ def cmd_update(args) -> dict:
             elapsed = time.perf_counter() - start
         pca.save(args.model, overwrite=True)  # the replaced model goes to the history
     _say(args, f"folded {pca.n_samples_ - n_before} new samples into {args.model} "
-               f"({pca.n_samples_} in all; {_passes(pca.n_passes_)} over the new data; the previous "
+               f"({pca.n_samples_} in all; {passes_text(pca.n_passes_)} over the new data; the previous "
                "model is in `daskpca history`)")
-    _say(args, _variance_table(pca, args.all))
-    return _summary(pca, args, model=args.model, timings={"update_s": elapsed})
+    _say(args, variance_table(pca, args.all))
+    return job_summary(pca, args, model=args.model, timings={"update_s": elapsed})
 
 
 def cmd_inspect(args) -> dict:
@@ -387,9 +385,9 @@ def cmd_inspect(args) -> dict:
         pca = load(args.path)
         _say(args, f"daskpca model {args.path}: {pca.n_components_} components of {pca.n_features_in_} "
                    f"features, fitted on {pca.n_samples_} samples with solver {pca.solver_!r} "
-                   f"({_passes(pca.n_passes_)})")
-        _say(args, _variance_table(pca, args.all))
-        return _summary(pca, args, model=args.path)
+                   f"({passes_text(pca.n_passes_)})")
+        _say(args, variance_table(pca, args.all))
+        return job_summary(pca, args, model=args.path)
     data = open_source(args.path, args.var)
     sample_dims = _sample_dims(args, data)
     # The public planner on the lazily opened source: its real chunks, nothing read.
@@ -496,87 +494,14 @@ def cmd_demo(args) -> dict:
         pca = PCA(n_components=args.n_components).fit(X)
         elapsed = time.perf_counter() - start
         print(f"fitted {pca.solver_!r} PCA on {X.shape} in {elapsed:.1f} s "
-              f"({_passes(pca.n_passes_)} over the data; {pca.solver_reason_})")
-        print(_variance_table(pca, args.all))
+              f"({passes_text(pca.n_passes_)} over the data; {pca.solver_reason_})")
+        print(variance_table(pca, args.all))
         out = root / (f"results-{datetime.now():%Y%m%d-%H%M%S-%f}" if args.new_results else "results-latest")
         write_array(pca.components_, out / "components.zarr", name="principal axes (mode × feature)", overwrite=True)
         write_array(pca.transform(X), out / "scores.zarr", name="scores (sample × mode)", overwrite=True)
         print(f"wrote {out / 'components.zarr'} {pca.components_.shape} and {out / 'scores.zarr'} "
               f"({X.shape[0]}, {pca.n_components_})")
-    return _summary(pca, args, model=None, timings={"fit_s": elapsed})
-
-
-# ----------------------------------------------------------------------------- output
-
-
-def _passes(n: int) -> str:
-    return f"{n} pass{'es' if n != 1 else ''}"
-
-
-def _variance_table(pca, show_all: bool = False) -> str:
-    lines = [" mode   variance    ratio  cumulative"]
-    cumulative = np.cumsum(pca.explained_variance_ratio_)
-    rows = list(zip(pca.explained_variance_, pca.explained_variance_ratio_, cumulative))
-    shown = rows if show_all else rows[:TABLE_ROWS]
-    for i, (var, ratio, cum) in enumerate(shown, 1):
-        lines.append(f"{i:5d} {var:10.4g} {ratio:8.2%} {cum:10.2%}")
-    if len(shown) < len(rows):
-        lines.append(f"  … {len(rows) - len(shown)} more modes (to {cumulative[-1]:.2%}); --all prints every one")
-    lines.append(f"distortion J (sum of discarded eigenvalues) = {pca.distortion_:.4g}")
-    return "\n".join(lines)
-
-
-def _summary(pca, args=None, *, model, scores=None, timings=None, plan=None) -> dict:
-    """What the job did, for ``--json`` (and :func:`_what_ran`). Timings of the passes exist for
-    a fit made by this process, the plan's prediction when the job planned (``fit``); NaN bounds
-    (solvers that compute none) are null."""
-    bound = float(getattr(pca, "error_bound_", float("nan")))
-    pass_seconds = [float(s) for s in getattr(pca, "pass_seconds_", ())]
-    predicted = next((e.seconds for e in plan.estimates if e.name == pca.solver_), None) if plan else None
-    return {
-        "model": model,
-        "scores": scores,
-        "ran_on": getattr(args, "ran_on", None),
-        "solver": pca.solver_,
-        "solver_reason": pca.solver_reason_,
-        "n_components": int(pca.n_components_),
-        "n_samples": int(pca.n_samples_),
-        "n_features": int(pca.n_features_in_),
-        "n_passes": int(pca.n_passes_),
-        "explained_variance": [float(v) for v in pca.explained_variance_],
-        "explained_variance_ratio": [float(v) for v in pca.explained_variance_ratio_],
-        "distortion": float(pca.distortion_),
-        "error_bound": bound if math.isfinite(bound) else None,
-        "tol": None if getattr(pca, "tol", None) is None else float(pca.tol),
-        "pass_seconds": pass_seconds,
-        "seconds_per_pass": sum(pass_seconds) / len(pass_seconds) if pass_seconds else None,
-        "predicted_seconds": predicted,
-        "fit_seconds": getattr(pca, "fit_seconds_", None),
-        "resumed_from_pass": pca.solver_info_.get("resumed_from_pass"),
-        "timings": timings or {},
-    }
-
-
-def _what_ran(summary: dict) -> str:
-    """The summary's account of the run: solver and why, passes and their time against the
-    plan's, the error bound against the tol asked for, and a resume."""
-    from ..solvers._progress import format_seconds
-
-    lines = [f"solver: {summary['solver']} ({summary['solver_reason']})"]
-    passes = _passes(summary["n_passes"])
-    if summary["seconds_per_pass"] is not None:
-        passes += f", {format_seconds(summary['seconds_per_pass'])} a pass"
-    if summary["fit_seconds"] is not None:
-        passes += f"; fit {format_seconds(summary['fit_seconds'])}"
-        if summary["predicted_seconds"] is not None:
-            passes += f" (the plan predicted ≈ {format_seconds(summary['predicted_seconds'])})"
-    lines.append(f"passes over the data: {passes}")
-    bound, tol = summary["error_bound"], summary["tol"]
-    text = "none computed by this solver" if bound is None else f"{bound:.2g} on sin θ" + (" (exact)" if bound == 0 else "")
-    lines.append(f"error bound: {text}" + (f"; tol asked for {tol:g}" if tol is not None else ""))
-    if summary["resumed_from_pass"] is not None:
-        lines.append(f"resumed from a checkpoint after pass {summary['resumed_from_pass']}")
-    return "\n".join(lines)
+    return job_summary(pca, args, model=None, timings={"fit_s": elapsed})
 
 
 def _checkpoint_path(out):

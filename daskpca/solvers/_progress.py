@@ -191,14 +191,20 @@ class ProgressLine:
         Report nothing.
     interval : float, optional
         Terminal only: seconds between redraws of the current pass's line with its elapsed time
-        (default 0.5). In logs (not a terminal) a line is written when each pass starts.
+        (default 0.5).
+    log_after : float, optional
+        Logs only (not a terminal): a pass's line is written once it has run this long (default
+        2 s). Passes shorter than that appear only in the last line, so a job that fails within
+        seconds prints its one error line and nothing else.
     """
 
-    def __init__(self, *, stream=None, quiet: bool = False, interval: float = 0.5):
+    def __init__(self, *, stream=None, quiet: bool = False, interval: float = 0.5, log_after: float = 2.0):
         self.stream = stream or sys.stderr
         self.quiet = quiet
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.interval = interval
+        self.log_after = log_after
+        self._logged = None  # the pass (its start) whose line the log already has
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._current: tuple[str, float] | None = None  # the running pass's line and its start
@@ -213,9 +219,8 @@ class ProgressLine:
         self._start = time.monotonic()
         self._listening = listen(self._on_pass)
         self._listening.__enter__()
-        if self.tty:
-            self._thread = threading.Thread(target=self._redraw, name="daskpca-progress", daemon=True)
-            self._thread.start()
+        self._thread = threading.Thread(target=self._redraw, name="daskpca-progress", daemon=True)
+        self._thread.start()
         return self
 
     def __exit__(self, exc_type, exc, traceback):
@@ -233,15 +238,24 @@ class ProgressLine:
     def _on_pass(self, report: PassReport) -> None:
         if report.seconds is not None:  # a pass ended; the next start (or the end) says more
             self._passes += 1
+            self._current = None
             return
         self._current = (report.describe(), time.monotonic())
-        self._write(self._current[0])
+        if self.tty or self.log_after <= 0:
+            self._logged = self._current
+            self._write(self._current[0])
 
     def _redraw(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._stop.wait(self.interval if self.tty else max(min(self.interval, self.log_after), 0.05)):
             current = self._current
-            if current is not None:
-                self._write(f"{current[0]} · {format_seconds(time.monotonic() - current[1])} in")
+            if current is None:
+                continue
+            elapsed = time.monotonic() - current[1]
+            if self.tty:
+                self._write(f"{current[0]} · {format_seconds(elapsed)} in")
+            elif elapsed >= self.log_after and self._logged is not current:
+                self._logged = current
+                self._write(current[0])
 
     def _write(self, text: str, final: bool = False) -> None:
         with self._lock:
@@ -252,14 +266,15 @@ class ProgressLine:
             self.stream.flush()
 
 
-def progress(stream=None, *, quiet: bool = False) -> ProgressLine:
+def progress(stream=None, *, quiet: bool = False, log_after: float = 2.0) -> ProgressLine:
     """Show the passes of the fits run inside, as the ``daskpca`` command does::
 
         with daskpca.progress():
             pca.fit(X)      # progress: pass 2 of ≤ 20 (krylov, bound 3.1e-02 → tol 1e-04), 41 s a pass, ~13 min left
 
     ``stream`` (default ``sys.stderr``) gets the lines; ``quiet=True`` shows nothing (for code
-    that decides at run time). Logs can have the same lines without this: configure the
-    ``"daskpca"`` logger at INFO.
+    that decides at run time). Not on a terminal, a pass's line is written once it has run
+    ``log_after`` seconds (0: at its start). Logs can have the same lines without this: configure
+    the ``"daskpca"`` logger at INFO.
     """
-    return ProgressLine(stream=stream, quiet=quiet)
+    return ProgressLine(stream=stream, quiet=quiet, log_after=log_after)

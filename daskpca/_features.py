@@ -189,6 +189,16 @@ def matrix_weights(weights, n_features: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------- solving
 
 
+def extra_reads(module, spec: FeatureSpec | None) -> int:
+    """Reads the feature stage adds before solver ``module``'s own: 0 for a plain fit (``spec``
+    None) or a solver that fuses ``spec`` into its first pass, else 1 (:func:`solve`'s generic
+    statistics read). The planner counts them from here, so plan and fit agree."""
+    if spec is None:
+        return 0
+    fuses = getattr(module, "fuses_features", None)
+    return 0 if fuses is not None and fuses(spec) else 1
+
+
 def solve(module, X, request: ComponentRequest, spec: FeatureSpec | None, *, random_state=None, **options) -> SolverResult:
     """Run solver ``module`` on ``X`` through the feature stage ``spec`` (None: a plain fit).
 
@@ -197,8 +207,7 @@ def solve(module, X, request: ComponentRequest, spec: FeatureSpec | None, *, ran
     """
     if spec is None:
         return _checked(module, X, request, random_state=random_state, **options)
-    fuses = getattr(module, "fuses_features", None)
-    if fuses is not None and fuses(spec):
+    if not extra_reads(module, spec):
         return _checked(module, X, request, random_state=random_state, features=spec, **options)
     # The generic road: one read for per-feature finite counts (and variances), then the solver
     # on Z. NaN is read as missing here so that wholly-NaN features can be told apart.

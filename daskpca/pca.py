@@ -25,7 +25,7 @@ from ._features import FeatureSpec, FeatureStage, matrix_weights
 from .solvers._linalg import flip_signs, one_blas_thread_per_task
 from .store.model import SavedModelMixin
 from .solvers._moments import combine_moments
-from ._params import ParamsMixin, check_params
+from ._params import ParamsMixin, check_knobs, check_params
 from ._probabilistic import ProbabilisticMixin, project_block
 from ._validation import as_dask_matrix, check_n_features, check_nan_policy
 from .exceptions import NonFiniteInputError, NotFittedError
@@ -174,6 +174,9 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
     (10000, 5)
     """
 
+    #: The solvers ``solver=`` names, name → module.
+    _solver_modules = SOLVERS
+
     def __init__(
         self,
         n_components=None,
@@ -238,7 +241,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         self.__dict__.pop("_loaded_from", None)  # a new fit replaces, it does not modify, a loaded model
         matrix, layout, spec = self._fit_input(X, sample_dims)
         request = self._request(matrix)
-        module, name, reason = self._choose_solver(matrix, request)
+        plan = self._fit_plan = self._make_plan(matrix, request, spec)  # shown by _repr_html_
+        name, reason, module = plan.solver, plan.reason, self._solver_modules[plan.solver]
         if spec is not None:
             spec = replace(spec, missing_ok=getattr(module, "ACCEPTS_MISSING", False))
         options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
@@ -271,14 +275,6 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         if self.weights is None and not self.standardize:
             return matrix, None, None
         return matrix, None, FeatureSpec(matrix_weights(self.weights, matrix.shape[1]), bool(self.standardize))
-
-    def _choose_solver(self, array, request: ComponentRequest):
-        """``(module, name, reason)`` of the solver ``fit`` runs on ``array``."""
-        plan = self._fit_plan = self._make_plan(array, request)  # shown by _repr_html_
-        if self.solver == "auto":
-            return SOLVERS[plan.solver], plan.solver, plan.reason
-        _plan.check_requested(self.solver, plan)
-        return SOLVERS[self.solver], self.solver, "requested by the caller"
 
     def update(self, X):
         """Fold new samples into the fitted model exactly, reading only the new data (one pass).
@@ -339,37 +335,46 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
     def plan(self, X, *, sample_dims=None) -> _plan.Plan:
         """What ``fit(X)`` would do, without reading any data.
 
-        Parameters
-        ----------
-        X : array or xarray object, as for :meth:`fit`
-        sample_dims : str or sequence of str, optional
-            Labeled input only, as for :meth:`fit`.
+        ``X`` and ``sample_dims`` as for :meth:`fit`.
 
         Returns
         -------
         Plan
-            The solver ``fit`` would run and why, its passes over the data, flops, estimated peak
-            memory per task against the budget (from the ``distributed`` workers' memory limits
-            when a client is running), the runner-up, and every solver's estimate.
-            ``print(plan)`` shows a table.
+            The solver ``fit`` would run and why (the one asked for, or the planner's choice), its
+            passes (``plan.passes``, the feature stage's read included; ``plan.most_passes`` the
+            most reads of one that stops on convergence), flops, peak memory per task against the
+            budget (the ``distributed`` workers' limits when a client runs), the runner-up, and
+            every solver's estimate. ``print(plan)`` shows a table. Raises what ``fit`` raises
+            before any read (a knob the solver ignores: :func:`~daskpca._params.check_knobs`).
         """
         check_params(self, solvers=SOLVERS)
-        matrix, _, _ = self._fit_input(X, sample_dims)
-        return self._make_plan(matrix, self._request(matrix))
+        matrix, _, spec = self._fit_input(X, sample_dims)
+        return self._make_plan(matrix, self._request(matrix), spec)
 
     def _request(self, array) -> ComponentRequest:
         request = ComponentRequest(self.n_components, *array.shape)
         request.validate()
         return request
 
-    def _make_plan(self, array, request: ComponentRequest) -> _plan.Plan:
+    def _reads(self, module, spec) -> tuple[int, int | None]:
+        """``(the feature stage's reads before module's own, its most reads or None)`` for the plan."""
+        most = getattr(module, "most_passes", None)
+        options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
+        return _features.extra_reads(module, spec), None if most is None else most(options)
+
+    def _make_plan(self, array, request: ComponentRequest, spec) -> _plan.Plan:
+        """The plan ``fit`` runs: the solver asked for (or the planner's choice) with every read
+        counted; its knobs checked (:func:`~daskpca._params.check_knobs`). Reads no data."""
         k = request.upper_bound if request.needs_spectrum else request.fixed()
-        return _plan.make_plan(
+        plan = _plan.make_plan(
             *array.shape, k, array.chunks, array.dtype.itemsize,
             needs_spectrum=request.needs_spectrum, available=tuple(SOLVERS),
             n_oversamples=self.n_oversamples, n_power_iter=self.n_power_iter,
-            tol=self.tol, max_passes=self.max_passes,
+            tol=self.tol, max_passes=self.max_passes, requested=None if self.solver == "auto" else self.solver,
+            reads={name: self._reads(module, spec) for name, module in SOLVERS.items()},
         )
+        check_knobs(self, SOLVERS[plan.solver], plan.solver, solvers=SOLVERS)
+        return plan
 
     def _set_fitted(self, result: SolverResult, solver: str, reason: str, layout) -> None:
         signs = flip_signs(result.components)

@@ -60,6 +60,11 @@ def block_task_memory(n_samples: int, strip_columns: int, itemsize: int, n_compo
     return max(strip_bytes(n_samples, strip_columns, itemsize, padding) + 2 * blocks, (MERGE_SPLIT_EVERY + 1) * blocks)
 
 
+def most_passes(options: dict) -> int:
+    """Most reads :func:`solve` makes with these estimator options, the components' pass included."""
+    return pass_budget(options.get("tol"), options.get("max_passes"))
+
+
 def check_read_budget(tol, max_passes) -> tuple[float | None, int | None]:
     """``tol`` and ``max_passes`` as :func:`.krylov.check_accuracy_options` checks them, and at
     least 2 passes (one Krylov pass, then the components'); ValueError naming the value otherwise."""

@@ -177,6 +177,11 @@ def predicted_passes(tol, max_passes=None) -> int:
     return int(min(budget, 3 + np.ceil(extra - 1e-9) if tol < PREDICTED_BOUND_AT_3 else 3))
 
 
+def most_passes(options: dict) -> int:
+    """Most reads :func:`solve` makes with these estimator options (the planner states it)."""
+    return pass_budget(options.get("tol"), options.get("max_passes"))
+
+
 def pass_budget(tol, max_passes) -> int:
     """Reads the solver may make: ``max_passes``, else the default for with / without ``tol``."""
     if max_passes is not None:

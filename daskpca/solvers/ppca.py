@@ -156,6 +156,11 @@ def _m_step(stats: _EStats, moments: ColumnMoments, n_samples: int, n_observed: 
     return w, max(float(sigma2), sigma2_floor)
 
 
+def most_passes(options: dict) -> int:
+    """Most reads :func:`solve` makes with these estimator options: the moments' read, then one per EM iteration."""
+    return 1 + (options.get("max_iter") or DEFAULT_MAX_ITER)
+
+
 def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol=None, init=None, checkpoint=None) -> SolverResult:
     """Fit probabilistic PCA by EM, treating NaN as missing (1 + n_iter passes).
 

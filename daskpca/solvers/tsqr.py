@@ -79,6 +79,8 @@ from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 
 N_PASSES = 1
+#: Exact to round-off: meets any ``tol`` (so a ``tol`` given with this solver is not ignored).
+EXACT = True
 OPTIONS = ()
 
 

@@ -35,7 +35,7 @@ import dask
 import numpy as np
 
 from ._validation import NonFinite
-from .exceptions import NonFiniteInputError
+from .exceptions import InputError, InputTypeError, NonFiniteInputError
 from .solvers._graph import map_row_blocks, tree_reduce
 from .solvers._base import ComponentRequest, SolverResult
 from .solvers._iterative import ColumnMoments, column_moments, combine_column_moments
@@ -170,7 +170,7 @@ def matrix_weights(weights, n_features: int) -> np.ndarray:
     if weights is None:
         return np.ones(n_features)
     if isinstance(weights, (str, dict)) or hasattr(weights, "dims"):
-        raise TypeError(
+        raise InputTypeError(
             f"weights={weights!r:.60} needs labeled input (an xarray object with coords); for a "
             f"plain matrix pass an array of shape ({n_features},)."
         )
@@ -178,11 +178,11 @@ def matrix_weights(weights, n_features: int) -> np.ndarray:
     try:
         out = np.broadcast_to(array, (n_features,)).astype(np.float64)
     except ValueError:
-        raise ValueError(
+        raise InputError(
             f"weights of shape {array.shape} do not broadcast over the {n_features} features."
         ) from None
     if not np.all(np.isfinite(out) & (out > 0)):
-        raise ValueError("weights must be finite and > 0 for every feature.")
+        raise InputError("weights must be finite and > 0 for every feature.")
     return out
 
 

@@ -18,7 +18,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .exceptions import InvalidParameterError
+from .exceptions import InputError, InvalidParameterError
 
 
 class ParamsMixin:
@@ -42,7 +42,7 @@ class ParamsMixin:
         valid = self._param_names()
         for name, value in params.items():
             if name not in valid:
-                raise ValueError(
+                raise InputError(
                     f"Invalid parameter {name!r} for {type(self).__name__}; valid parameters "
                     f"are {sorted(valid)}."
                 )

@@ -28,6 +28,7 @@ from .solvers._graph import SPLIT_EVERY
 from .solvers._moments import MERGE_SPLIT_EVERY
 from .solvers.krylov import pass_budget, predicted_passes
 from .solvers.randomized import SLAB_BYTES
+from .exceptions import InputError
 
 logger = logging.getLogger("daskpca")
 
@@ -357,7 +358,7 @@ def check_requested(name: str, plan: Plan) -> None:
     if estimate.feasible:
         return
     alternatives = [e.name for e in plan.estimates if e.feasible and e.name != "ppca"]
-    raise ValueError(
+    raise InputError(
         f"solver={name!r} needs about {format_bytes(estimate.task_bytes)} in one task for X of shape "
         f"({plan.n_samples}, {plan.n_features}), more than the budget of "
         f"{format_bytes(plan.task_memory_budget)} ({plan.memory_source}). "

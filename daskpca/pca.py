@@ -28,7 +28,7 @@ from .solvers._moments import combine_moments
 from ._params import ParamsMixin, check_knobs, check_params
 from ._probabilistic import ProbabilisticMixin, project_block
 from ._validation import as_dask_matrix, check_n_features, check_nan_policy
-from .exceptions import NonFiniteInputError, NotFittedError
+from .exceptions import InputError, InputTypeError, NonFiniteInputError, NotFittedError
 from .solvers import SOLVERS, covariance
 from .solvers._base import ComponentRequest, SolverResult
 
@@ -267,7 +267,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             source = labeled.from_xarray(X, sample_dims, self.weights)
             return source.matrix, source.layout, FeatureSpec(source.weights, bool(self.standardize))
         if sample_dims is not None:
-            raise TypeError(
+            raise InputTypeError(
                 f"sample_dims={sample_dims!r} applies to xarray input only; a plain matrix already has "
                 "samples as rows."
             )
@@ -321,13 +321,13 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         """Raise unless :meth:`update` can fold new data into this model exactly (reads nothing)."""
         self._check_fitted()
         if self.solver_info_.get("moments") is None:
-            raise ValueError(
+            raise InputError(
                 f"this model was fitted with solver={self.solver_!r}, which keeps no sufficient "
                 "statistics, so it cannot be updated exactly. Refit on all the data, with "
                 "solver='covariance' if it should be updatable later."
             )
         if self.standardize:
-            raise ValueError(
+            raise InputError(
                 "a standardized model cannot be updated exactly: each feature's scale would change "
                 "with the new data. Refit on all the data."
             )
@@ -481,7 +481,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             scaling = scaling or given.scaling
         else:
             if labeled.is_labeled(X):
-                raise TypeError("this PCA was fitted on a plain matrix; pass the scores matrix, not an xarray object.")
+                raise InputTypeError("this PCA was fitted on a plain matrix; pass the scores matrix, not an xarray object.")
             matrix, kind = as_dask_matrix(X, name="scores")
             matrix, index = self._select_modes(matrix, modes)
             lazy = kind != "numpy"
@@ -502,13 +502,13 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         with the input's number of features."""
         if self.layout_ is not None:
             if not labeled.is_labeled(X):
-                raise TypeError(
+                raise InputTypeError(
                     f"this PCA was fitted on labeled data (sample_dims {list(self.layout_.sample_dims)}); "
                     f"pass an xarray object, not {type(X).__name__}."
                 )
             return labeled.to_matrix(self.layout_, X)
         if labeled.is_labeled(X):
-            raise TypeError("this PCA was fitted on a plain matrix; pass a matrix (e.g. X.data), not an xarray object.")
+            raise InputTypeError("this PCA was fitted on a plain matrix; pass a matrix (e.g. X.data), not an xarray object.")
         matrix, kind = as_dask_matrix(X)
         check_n_features(matrix, self.feature_stage_.n_input)
         return matrix, kind
@@ -518,7 +518,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         k = self.n_components_
         if modes is None:
             if scores.shape[1] != k:
-                raise ValueError(
+                raise InputError(
                     f"scores have {scores.shape[1]} columns, but this PCA has {k} components. "
                     "Pass the output of transform()."
                 )
@@ -527,7 +527,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         if scores.shape[1] == k:
             scores = scores[:, index]
         if scores.shape[1] != len(index) or index.min() < 0 or index.max() >= k:
-            raise ValueError(
+            raise InputError(
                 f"scores have {scores.shape[1]} columns; expected {k} (all modes) or one "
                 f"per selected mode (modes are numbered 1..{k})."
             )
@@ -539,7 +539,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         if scaling is None:
             scaling = "unit" if self.whiten else "none"
         if scaling not in SCALINGS:
-            raise ValueError(f"scaling={scaling!r} is not one of {SCALINGS}.")
+            raise InputError(f"scaling={scaling!r} is not one of {SCALINGS}.")
         root = np.sqrt(self.explained_variance_)
         if scaling == "none":
             return scaling, np.ones_like(root)

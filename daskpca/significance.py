@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .exceptions import InputError
+
 
 @dataclass(frozen=True)
 class NorthTest:
@@ -59,7 +61,7 @@ def north_test(explained_variance, n_samples: int) -> NorthTest:
     """North et al. (1982) errors and separation flags of descending eigenvalues."""
     values = np.asarray(explained_variance, dtype=np.float64)
     if n_samples < 1:
-        raise ValueError(f"n_samples={n_samples!r}: expected the number of (independent) samples, >= 1.")
+        raise InputError(f"n_samples={n_samples!r}: expected the number of (independent) samples, >= 1.")
     errors = values * np.sqrt(2.0 / n_samples)
     separated = (values[:-1] - errors[:-1]) > (values[1:] + errors[1:])
     return NorthTest(values, errors, separated, north_k(separated))

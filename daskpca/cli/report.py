@@ -2,8 +2,9 @@
 
 Files: ``scree.png`` (eigenvalues, with North et al. errors), ``cumulative.png`` (cumulative
 explained variance with the 95 % line), ``distortion.png`` (J(k)), ``components.png`` (the leading
-component maps: images over the two feature dims of a labeled 2-D field, lines otherwise) and
-``summary.md``. The folder is written to a temporary location and moved into place complete.
+component maps: images over the two feature dims of a labeled 2-D field, lines otherwise; for
+complex (Hilbert) modes ``components_amplitude.png`` and ``components_phase.png`` instead, never
+their real parts) and ``summary.md``. The folder is written to a temporary location and moved into place complete.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def write_report(pca, out, *, overwrite: bool = False, n_maps: int = 4) -> list[
             ("scree.png", lambda: plot.scree(pca, errors=north, log=True)),
             ("cumulative.png", lambda: plot.cumulative_variance(pca, threshold=REPORT_THRESHOLD)),
             ("distortion.png", lambda: plot.distortion(pca)),
-            ("components.png", lambda: _component_maps(pca, n_maps)),
+            *_component_pictures(pca, n_maps),
         ):
             drawn = draw()
             figure = drawn if hasattr(drawn, "savefig") else drawn.figure
@@ -55,12 +56,26 @@ def write_report(pca, out, *, overwrite: bool = False, n_maps: int = 4) -> list[
     return [Path(out) / name for name in names]
 
 
-def _component_maps(pca, n_maps):
-    """Maps over the coordinates of a labeled 2-D field (axes named with units), else lines
-    against feature index (see :func:`daskpca.plot.component_maps`)."""
+def _component_pictures(pca, n_maps):
+    """``(file name, draw)`` of the component maps: over the coordinates of a labeled 2-D field
+    (axes named with units), else lines against feature index (see
+    :func:`daskpca.plot.component_maps`). Complex modes are drawn as their spatial amplitude |v|
+    and phase arg v (a cyclic colour map), each a real model view of the same components."""
+    import copy
+
     from .. import plot
 
-    return plot.component_maps(pca, n=min(n_maps, pca.n_components_))
+    n = min(n_maps, pca.n_components_)
+    if not np.iscomplexobj(pca.components_):
+        return [("components.png", lambda: plot.component_maps(pca, n=n))]
+    pictures = []
+    for part, values, cmap, title in (("amplitude", np.abs, "viridis", "Spatial amplitude |v|"),
+                                      ("phase", np.angle, "twilight", "Spatial phase arg(v), radians")):
+        view = copy.copy(pca)
+        view.components_ = values(pca.components_)
+        pictures.append((f"components_{part}.png",
+                         lambda view=view, cmap=cmap, title=title: plot.component_maps(view, n=n, cmap=cmap, title=title)))
+    return pictures
 
 
 def summary_markdown(pca, pictures=()) -> str:

@@ -31,7 +31,7 @@ from .. import _plan, labeled
 from .._params import check_knobs
 from ..solvers._graph import map_column_blocks, tree_reduce
 from .._validation import check_nan_policy, find_nonfinite
-from ..exceptions import InvalidParameterError, NonFiniteInputError
+from ..exceptions import InputError, InvalidParameterError, NonFiniteInputError
 from ..pca import PCA
 from ..solvers import hilbert as hilbert_solver
 from ..solvers import hilbert_krylov
@@ -165,7 +165,7 @@ class HilbertPCA(PCA):
         runner_up = next((e.name for e in estimates if e.name != solver and e.feasible), None)
         plan = _plan.Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, self.tol)
         if not plan.estimate(solver).feasible:
-            raise ValueError(self._strip_advice(plan, array, solver))
+            raise InputError(self._strip_advice(plan, array, solver))
         check_knobs(self, self._solver_modules[solver], solver, solvers=self._solver_modules)
         return plan
 
@@ -196,6 +196,19 @@ class HilbertPCA(PCA):
         return (f"HilbertPCA ({name}) needs about {_plan.format_bytes(plan.estimate(name).task_bytes)} in one task: the widest "
                 f"column strip of X holds {max(array.chunks[1])} features of all {n} samples, more than the "
                 f"budget of {_plan.format_bytes(budget)} ({plan.memory_source}). Fix: {fix}.")
+
+    def check_updatable(self) -> None:
+        """Always raises: Hilbert EOFs cannot be updated with new samples (reads nothing)."""
+        self._check_fitted()
+        raise InputError(
+            "a HilbertPCA model cannot be updated: the Hilbert transform runs along each feature's whole "
+            "series, so new samples change the analytic signal (and the Gram matrix) of the old ones, and "
+            "the model keeps no statistics to fold them into. Refit HilbertPCA on the whole series."
+        )
+
+    def update(self, X):
+        """Not offered (see :meth:`check_updatable`)."""
+        self.check_updatable()
 
     def transform(self, X, *, scaling=None, nan="raise"):
         """Complex scores of ``X`` (lazy for lazy input; one pass over column strips).

@@ -126,7 +126,7 @@ import numpy as np
 from scipy.linalg import eigh, svd
 
 from ..store.checkpoint import open_checkpoint, seed_fingerprint
-from ..exceptions import AccuracyWarning
+from ..exceptions import AccuracyWarning, InputError
 from ._base import ComponentRequest, SolverResult
 from ._iterative import as_generator, subspace_sine
 from .randomized import _check_oversamples, _leading_right_vectors, run_pass, sketch_result
@@ -151,12 +151,12 @@ BASIS_BYTES = 2**30
 def check_accuracy_options(tol, max_passes) -> tuple[float | None, int | None]:
     """Validate ``tol`` (None or a float in (0, 1)) and ``max_passes`` (None or an int ≥ 1)."""
     if tol is not None and (isinstance(tol, bool) or not isinstance(tol, Real) or not 0 < tol < 1):
-        raise ValueError(
+        raise InputError(
             f"tol={tol!r}: expected None or a bound on the sine of the largest principal angle, "
             "a float in (0, 1) such as 1e-4."
         )
     if max_passes is not None and (isinstance(max_passes, bool) or not isinstance(max_passes, Integral) or max_passes < 1):
-        raise ValueError(f"max_passes={max_passes!r}: expected None or an int >= 1 (e.g. 10).")
+        raise InputError(f"max_passes={max_passes!r}: expected None or an int >= 1 (e.g. 10).")
     return (None if tol is None else float(tol)), (None if max_passes is None else int(max_passes))
 
 

@@ -76,7 +76,7 @@ import numpy as np
 
 from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from .._validation import NonFinite, raise_if_nonfinite
-from ..exceptions import ConvergenceWarning
+from ..exceptions import ConvergenceWarning, InputError
 from ._base import ComponentRequest, SolverResult
 from ._iterative import (
     ColumnMoments,
@@ -217,7 +217,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
     n_observed = int(moments.count.sum())
     n_missing = n_samples * n_features - n_observed
     if n_observed == 0:
-        raise ValueError("X has no observed (non-NaN) entry; PPCA needs data to fit.")
+        raise InputError("X has no observed (non-NaN) entry; PPCA needs data to fit.")
     mean = moments.mean
     mean_variance = max(float(moments.m2.sum()) / n_observed, np.finfo(np.float64).tiny)
     sigma2_floor = mean_variance * 1e-12  # keeps M_n invertible when the data has rank ≤ k

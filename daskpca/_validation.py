@@ -48,8 +48,16 @@ def find_nonfinite(block: np.ndarray, row_offset: int = 0, col_offset: int = 0) 
     return NonFinite(count, (int(row) + row_offset, int(col) + col_offset))
 
 
-def raise_if_nonfinite(nonfinite: NonFinite) -> None:
-    """Raise the library's standard error for NaN/±inf input."""
+def raise_if_nonfinite(nonfinite: NonFinite, *, nan_is_missing: bool = False) -> None:
+    """Raise the library's standard error for NaN/±inf input (for a solver that reads NaN as
+    missing, ``nonfinite`` counts ±inf only, and the message says so)."""
+    if nonfinite.count and nan_is_missing:
+        row, col = nonfinite.first
+        raise NonFiniteInputError(
+            f"X contains {nonfinite.count} infinite value(s) (±inf); the first is at row {row}, column {col}. "
+            "NaN is read as a missing value here, but ±inf is not missing data: replace it with NaN (to "
+            "treat it as missing) or with a finite value."
+        )
     if nonfinite.count:
         row, col = nonfinite.first
         raise NonFiniteInputError(

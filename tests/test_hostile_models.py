@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from daskpca import PCA, HilbertPCA
-from daskpca.exceptions import InvalidParameterError
+from daskpca.exceptions import InputTypeError, InvalidParameterError
 from daskpca.solvers import SOLVERS
 
 from _helpers import low_rank_data, write_zarr
@@ -107,3 +107,186 @@ def test_a_knob_the_solver_ignores_is_refused_before_any_read(unreadable, estima
 ])
 def test_knobs_the_solver_uses_are_accepted(unreadable, estimator, params):
     assert estimator(3, **params).plan(unreadable).solver
+
+
+# ----------------------------------------------------------------------------- 2. complex stays complex
+
+
+@pytest.fixture(scope="module")
+def wave():
+    """A propagating wave plus noise on a 120-step, 12-feature grid (complex EOFs see it)."""
+    rng = np.random.default_rng(1)
+    t, x = np.arange(120)[:, None], np.arange(12)[None, :]
+    return np.cos(2 * np.pi * (t / 20 - x / 12)) + 0.2 * rng.standard_normal((120, 12))
+
+
+def test_rotating_complex_modes_is_refused_by_name(wave):
+    from daskpca import Rotator
+
+    hilbert = HilbertPCA(3).fit(wave)
+    with pytest.raises(InputTypeError, match="components are complex .*Hilbert EOFs"):
+        Rotator().fit(hilbert)
+
+
+def test_a_rotation_keeps_no_live_reference_to_the_model_it_rotated(wave):
+    from daskpca import Rotator
+
+    pca = PCA(4).fit(wave)
+    rotation = Rotator().fit(pca)
+    components, scores = rotation.components_.copy(), rotation.transform(wave)
+    pca.fit(wave[:, ::-1] * 3.0)  # refit the caller's model on other data
+    np.testing.assert_array_equal(rotation.components_, components)
+    np.testing.assert_allclose(rotation.transform(wave), scores, rtol=0, atol=1e-12)
+    assert not np.allclose(np.abs(rotation.model_.components_), np.abs(pca.components_))
+
+
+# ----------------------------------------------------------------------------- 3. kinds × commands
+
+import json
+import shutil
+
+import xarray as xr
+
+from daskpca import Rotator, lag_embed, load
+from daskpca.cli import main
+from daskpca.io import open_xarray
+
+KINDS = {"plain": ["--solver", "covariance"], "rotated": ["--rotation", "varimax"], "lagged": ["--lags", "3"],
+         "hilbert": ["--hilbert"]}
+
+
+def _field(n, seed, start=0):
+    rng = np.random.default_rng(seed)
+    t = np.arange(start, start + n)[:, None, None]
+    lon = np.arange(8)[None, None, :]
+    values = np.cos(2 * np.pi * (t / 24 - lon / 8)) + 0.3 * rng.standard_normal((n, 3, 8)) + 5.0
+    return xr.DataArray(values, dims=("time", "lat", "lon"), name="sst",
+                        coords={"time": np.arange(start, start + n), "lat": [-20.0, 0.0, 20.0],
+                                "lon": np.arange(8) * 45.0})
+
+
+@pytest.fixture(scope="module")
+def kinds(tmp_path_factory):
+    """The field, new data for updates, and one model of every kind fitted by the CLI."""
+    root = tmp_path_factory.mktemp("kinds")
+    _field(96, 0).to_dataset().chunk({"time": 48}).to_zarr(root / "field.zarr", consolidated=False)
+    _field(40, 1, start=96).to_dataset().chunk({"time": 40}).to_zarr(root / "new.zarr", consolidated=False)
+    for kind, extra in KINDS.items():
+        assert main(["fit", str(root / "field.zarr"), "--sample-dims", "time", "-k", "3", "--weights", "coslat",
+                     "--out", str(root / f"{kind}.zarr"), "--quiet", *extra]) == 0
+    return root
+
+
+def _model(kinds, tmp_path, kind):
+    """A private copy of the fitted model of ``kind`` (commands may replace it)."""
+    path = tmp_path / f"{kind}.zarr"
+    shutil.copytree(kinds / f"{kind}.zarr", path)
+    return path
+
+
+def _loaded(path):
+    """The model at ``path`` as the API reads it: the rotation when it holds one."""
+    from daskpca.store.model import read_model_dataset
+
+    return Rotator.load(path) if "rotation" in read_model_dataset(path).attrs else load(path)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_transform_of_every_kind_gives_the_models_own_scores(kinds, tmp_path, kind):
+    model = _model(kinds, tmp_path, kind)
+    assert main(["transform", str(model), str(kinds / "field.zarr"), "--out", str(tmp_path / "s.zarr"), "--quiet"]) == 0
+    fitted, field = _loaded(model), _field(96, 0)
+    expected = fitted.transform(lag_embed(field, 3, sample_dim="time") if kind == "lagged" else field)
+    np.testing.assert_allclose(open_xarray(tmp_path / "s.zarr").scores.values, expected.values, rtol=1e-10, atol=1e-10)
+
+
+def test_update_keeps_a_rotated_model_rotated(kinds, tmp_path):
+    model = _model(kinds, tmp_path, "rotated")
+    assert main(["update", str(model), str(kinds / "new.zarr"), "--quiet"]) == 0
+    updated = Rotator.load(model)  # still a rotation, of the updated model
+    assert updated.model_.n_samples_ == 136
+    again = Rotator(**updated.get_params()).fit(load(model))
+    np.testing.assert_allclose(updated.components_, again.components_, rtol=0, atol=1e-12)
+    both = xr.concat([_field(96, 0), _field(40, 1, start=96)], "time")
+    reference = Rotator().fit(PCA(3, weights="coslat").fit(both, sample_dims="time"))
+    np.testing.assert_allclose(updated.explained_variance_, reference.explained_variance_, rtol=1e-9)
+
+
+def test_update_of_a_lagged_model_lags_the_new_data(kinds, tmp_path):
+    model = _model(kinds, tmp_path, "lagged")
+    assert main(["update", str(model), str(kinds / "new.zarr"), "--quiet"]) == 0
+    updated = load(model)
+    embedded = xr.concat([lag_embed(_field(96, 0), 3, sample_dim="time"),
+                          lag_embed(_field(40, 1, start=96), 3, sample_dim="time")], "time")
+    reference = PCA(3, weights="coslat").fit(embedded, sample_dims="time")
+    assert updated.n_samples_ == reference.n_samples_ == 94 + 38
+    np.testing.assert_allclose(updated.explained_variance_, reference.explained_variance_, rtol=1e-9)
+
+
+def test_update_of_a_hilbert_model_is_refused_before_any_read(kinds, tmp_path, capsys):
+    model = _model(kinds, tmp_path, "hilbert")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    # A source that does not exist: the refusal must come before the source is even opened.
+    assert main(["update", str(model), str(tmp_path / "nowhere.zarr"), "--quiet"]) == 2
+    assert "HilbertPCA model cannot be updated" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and load(model).n_samples_ == 96
+
+
+@pytest.mark.parametrize("kind, pictures", [
+    ("plain", {"components.png"}), ("lagged", {"components.png"}),
+    ("hilbert", {"components_amplitude.png", "components_phase.png"}),  # never the real parts
+])
+def test_report_of_every_kind_draws_what_the_model_is(kinds, tmp_path, kind, pictures):
+    model = _model(kinds, tmp_path, kind)
+    assert main(["report", str(model), "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    drawn = {p.name for p in (tmp_path / "r").iterdir()}
+    assert pictures <= drawn and not ({"components.png", "components_amplitude.png"} - pictures) & drawn
+
+
+def test_report_of_a_rotated_model_is_refused_by_name(kinds, tmp_path, capsys):
+    model = _model(kinds, tmp_path, "rotated")
+    assert main(["report", str(model), "--out", str(tmp_path / "r"), "--quiet"]) == 2
+    assert "holds a rotated model (varimax)" in capsys.readouterr().err and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_rollback_of_every_kind_brings_back_that_kind(kinds, tmp_path, capsys, kind):
+    model = _model(kinds, tmp_path, kind)
+    assert main(["fit", str(kinds / "field.zarr"), "--sample-dims", "time", "-k", "2", "--out", str(model),
+                 "--overwrite", "--quiet"]) == 0  # a plain 2-mode model replaces it
+    capsys.readouterr()
+    assert main(["history", str(model), "--json"]) == 0
+    older = json.loads(capsys.readouterr().out)["versions"][1]["version"]
+    assert main(["rollback", str(model), "--to", older, "--quiet"]) == 0
+    back = _loaded(model)
+    assert type(back).__name__ == {"rotated": "Rotator", "hilbert": "HilbertPCA"}.get(kind, "PCA")
+    assert getattr(back, "model_", back).n_components_ == 3
+
+
+@pytest.mark.parametrize("kind, says", [("plain", "solver 'covariance'"), ("rotated", "rotated: varimax of the leading 3"),
+                                        ("lagged", "features"), ("hilbert", "solver 'hilbert'")])
+def test_inspect_of_every_kind_says_what_it_is(kinds, capsys, kind, says):
+    assert main(["inspect", str(kinds / f"{kind}.zarr")]) == 0
+    assert says in capsys.readouterr().out
+
+
+def test_rollback_to_a_damaged_version_is_refused_and_the_current_model_kept(kinds, tmp_path, capsys):
+    model = _model(kinds, tmp_path, "plain")
+    assert main(["fit", str(kinds / "field.zarr"), "--sample-dims", "time", "-k", "2", "--out", str(model),
+                 "--overwrite", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["history", str(model), "--json"]) == 0
+    older = json.loads(capsys.readouterr().out)["versions"][1]["version"]
+    kept = tmp_path / f".{model.name}.history" / older
+    chunk = next(p for p in (kept / "components").rglob("*") if p.is_file() and "c" in p.parts[len(kept.parts) + 1:])
+    chunk.write_bytes(chunk.read_bytes()[:-3] + b"xyz")  # edited in the history
+    assert main(["rollback", str(model), "--to", older, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"version {older!r}" in err and "damaged" in err and "current version is unchanged" in err
+    assert load(model).n_components_ == 2  # the current model still loads
+
+
+def test_rollback_of_a_data_store_says_it_is_no_daskpca_store(kinds, capsys):
+    assert main(["rollback", str(kinds / "field.zarr"), "--to", "x", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "not a store daskpca published" in err and "[]" not in err

@@ -276,11 +276,11 @@ def cmd_fit(args) -> dict:
         if args.lags:
             data = _embedded(data, args.lags, args.lag_step, sample_dims)
         if args.hilbert:
-            pca = HilbertPCA(n_components, solver=args.solver, tol=args.tol, whiten=args.whiten, weights=args.weights,
-                             random_state=args.random_state)
+            pca = HilbertPCA(n_components, solver=args.solver, tol=args.tol, max_passes=args.max_passes,
+                             whiten=args.whiten, weights=args.weights, random_state=args.random_state)
         else:
             pca = PCA(n_components=n_components, solver=args.solver, whiten=args.whiten,
-                      random_state=args.random_state, weights=args.weights,
+                      random_state=args.random_state, weights=args.weights, max_passes=args.max_passes,
                       **{name: value for name, value in (("max_iter", args.max_iter), ("tol", args.tol)) if value is not None},
                       checkpoint=_checkpoint_path(args.out))
         plan = pca.plan(data, sample_dims=sample_dims)  # parameters and shape checked; nothing read

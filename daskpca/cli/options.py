@@ -137,6 +137,7 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     fit.add_argument("--whiten", action="store_true", help="save a whitening model (unit-variance scores)")
     fit.add_argument("--random-state", type=int, help="seed for randomized and iterative solvers")
     fit.add_argument("--max-iter", type=positive_int, help="iterative solvers (als, ppca): most passes (default: 200)")
+    fit.add_argument("--max-passes", type=positive_int, help="krylov: most reads of the data while reaching --tol (default: 8, or 20 with --tol)")
     fit.add_argument("--tol", type=float, help="accuracy asked for: bound on sin θ of the kept subspace (approximate solvers; als/ppca: convergence tolerance, default 1e-8)")
     fit.add_argument("--scores", metavar="SCORES", help="also write the scores to this zarr store")
     eof = fit.add_argument_group("EOF variants")

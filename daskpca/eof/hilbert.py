@@ -102,6 +102,11 @@ class HilbertPCA(PCA):
         self._check_hilbert_params()
         super()._fit(X, sample_dims)
 
+    def _fit_input(self, X, sample_dims):
+        if labeled.is_labeled(X) and sample_dims is not None:  # rows must be consecutive times
+            labeled.check_time_axis(X, labeled.normalize_sample_dims(sample_dims), "Hilbert EOFs")
+        return super()._fit_input(X, sample_dims)
+
     def plan(self, X, *, sample_dims=None) -> _plan.Plan:
         """What ``fit(X)`` would do, without reading any data (see :meth:`PCA.plan`): the exact
         and the Krylov solver's passes and task memory, and which one ``fit`` runs."""
@@ -222,6 +227,8 @@ class HilbertPCA(PCA):
         self._check_fitted()
         check_nan_policy(nan)
         matrix, kind = self._model_input(X)
+        if self.layout_ is not None:
+            labeled.check_time_axis(X, self.layout_.sample_dims, "Hilbert scores")
         scaling, factors = self._score_factors(scaling)
         Z = self.feature_stage_.apply(matrix)
         basis = self.components_.T * factors[None, :]

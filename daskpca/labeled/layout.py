@@ -272,6 +272,33 @@ def _check_same_coord(dim, fitted, given) -> None:
         )
 
 
+def check_time_axis(X, dims, what: str) -> None:
+    """Raise :class:`~daskpca.exceptions.InputError` unless the coordinate of each of ``dims``
+    (numbers or dates; a dim without one counts by position) increases strictly: analyses that
+    treat consecutive samples as consecutive times (the Hilbert transform, time-delay lags) give
+    a different answer, silently, on a shuffled, repeated or reversed axis. Reads coords only."""
+    for dim in dims:
+        coord = X.coords.get(dim) if dim in X.dims else None
+        if coord is None or coord.ndim != 1 or coord.dtype.kind not in "iufmM" or coord.size < 2:
+            continue
+        values = np.asarray(coord.values)
+        forward = values[1:] > values[:-1]
+        if forward.all():
+            continue
+        sort = f"sort it first: X.sortby({dim!r})"
+        if (values[1:] < values[:-1]).all():
+            raise InputError(
+                f"{what} need {dim!r} to run forward in time, but it runs backwards (from {values[0]} down to "
+                f"{values[-1]}); {sort}."
+            )
+        i = int(np.argmin(forward))
+        raise InputError(
+            f"{what} need {dim!r} to increase from each sample to the next (consecutive samples are consecutive "
+            f"times), but it goes from {values[i]} to {values[i + 1]} at position {i + 1}: the axis is shuffled or "
+            f"repeats a value. {sort[0].upper() + sort[1:]} (and drop repeated steps)."
+        )
+
+
 def _check_sample_dims(ds, sample_dims, is_dataarray) -> None:
     missing = [d for d in sample_dims if d not in ds.dims]
     if missing:

@@ -59,9 +59,20 @@ def _variable_weights(spec, ds, v: VariableLayout, layout: Layout) -> np.ndarray
     if isinstance(spec, str):
         if spec != "coslat":
             raise InputError(f"weights={spec!r} is not understood; use 'coslat', an array or a dict.")
-        lat = _find_latitude(ds, v)
-        w = np.sqrt(np.clip(np.cos(np.deg2rad(lat.astype(np.float64))), 0.0, 1.0))
-        spec = w
+        name, lat = _find_latitude(ds, v)
+        lat = lat.astype(np.float64)
+        beyond = ~(np.abs(lat) < 90)  # NaN too
+        if beyond.any():
+            value = lat[beyond].flat[0]
+            raise InputError(
+                f"weights='coslat': latitude coordinate {name!r} holds {value!r}, "
+                + ("a pole, where √cos(latitude) = 0 and weights must be > 0: drop the pole rows (e.g. "
+                   f"X.sel({name}=slice(-89.99, 89.99)))" if np.abs(value) == 90 else
+                   "which is no latitude in degrees (they lie in (-90, 90)): fix the coordinate, or pass the "
+                   "weights as an array")
+                + f"; {int(beyond.sum())} value(s) of {lat.size} are so."
+            )
+        spec = np.sqrt(np.cos(np.deg2rad(lat)))
     if isinstance(spec, xr.DataArray):
         extra = [d for d in spec.dims if d not in v.dims]
         if extra:
@@ -89,7 +100,8 @@ def _variable_weights(spec, ds, v: VariableLayout, layout: Layout) -> np.ndarray
         ) from None
 
 
-def _find_latitude(ds, v: VariableLayout) -> np.ndarray:
+def _find_latitude(ds, v: VariableLayout) -> tuple[str, np.ndarray]:
+    """``(name, values)`` of the latitude coordinate, broadcast over ``v``'s feature dims."""
     import xarray as xr
 
     candidates = []
@@ -109,6 +121,6 @@ def _find_latitude(ds, v: VariableLayout) -> np.ndarray:
             f"standard_name='latitude'); coords present: {list(ds.coords)}. Pass weights as an "
             "array instead."
         )
-    _, _, coord = sorted(candidates, key=lambda c: c[:2])[0]
+    _, name, coord = sorted(candidates, key=lambda c: c[:2])[0]
     template = xr.DataArray(np.ones(v.shape), dims=v.dims)
-    return (template * coord.variable).transpose(*v.dims).values
+    return str(name), (template * coord.variable).transpose(*v.dims).values

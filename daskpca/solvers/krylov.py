@@ -177,6 +177,20 @@ def predicted_passes(tol, max_passes=None) -> int:
     return int(min(budget, 3 + np.ceil(extra - 1e-9) if tol < PREDICTED_BOUND_AT_3 else 3))
 
 
+def _missed_tol(tol: float, bound: float, budget: int, passes: int, invariant_rank: int | None) -> str:
+    """The AccuracyWarning of a fit that stopped above ``tol``, naming why it stopped: the read
+    budget spent, or a Krylov space that became invariant (more passes would add nothing)."""
+    exact = "or use an exact solver (solver='covariance' or 'gram'; --solver on the command line) where its matrix fits"
+    if invariant_rank is None:
+        return (f"krylov: the read budget of {budget} passes was spent with an error bound of {bound:.2g} on sin θ, "
+                f"above tol={tol:g}. Raise max_passes (--max-passes on the command line), {exact}.")
+    return (f"krylov: stopped after {passes} pass{'es' if passes != 1 else ''} with an error bound of {bound:.2g} on "
+            f"sin θ, above tol={tol:g}, because its Krylov space became invariant: the centered data has numerical rank ≤ "
+            f"{invariant_rank} (0 for constant data), so more passes add nothing. The bound stays above tol because the "
+            "kept components are not separated from the next ones (equal or zero variances): they are not unique. "
+            f"Keep fewer components (n_components), {exact}.")
+
+
 def most_passes(options: dict) -> int:
     """Most reads :func:`solve` makes with these estimator options (the planner states it)."""
     return pass_budget(options.get("tol"), options.get("max_passes"))
@@ -404,7 +418,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
         block, done = state["block"], int(state["passes"])
         total_m2, restarts = float(state["m2"]), int(state["restarts"])
 
-    n_passes, history = 0, []
+    n_passes, history, invariant = 0, [], False
     while True:
         root = run_pass(X, block, first=total_m2 is None)
         n_passes += 1
@@ -417,6 +431,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             break
         block = _orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:])
         if block.shape[1] == 0:  # span V is invariant under C: the projection is exact
+            invariant = True
             break
         if 16 * n_features * (basis.size + block.shape[1]) > BASIS_BYTES:
             basis = basis.restart(max(2 * ell, k + 1))
@@ -432,12 +447,8 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
     ddof_count = max(n_samples - 1, 1)
     converged = bool(result.error_bound <= target)
     if tol is not None and not converged:
-        warnings.warn(
-            f"krylov: the read budget of {budget} passes was spent with an error bound of "
-            f"{result.error_bound:.2g} on sin θ, above tol={tol:g}. Raise max_passes, or use an exact "
-            "solver ('covariance', 'gram') where its matrix fits.",
-            AccuracyWarning, stacklevel=3,
-        )
+        warnings.warn(_missed_tol(tol, result.error_bound, budget, done + n_passes, basis.size if invariant else None),
+                      AccuracyWarning, stacklevel=3)
     out = sketch_result(
         result.components, result.singular_values, root, total_m2, n_passes,
         {

@@ -209,7 +209,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
     if state is None:
         # Pass 1: observed counts, means and sums of squares per feature.
         (moments,) = dask.compute(tree_reduce(map_row_blocks(X, _missing_moments, "ppca-moments"), combine_column_moments, "ppca-moments-merge"))
-        raise_if_nonfinite(moments.nonfinite)
+        raise_if_nonfinite(moments.nonfinite, nan_is_missing=True)
         n_passes, passes_before = 1, 0
     else:  # pass 1 (and its ±inf check) and iterations 1..n_iter ran in an earlier process
         moments = ColumnMoments(state["count"], state["mean"], state["m2"], NonFinite())
@@ -239,7 +239,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
     else:
         w, sigma2, basis, variances = state["w"], float(state["sigma2"]), state["basis"], state["variances"]
         done = int(state["n_iter"])
-    converged, change = False, np.inf
+    converged, change, model_change = False, np.inf, np.inf
     n_iter = done
     for n_iter in range(done + 1, max_iter + 1):
         parts = map_row_blocks(X, _e_step, "ppca-estep", mean, w, sigma2)
@@ -261,10 +261,13 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
         if n_iter < max_iter:
             save(n_iter)
     if not converged:
+        unsettled = [f"{what} of {value:.2e}" for what, value in (
+            ("a subspace change (sine)", change), ("a relative change of σ² or the model variances", model_change))
+            if value > tol]
         warnings.warn(
-            f"PPCA's EM stopped after max_iter={max_iter} iterations with a subspace change of "
-            f"{change:.2e} > tol={tol:g}. Increase max_iter, loosen tol, or start from an "
-            "earlier fit (init=...).",
+            f"PPCA's EM stopped after max_iter={max_iter} iterations ({passes_before + n_passes} reads) with "
+            f"{' and '.join(unsettled)} in its last iteration, > tol={tol:g}. Increase max_iter, loosen tol, "
+            "or start from an earlier fit (init=...).",
             ConvergenceWarning,
             stacklevel=2,
         )

@@ -8,6 +8,7 @@
 5. time axes are monotonic; a rotation keeps no live reference to the PCA it rotated.
 """
 
+import re
 import warnings
 
 import dask
@@ -290,3 +291,124 @@ def test_rollback_of_a_data_store_says_it_is_no_daskpca_store(kinds, capsys):
     assert main(["rollback", str(kinds / "field.zarr"), "--to", "x", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "not a store daskpca published" in err and "[]" not in err
+
+
+# ----------------------------------------------------------------------------- 4. exit codes and messages
+
+from daskpca.cli.errors import failure_line
+from daskpca.io import COMPLETE_MARKER
+from daskpca.exceptions import AccuracyWarning, ConvergenceWarning, InputError, NonFiniteInputError
+
+
+def test_only_daskpca_checks_are_usage_errors():
+    try:
+        np.zeros(5).reshape(2, 2)  # NumPy's own ValueError: not a message daskpca wrote for the user
+    except ValueError as error:
+        code, line = failure_line(error, "report")
+    assert code == 1 and "--verbose" in line and "not a usage error" in line
+    with pytest.raises(InputError) as caught:
+        PCA(3, solver="randomized", tol=1e-3).plan(np.zeros((20, 4)))
+    assert failure_line(caught.value, "fit") == (2, str(caught.value))
+
+
+def test_report_n_maps_0_names_the_option(kinds, tmp_path, capsys):
+    assert main(["report", str(kinds / "plain.zarr"), "--out", str(tmp_path / "r"), "--n-maps", "0"]) == 2
+    assert "--n-maps: expected an integer ≥ 1, got '0'" in capsys.readouterr().err
+
+
+def test_power_without_promax_is_refused_even_at_its_default_value(kinds, tmp_path, capsys):
+    assert main(["fit", str(kinds / "field.zarr"), "-k", "3", "--out", str(tmp_path / "m.zarr"), "--power", "4"]) == 2
+    assert "--power is promax's exponent" in capsys.readouterr().err and not (tmp_path / "m.zarr").exists()
+
+
+def test_update_on_another_grid_does_not_blame_transform(kinds, tmp_path, capsys):
+    model = _model(kinds, tmp_path, "plain")
+    _field(30, 2).isel(lon=slice(0, 6)).to_dataset().to_zarr(tmp_path / "narrow.zarr", consolidated=False)
+    assert main(["update", str(model), str(tmp_path / "narrow.zarr"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "has size 6 here but 8 at fit time; the model takes data on the feature grid it was fitted on" in err
+    assert "transform" not in err
+
+
+@pytest.mark.parametrize("lat, says", [([-100.0, 0.0, 20.0], "holds -100.0, which is no latitude in degrees"),
+                                       ([-90.0, 0.0, 20.0], "holds -90.0, a pole")])
+def test_coslat_on_impossible_latitudes_names_the_coordinate(unreadable, lat, says):
+    field = xr.DataArray(da.zeros((10, 3), chunks=5), dims=("time", "lat"), coords={"lat": lat})
+    with pytest.raises(InputError, match=f"latitude coordinate 'lat' {says}"):
+        PCA(2, weights="coslat").plan(field, sample_dims="time")
+
+
+def test_ppca_names_sigma2_when_it_is_what_did_not_settle():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 3)) @ rng.standard_normal((3, 12))  # rank 3 = k: σ² falls towards 0
+    with pytest.warns(ConvergenceWarning) as caught:
+        PCA(3, solver="ppca", max_iter=8, random_state=0).fit(X)
+    message = str(caught[0].message)
+    assert "relative change of σ² or the model variances" in message and "subspace change" not in message
+    assert "(9 reads)" in message
+
+
+def test_ppca_on_infinite_values_says_inf_is_not_missing():
+    X = np.random.default_rng(0).standard_normal((50, 4))
+    X[3, 2], X[7, 1] = np.inf, np.nan
+    with pytest.raises(NonFiniteInputError, match=r"1 infinite value\(s\) \(±inf\); the first is at row 3, column 2") as caught:
+        PCA(2, solver="ppca").fit(X)
+    assert "solver='ppca'" not in str(caught.value) and "replace it with NaN" in str(caught.value)
+
+
+def test_krylov_says_why_it_stopped_above_tol():
+    with pytest.warns(AccuracyWarning) as caught:  # constant data: the space is invariant after one pass
+        PCA(2, solver="krylov", tol=1e-6, random_state=0).fit(np.ones((200, 10)))
+    message = str(caught[0].message)
+    assert "stopped after 1 pass" in message and "became invariant" in message and "budget" not in message
+    rng = np.random.default_rng(0)
+    with pytest.warns(AccuracyWarning) as caught:
+        PCA(3, solver="krylov", tol=1e-12, max_passes=2, random_state=0).fit(rng.standard_normal((300, 40)))
+    message = str(caught[0].message)
+    assert "read budget of 2 passes was spent" in message and "--max-passes on the command line" in message
+
+
+def test_the_cli_has_the_flag_the_advice_names(kinds, tmp_path):
+    with pytest.warns(AccuracyWarning, match="--max-passes"):
+        assert main(["fit", str(kinds / "field.zarr"), "-k", "3", "--solver", "krylov", "--tol", "1e-15",
+                     "--max-passes", "2", "--out", str(tmp_path / "m.zarr"), "--quiet"]) == 0
+    assert load(tmp_path / "m.zarr").n_passes_ == 2 + 1  # + the feature stage's read of labeled input
+
+
+@pytest.mark.parametrize("edit", [lambda m: {**m, "format": "daskpca-data"}, None])
+def test_inspect_of_a_model_with_an_edited_marker_names_the_marker(kinds, tmp_path, capsys, edit):
+    model = _model(kinds, tmp_path, "plain")
+    marker = model / COMPLETE_MARKER
+    marker.write_text(json.dumps(edit(json.loads(marker.read_text()))) if edit else "{not json")
+    assert main(["inspect", str(model)]) == 2
+    err = capsys.readouterr().err
+    assert "--var" not in err and ("not a 'daskpca-model' store" in err or "unreadable completion marker" in err)
+
+
+# ----------------------------------------------------------------------------- 5. time axes
+
+
+@pytest.mark.parametrize("order, says", [(np.r_[0:20, 40:60, 20:40], "goes from 59 to 20 at position 40: the axis is shuffled"),
+                                         (np.arange(60)[::-1], "runs backwards (from 59 down to 0)")])
+@pytest.mark.parametrize("analysis", ["hilbert", "lags"])
+def test_a_time_axis_out_of_order_is_refused_with_the_fix(order, says, analysis):
+    field = xr.DataArray(da.zeros((60, 4), chunks=(60, 4)), dims=("time", "x"), coords={"time": order})
+    with pytest.raises(InputError, match=re.escape(says)) as caught:
+        if analysis == "hilbert":
+            HilbertPCA(2).plan(field, sample_dims="time")
+        else:
+            lag_embed(field, 3, sample_dim="time")
+    assert "X.sortby('time')" in str(caught.value)
+
+
+def test_lag_embed_of_embedded_data_says_so():
+    field = xr.DataArray(np.zeros((30, 4)), dims=("time", "x"), coords={"time": np.arange(30)})
+    with pytest.raises(InvalidParameterError, match="X already has a 'lag' dimension .*embedded already"):
+        lag_embed(lag_embed(field, 3, sample_dim="time"), 2, sample_dim="time")
+
+
+def test_hilbert_scores_of_a_shuffled_axis_are_refused(wave):
+    field = xr.DataArray(wave, dims=("time", "x"), coords={"time": np.arange(120)})
+    model = HilbertPCA(2).fit(field, sample_dims="time")
+    with pytest.raises(InputError, match="Hilbert scores need 'time'"):
+        model.transform(field.isel(time=np.r_[60:120, 0:60]))

@@ -63,7 +63,7 @@ def _variable_weights(spec, ds, v: VariableLayout, layout: Layout) -> np.ndarray
         lat = lat.astype(np.float64)
         beyond = ~(np.abs(lat) < 90)  # NaN too
         if beyond.any():
-            value = lat[beyond].flat[0]
+            value = float(lat[beyond].flat[0])
             raise InputError(
                 f"weights='coslat': latitude coordinate {name!r} holds {value!r}, "
                 + ("a pole, where √cos(latitude) = 0 and weights must be > 0: drop the pole rows (e.g. "

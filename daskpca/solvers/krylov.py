@@ -177,18 +177,18 @@ def predicted_passes(tol, max_passes=None) -> int:
     return int(min(budget, 3 + np.ceil(extra - 1e-9) if tol < PREDICTED_BOUND_AT_3 else 3))
 
 
-def _missed_tol(tol: float, bound: float, budget: int, passes: int, invariant_rank: int | None) -> str:
+def _missed_tol(tol: float, bound: float, budget: int, passes: int, invariant_size: int | None) -> str:
     """The AccuracyWarning of a fit that stopped above ``tol``, naming why it stopped: the read
     budget spent, or a Krylov space that became invariant (more passes would add nothing)."""
     exact = "or use an exact solver (solver='covariance' or 'gram'; --solver on the command line) where its matrix fits"
-    if invariant_rank is None:
+    if invariant_size is None:
         return (f"krylov: the read budget of {budget} passes was spent with an error bound of {bound:.2g} on sin θ, "
                 f"above tol={tol:g}. Raise max_passes (--max-passes on the command line), {exact}.")
     return (f"krylov: stopped after {passes} pass{'es' if passes != 1 else ''} with an error bound of {bound:.2g} on "
-            f"sin θ, above tol={tol:g}, because its Krylov space became invariant: the centered data has numerical rank ≤ "
-            f"{invariant_rank} (0 for constant data), so more passes add nothing. The bound stays above tol because the "
-            "kept components are not separated from the next ones (equal or zero variances): they are not unique. "
-            f"Keep fewer components (n_components), {exact}.")
+            f"sin θ, above tol={tol:g}, because its Krylov space became invariant (dimension {invariant_size}): the data "
+            "has no variance outside it (constant data has none at all), so more passes cannot lower the bound. What "
+            "is left is round-off, or kept components not separated from the next ones (equal or zero variances: "
+            f"then they are not unique). Keep fewer components (n_components), loosen tol, {exact}.")
 
 
 def most_passes(options: dict) -> int:

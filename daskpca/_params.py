@@ -217,5 +217,5 @@ def check_knobs(estimator, module, name: str, *, solvers: dict) -> None:
         raise InvalidParameterError(
             f"{knob}={value!r:.60} would be ignored: {chose} solver {name!r}, which does not use it "
             f"({knob} steers {', '.join(repr(u) for u in users) or 'no solver here'}). Drop {knob}, or pass "
-            f"{type(estimator).__name__}(solver=...) naming a solver that takes it."
+            f"{type(estimator).__name__}(solver=...) (--solver on the command line) naming a solver that takes it."
         )

@@ -120,7 +120,7 @@ class Plan:
             f"daskpca plan for X of shape ({self.n_samples}, {self.n_features}), k = {self.n_components}",
             f"  solver: {self.solver!r} — {self.reason}",
             f"  passes over the data: {chosen.passes}"
-            + (f" (stops on convergence; at most {chosen.most_passes})" if chosen.most_passes is not None else "")
+            + (f" predicted, at most {chosen.most_passes}" if isinstance(chosen.passes, int) and chosen.most_passes else "")
             + f"; flops ≈ {chosen.flops:.3g}; "
             f"peak memory per task ≈ {format_bytes(chosen.task_bytes)} "
             f"(budget {format_bytes(self.task_memory_budget)}, {self.memory_source})",

@@ -61,18 +61,15 @@ def _variable_weights(spec, ds, v: VariableLayout, layout: Layout) -> np.ndarray
             raise InputError(f"weights={spec!r} is not understood; use 'coslat', an array or a dict.")
         name, lat = _find_latitude(ds, v)
         lat = lat.astype(np.float64)
-        beyond = ~(np.abs(lat) < 90)  # NaN too
+        beyond = ~(np.abs(lat) <= 90)  # NaN too
         if beyond.any():
-            value = float(lat[beyond].flat[0])
             raise InputError(
-                f"weights='coslat': latitude coordinate {name!r} holds {value!r}, "
-                + ("a pole, where √cos(latitude) = 0 and weights must be > 0: drop the pole rows (e.g. "
-                   f"X.sel({name}=slice(-89.99, 89.99)))" if np.abs(value) == 90 else
-                   "which is no latitude in degrees (they lie in (-90, 90)): fix the coordinate, or pass the "
-                   "weights as an array")
-                + f"; {int(beyond.sum())} value(s) of {lat.size} are so."
+                f"weights='coslat': latitude coordinate {name!r} holds {float(lat[beyond].flat[0])!r}, which is no "
+                f"latitude in degrees (they lie in [-90, 90]); {int(beyond.sum())} value(s) of {lat.size} are so. Fix "
+                "the coordinate, or pass the weights as an array."
             )
-        spec = np.sqrt(np.cos(np.deg2rad(lat)))
+        # A pole's cos is 6e-17 in float64, not 0: a tiny positive weight (its grid cell has no area).
+        spec = np.sqrt(np.clip(np.cos(np.deg2rad(lat)), 0.0, 1.0))
     if isinstance(spec, xr.DataArray):
         extra = [d for d in spec.dims if d not in v.dims]
         if extra:

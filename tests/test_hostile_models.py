@@ -207,15 +207,18 @@ def test_update_keeps_a_rotated_model_rotated(kinds, tmp_path):
     np.testing.assert_allclose(updated.explained_variance_, reference.explained_variance_, rtol=1e-9)
 
 
-def test_update_of_a_lagged_model_lags_the_new_data(kinds, tmp_path):
-    model = _model(kinds, tmp_path, "lagged")
+@pytest.mark.parametrize("kind, n_samples", [("plain", 96 + 40), ("lagged", 94 + 38)])  # lagged: new data lagged too
+def test_update_equals_a_fit_on_old_and_new_data(kinds, tmp_path, kind, n_samples):
+    model = _model(kinds, tmp_path, kind)
     assert main(["update", str(model), str(kinds / "new.zarr"), "--quiet"]) == 0
     updated = load(model)
-    embedded = xr.concat([lag_embed(_field(96, 0), 3, sample_dim="time"),
-                          lag_embed(_field(40, 1, start=96), 3, sample_dim="time")], "time")
-    reference = PCA(3, weights="coslat").fit(embedded, sample_dims="time")
-    assert updated.n_samples_ == reference.n_samples_ == 94 + 38
+    old, new = _field(96, 0), _field(40, 1, start=96)
+    if kind == "lagged":
+        old, new = lag_embed(old, 3, sample_dim="time"), lag_embed(new, 3, sample_dim="time")
+    reference = PCA(3, weights="coslat").fit(xr.concat([old, new], "time"), sample_dims="time")
+    assert updated.n_samples_ == reference.n_samples_ == n_samples
     np.testing.assert_allclose(updated.explained_variance_, reference.explained_variance_, rtol=1e-9)
+    np.testing.assert_allclose(np.abs(updated.components_ @ reference.components_.T), np.eye(3), atol=1e-8)
 
 
 def test_update_of_a_hilbert_model_is_refused_before_any_read(kinds, tmp_path, capsys):
@@ -299,6 +302,19 @@ def test_only_daskpca_checks_are_usage_errors():
     with pytest.raises(InputError) as caught:
         PCA(3, solver="randomized", tol=1e-3).plan(np.zeros((20, 4)))
     assert failure_line(caught.value, "fit") == (2, str(caught.value))
+
+
+def test_every_check_raises_daskpcas_own_error_type():
+    """Exit code 2 is decided by type: a check that raised a bare ValueError or TypeError would be
+    reported as an internal failure (exit 1). Only invariants that a bug would break may."""
+    from pathlib import Path
+
+    import daskpca
+
+    bare = [f"{path.name}:{number}" for path in Path(daskpca.__file__).parent.rglob("*.py")
+            for number, line in enumerate(path.read_text().splitlines(), 1)
+            if re.search(r"raise (ValueError|TypeError)\(", line) and "# a bug, not a user error" not in line]
+    assert not bare, f"raise InputError / InputTypeError (daskpca.exceptions) instead: {bare}"
 
 
 def test_report_n_maps_0_names_the_option(kinds, tmp_path, capsys):

@@ -37,7 +37,7 @@ import dask
 import numpy as np
 
 from ._validation import NonFinite
-from .exceptions import NonFiniteInputError
+from .exceptions import InputError, InputTypeError, NonFiniteInputError
 from .solvers._graph import SizedByArrays, map_row_blocks, share, tree_reduce
 from .solvers._base import ComponentRequest, SolverResult
 from .solvers._progress import Passes
@@ -188,7 +188,7 @@ def matrix_weights(weights, n_features: int) -> np.ndarray:
     if weights is None:
         return np.ones(n_features)
     if isinstance(weights, (str, dict)) or hasattr(weights, "dims"):
-        raise TypeError(
+        raise InputTypeError(
             f"weights={weights!r:.60} needs labeled input (an xarray object with coords); for a "
             f"plain matrix pass an array of shape ({n_features},)."
         )
@@ -196,15 +196,25 @@ def matrix_weights(weights, n_features: int) -> np.ndarray:
     try:
         out = np.broadcast_to(array, (n_features,)).astype(np.float64)
     except ValueError:
-        raise ValueError(
+        raise InputError(
             f"weights of shape {array.shape} do not broadcast over the {n_features} features."
         ) from None
     if not np.all(np.isfinite(out) & (out > 0)):
-        raise ValueError("weights must be finite and > 0 for every feature.")
+        raise InputError("weights must be finite and > 0 for every feature.")
     return out
 
 
 # ---------------------------------------------------------------------------------------- solving
+
+
+def extra_reads(module, spec: FeatureSpec | None) -> int:
+    """Reads the feature stage adds before solver ``module``'s own: 0 for a plain fit (``spec``
+    None) or a solver that fuses ``spec`` into its first pass, else 1 (:func:`solve`'s generic
+    statistics read). The planner counts them from here, so plan and fit agree."""
+    if spec is None:
+        return 0
+    fuses = getattr(module, "fuses_features", None)
+    return 0 if fuses is not None and fuses(spec) else 1
 
 
 def solve(module, X, request: ComponentRequest, spec: FeatureSpec | None, *, random_state=None, **options) -> SolverResult:
@@ -215,8 +225,7 @@ def solve(module, X, request: ComponentRequest, spec: FeatureSpec | None, *, ran
     """
     if spec is None:
         return _checked(module, X, request, random_state=random_state, **options)
-    fuses = getattr(module, "fuses_features", None)
-    if fuses is not None and fuses(spec):
+    if not extra_reads(module, spec):
         return _checked(module, X, request, random_state=random_state, features=spec, **options)
     # The generic road: one read for per-feature finite counts (and variances), then the solver
     # on Z. NaN is read as missing here so that wholly-NaN features can be told apart.

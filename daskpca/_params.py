@@ -18,7 +18,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .exceptions import InvalidParameterError
+from .exceptions import InputError, InvalidParameterError
 
 
 class ParamsMixin:
@@ -42,7 +42,7 @@ class ParamsMixin:
         valid = self._param_names()
         for name, value in params.items():
             if name not in valid:
-                raise ValueError(
+                raise InputError(
                     f"Invalid parameter {name!r} for {type(self).__name__}; valid parameters "
                     f"are {sorted(valid)}."
                 )
@@ -187,3 +187,35 @@ def check_params(estimator, *, solvers) -> None:
                 f"Pass it as {type(estimator).__name__}({name}=...)."
             )
 
+
+
+#: Parameters that steer one solver's reads or iterations. Given (not left at their default) to a
+#: solver that does not take them (its module's ``OPTIONS``), they would be ignored without a
+#: word, so they are refused: ``tol`` with randomized (no bound), ``max_passes`` with Gram. Two
+#: exceptions keep their meaning: an exact solver meets any ``tol``, and under ``solver="auto"``
+#: ``tol`` and ``max_passes`` are the planner's inputs (the accuracy and read budget it chose by).
+#: ``checkpoint`` is a place, not a knob: a solver with no state between passes has none to save.
+SOLVER_KNOBS = ("n_oversamples", "n_power_iter", "max_iter", "tol", "max_passes", "init")
+PLANNER_INPUTS = ("tol", "max_passes")
+
+
+def check_knobs(estimator, module, name: str, *, solvers: dict) -> None:
+    """Raise :class:`~daskpca.exceptions.InvalidParameterError` for a solver knob the solver
+    ``name`` (``module``, the one ``fit`` runs) would ignore, naming the solvers that take it and
+    the fix. Reads no data; ``solvers`` maps the estimator's solver names to their modules."""
+    defaults = {n: p.default for n, p in inspect.signature(type(estimator).__init__).parameters.items()}
+    taken = getattr(module, "OPTIONS", ())
+    for knob, value in estimator.get_params().items():
+        if knob not in SOLVER_KNOBS or knob in taken or value is defaults.get(knob) or _equal(value, defaults.get(knob)):
+            continue
+        if knob == "tol" and getattr(module, "EXACT", False):
+            continue
+        if knob in PLANNER_INPUTS and estimator.solver == "auto":
+            continue
+        users = sorted(n for n, m in solvers.items() if knob in getattr(m, "OPTIONS", ()))
+        chose = "you asked for" if estimator.solver != "auto" else "solver='auto' chose"
+        raise InvalidParameterError(
+            f"{knob}={value!r:.60} would be ignored: {chose} solver {name!r}, which does not use it "
+            f"({knob} steers {', '.join(repr(u) for u in users) or 'no solver here'}). Drop {knob}, or pass "
+            f"{type(estimator).__name__}(solver=...) (--solver on the command line) naming a solver that takes it."
+        )

@@ -32,6 +32,7 @@ from .solvers._graph import SPLIT_EVERY
 from .solvers._moments import MERGE_SPLIT_EVERY
 from .solvers.krylov import pass_budget, predicted_passes
 from .solvers.randomized import slab_rows
+from .exceptions import InputError
 
 logger = logging.getLogger("daskpca")
 
@@ -66,8 +67,11 @@ TASK_SECONDS = 0.9e-3
 class SolverEstimate:
     """Cost of one solver on one input.
 
-    ``passes`` counts full reads of the input; ``task_bytes`` is the estimated peak memory of the
-    largest task; ``feasible`` says whether that fits the per-task memory budget.
+    ``passes`` counts full reads of the input, the feature stage's own read included (an int —
+    Krylov's predicted count — or a bound such as ``"≤ 201"`` for ALS / PPCA); ``most_passes`` is
+    the most reads of a solver that stops on convergence (None: ``passes`` is exact); ``task_bytes`` is
+    the estimated peak memory of the largest task; ``feasible`` says whether that fits the
+    per-task memory budget.
     """
 
     name: str
@@ -80,6 +84,15 @@ class SolverEstimate:
     seconds: float | None = None
     tasks: int = 1  # tasks of one pass (row blocks, or column strips for gram)
     copy_passes: int = 0  # passes over a temporary re-laid-out copy (written once) besides ``passes``
+    most_passes: int | None = None
+
+    def with_reads(self, extra: int, most: int | None) -> "SolverEstimate":
+        """This estimate with ``extra`` reads of the feature stage before the solver's own and the
+        solver's read bound ``most`` (None: its passes are a fixed count)."""
+        most = None if most is None else most + extra
+        passes = self.passes + extra if isinstance(self.passes, int) else (f"≤ {most}" if most else self.passes)
+        note = (self.note + "; " if self.note else "") + f"+{extra} read: the feature stage" if extra else self.note
+        return replace(self, passes=passes, most_passes=most, note=note)
 
     def with_seconds(self, n: int, d: int, itemsize: int, threads: int = 1) -> "SolverEstimate":
         return replace(self, seconds=predicted_seconds(self, n, d, itemsize, threads))
@@ -111,13 +124,26 @@ class Plan:
     def estimate(self, name: str) -> SolverEstimate:
         return next(e for e in self.estimates if e.name == name)
 
+    @property
+    def passes(self) -> int | str:
+        """Full reads ``fit`` makes with the chosen solver (a bound for one that stops on convergence)."""
+        return self.estimate(self.solver).passes
+
+    @property
+    def most_passes(self) -> int | str:
+        """The most full reads ``fit`` can make with the chosen solver (``passes`` when exact)."""
+        chosen = self.estimate(self.solver)
+        return chosen.passes if chosen.most_passes is None else chosen.most_passes
+
     def __str__(self) -> str:
         chosen = self.estimate(self.solver)
         width = max(11, *(len(e.name) for e in self.estimates))
         lines = [
             f"daskpca plan for X of shape ({self.n_samples}, {self.n_features}), k = {self.n_components}",
             f"  solver: {self.solver!r} — {self.reason}",
-            f"  passes over the data: {chosen.passes}; flops ≈ {chosen.flops:.3g}; "
+            f"  passes over the data: {chosen.passes}"
+            + (f" predicted, at most {chosen.most_passes}" if isinstance(chosen.passes, int) and chosen.most_passes else "")
+            + f"; flops ≈ {chosen.flops:.3g}; "
             f"peak memory per task ≈ {format_bytes(chosen.task_bytes)} "
             f"(budget {format_bytes(self.task_memory_budget)}, {self.memory_source})",
             f"  tasks: {self.geometry.describe()}" if self.geometry else f"  tasks: {chosen.tasks} a pass",
@@ -254,16 +280,22 @@ EXACT_SOLVERS = ("covariance", "gram", "tsqr")
 
 
 def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=False, available, n_oversamples=10,
-              n_power_iter="auto", tol=None, max_passes=None, geometry: Geometry | None = None) -> Plan:
+              n_power_iter="auto", tol=None, max_passes=None, geometry: Geometry | None = None, requested=None,
+              reads=None) -> Plan:
     """Choose a solver with ordered rules; see the module docstring.
 
     ``tol`` is the accuracy asked for (a bound on the sine of the largest principal angle; None:
     none asked, exact where exact fits) and ``max_passes`` the read budget of approximate solvers.
+    ``requested`` is the solver the caller named (None: the rules choose); the plan is then that
+    solver's, refused when its task does not fit (:func:`check_requested`). ``reads`` maps a
+    solver to ``(extra reads of the feature stage before it, its most reads or None)``, from the
+    estimator (:meth:`SolverEstimate.with_reads`), so that the plan counts what the fit reads.
     """
     budget, source = task_memory_budget()
     threads = worker_resources()[0]
+    reads = reads or {}
     estimates = [
-        e.with_seconds(n, d, itemsize, threads)
+        e.with_reads(*reads.get(e.name, (0, None))).with_seconds(n, d, itemsize, threads)
         for e in estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget,
                                   available=available, tol=tol, max_passes=max_passes)
     ]
@@ -274,8 +306,11 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     approximate = "krylov" if "krylov" in by_name else "randomized"
     warnings = []
 
+    # 0. The caller's choice is the plan (its memory is checked below).
+    if requested is not None:
+        solver, reason = requested, "requested by the caller"
     # 1. Missing values can only be handled by probabilistic PCA.
-    if has_missing and "ppca" in by_name:
+    elif has_missing and "ppca" in by_name:
         solver, reason = "ppca", "the data has missing values (NaN): EM for probabilistic PCA handles them without imputing"
     # 2. A variance fraction or 'mle' needs every eigenvalue: exact solvers only.
     elif needs_spectrum and fits(exact_small):
@@ -321,6 +356,8 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     if solver in by_name and by_name[solver].copy_passes:  # the re-layout is part of the road: say so
         reason += f"; {by_name[solver].note}"
     plan = Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, tol, geometry, threads)
+    if requested is not None:
+        check_requested(requested, plan)
     logger.info("daskpca: solver=%r (%s)", solver, reason)
     return plan
 
@@ -367,7 +404,7 @@ def check_requested(name: str, plan: Plan) -> None:
     if estimate.feasible:
         return
     alternatives = [e.name for e in plan.estimates if e.feasible and e.name != "ppca"]
-    raise ValueError(
+    raise InputError(
         f"solver={name!r} needs about {format_bytes(estimate.task_bytes)} in one task for X of shape "
         f"({plan.n_samples}, {plan.n_features}), more than the budget of "
         f"{format_bytes(plan.task_memory_budget)} ({plan.memory_source}). "

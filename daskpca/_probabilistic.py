@@ -34,6 +34,7 @@ import numpy as np
 
 from .solvers._graph import shared
 from ._validation import Positions, check_finite_rows, check_nan_policy
+from .exceptions import InputError
 
 
 class ProbabilisticMixin:
@@ -87,7 +88,7 @@ class ProbabilisticMixin:
         d, k = Z.shape[1], self.n_components_
         sigma2 = float(self.noise_variance_)
         if np.any(e <= 0) or (sigma2 <= 0 and d > k):
-            raise ValueError(
+            raise InputError(
                 "the model's covariance is singular (a kept or discarded variance is 0: "
                 f"noise_variance_={sigma2:g}, {d - k} discarded directions), so the likelihood is "
                 "undefined. Fit fewer components, on data with more samples than features."

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .exceptions import NonFiniteInputError
+from .exceptions import InputError, InputTypeError, NonFiniteInputError
 
 #: Target chunk size used when a NumPy array is wrapped into a dask array.
 NUMPY_CHUNK_BYTES = 64 * 2**20
@@ -48,8 +48,16 @@ def find_nonfinite(block: np.ndarray, row_offset: int = 0, col_offset: int = 0) 
     return NonFinite(count, (int(row) + row_offset, int(col) + col_offset))
 
 
-def raise_if_nonfinite(nonfinite: NonFinite) -> None:
-    """Raise the library's standard error for NaN/±inf input."""
+def raise_if_nonfinite(nonfinite: NonFinite, *, nan_is_missing: bool = False) -> None:
+    """Raise the library's standard error for NaN/±inf input (for a solver that reads NaN as
+    missing, ``nonfinite`` counts ±inf only, and the message says so)."""
+    if nonfinite.count and nan_is_missing:
+        row, col = nonfinite.first
+        raise NonFiniteInputError(
+            f"X contains {nonfinite.count} infinite value(s) (±inf); the first is at row {row}, column {col}. "
+            "NaN is read as a missing value here, but ±inf is not missing data: replace it with NaN (to "
+            "treat it as missing) or with a finite value."
+        )
     if nonfinite.count:
         row, col = nonfinite.first
         raise NonFiniteInputError(
@@ -66,7 +74,7 @@ NAN_POLICIES = ("raise", "propagate")
 def check_nan_policy(nan) -> str:
     """Raise for a ``nan=`` value that is not one of :data:`NAN_POLICIES`."""
     if not (isinstance(nan, str) and nan in NAN_POLICIES):
-        raise ValueError(
+        raise InputError(
             f"nan={nan!r}: use 'raise' (refuse NaN/±inf, the default) or 'propagate' (NaN "
             "results for the samples that hold them)."
         )
@@ -153,7 +161,7 @@ def as_dask_matrix(X, *, name: str = "X"):
 
     _check_dtype(array.dtype, name, allow_object=kind == "numpy")
     if array.ndim != 2:
-        raise ValueError(
+        raise InputError(
             f"{name} must be 2-D (n_samples, n_features); got {array.ndim}-D with shape "
             f"{array.shape}. Reshape your data: X.reshape(-1, 1) for a single feature, "
             "X.reshape(1, -1) for a single sample, X.reshape(X.shape[0], -1) to flatten the "
@@ -162,7 +170,7 @@ def as_dask_matrix(X, *, name: str = "X"):
     n_samples, n_features = array.shape
     if n_samples == 0 or n_features == 0:
         count, what = (n_samples, "sample") if n_samples == 0 else (n_features, "feature")
-        raise ValueError(
+        raise InputError(
             f"{name} has {count} {what}(s) (shape={array.shape}) while a minimum of 1 is "
             f"required: an array of shape {array.shape}, but PCA needs at least one sample (row) "
             "and one feature (column)."
@@ -173,7 +181,7 @@ def as_dask_matrix(X, *, name: str = "X"):
         rows = max(1, NUMPY_CHUNK_BYTES // max(1, n_features * array.dtype.itemsize))
         array = da.from_array(array, chunks=(min(rows, n_samples), n_features))
     if any(math.isnan(c) for dim in array.chunks for c in dim):
-        raise ValueError(
+        raise InputError(
             f"{name} has unknown chunk sizes {array.chunks}; PCA needs to know where every row "
             "block starts. Call X.compute_chunk_sizes() first (one extra read), or build the "
             "array with known chunks."
@@ -186,12 +194,12 @@ def as_dask_matrix(X, *, name: str = "X"):
 def _as_numpy(X, name: str) -> np.ndarray:
     """An in-memory array-like as a NumPy array (sparse matrices and non-array objects refused)."""
     if hasattr(X, "dims") or hasattr(X, "data_vars"):
-        raise TypeError(
+        raise InputTypeError(
             f"{name} is an xarray {type(X).__name__}; pass it with sample_dims=... to fit "
             "(e.g. pca.fit(X, sample_dims='time')), or convert it with X.data."
         )
     if _is_sparse(X):
-        raise TypeError(
+        raise InputTypeError(
             f"Sparse data was passed for {name} ({type(X).__name__}), but dense data is "
             "required: PCA centers the data, which makes it dense. Convert it with X.toarray() "
             "if it fits in memory."
@@ -199,9 +207,9 @@ def _as_numpy(X, name: str) -> np.ndarray:
     try:
         array = np.asarray(X)
     except (TypeError, ValueError) as error:  # ragged nested lists
-        raise ValueError(f"{name} could not be read as a 2-D array: {error}") from error
+        raise InputError(f"{name} could not be read as a 2-D array: {error}") from error
     if array.dtype.kind == "O" and array.ndim == 0:
-        raise TypeError(
+        raise InputTypeError(
             f"{name} must be an array-like (NumPy array, nested lists, DataFrame), a dask array, "
             f"a zarr.Array or the path/URL of a zarr array; got {type(X).__name__}."
         )
@@ -226,13 +234,13 @@ def _numeric_object_array(array: np.ndarray, name: str) -> np.ndarray:
 
 def _check_dtype(dtype, name: str, allow_object: bool = False) -> None:
     if dtype.kind == "c":
-        raise ValueError(
+        raise InputError(
             f"Complex data not supported: {name} has complex dtype {dtype} and PCA here works "
             "on real data. Pass the real and imaginary parts as separate features "
             "(np.hstack([X.real, X.imag])) or take abs(X)."
         )
     if dtype.kind not in ("biufO" if allow_object else "biuf"):
-        raise TypeError(
+        raise InputTypeError(
             f"{name} has dtype {dtype}; PCA needs numbers (float32/float64, or integers that "
             "are converted to float64). Convert the data with X.astype('float64')."
         )
@@ -259,7 +267,7 @@ def _open_zarr(path: str, name: str):
         ) from exc
     if not isinstance(node, zarr.Array):
         names = sorted(node.array_keys())
-        raise ValueError(
+        raise InputError(
             f"{name}={path!r} is a zarr group, not an array. Pass one of its arrays, e.g. "
             f"{path!r} + '/{names[0] if names else 'NAME'}' (arrays here: {names})."
         )
@@ -270,7 +278,7 @@ def check_n_features(array, n_features_in: int, name: str = "X", estimator: str 
     """Raise when ``array`` does not have the number of features the model was fitted on
     (scikit-learn's wording: ``X has 1 features, but PCA is expecting 3 features as input``)."""
     if array.shape[1] != n_features_in:
-        raise ValueError(
+        raise InputError(
             f"{name} has {array.shape[1]} features, but {estimator} is expecting {n_features_in} "
             f"features as input: it was fitted on {n_features_in}. Pass data with the same "
             "columns as at fit time."

@@ -7,11 +7,22 @@ them import them from here too, so an ``except`` clause never depends on where a
 from __future__ import annotations
 
 
-class NotFittedError(ValueError, AttributeError):
+class InputError(ValueError):
+    """The caller's data, parameters or usage is wrong; the message names the value, the form
+    expected and the fix. Every check daskpca makes on what it is given raises this class or a
+    subclass (the CLI's exit code 2), so a ``ValueError`` from NumPy, zarr or dask deep inside is
+    never mistaken for one: that is a runtime or internal failure (exit code 1)."""
+
+
+class InputTypeError(InputError, TypeError):
+    """An :class:`InputError` about the kind of object given (also a ``TypeError``)."""
+
+
+class NotFittedError(InputError, AttributeError):
     """Raised when a method that needs a fitted model is called before ``fit``."""
 
 
-class InvalidParameterError(ValueError, TypeError):
+class InvalidParameterError(InputTypeError):
     """An estimator parameter has the wrong type or value (raised by ``fit`` / ``plan`` before
     anything is read). Both a ``ValueError`` and a ``TypeError``, as scikit-learn's is."""
 
@@ -49,7 +60,7 @@ class OutputClaimedError(FileExistsError):
     and, for a stale claim left by a killed job, the flag that clears it."""
 
 
-class DamagedStoreError(ValueError):
+class DamagedStoreError(InputError):
     """Raised when a complete-looking store fails its recorded checksums or shapes (a chunk file
     deleted, values edited, a partial copy that kept its completion marker)."""
 
@@ -59,12 +70,12 @@ class DamagedModelError(DamagedStoreError):
     (orthonormal components, sorted non-negative variances, one k everywhere) are damaged."""
 
 
-class NonFiniteInputError(ValueError):
+class NonFiniteInputError(InputError):
     """The data holds NaN/±inf where the analysis needs finite values (the message names the
     first such entry; labeled fits name it by coordinates)."""
 
 
-class DataRangeError(ValueError):
+class DataRangeError(InputError):
     """Raised when finite data overflows float64 arithmetic (|x| so large that squares are inf)."""
 
 
@@ -72,7 +83,7 @@ class IncompleteStoreError(OSError):
     """Raised when a store has no completion marker (its writer died or is still writing)."""
 
 
-class NewerFormatError(ValueError):
+class NewerFormatError(InputError):
     """Raised for a store written in a newer format than this daskpca reads."""
 
 
@@ -98,6 +109,8 @@ __all__ = [
     "DataRangeError",
     "IllConditionedWarning",
     "IncompleteStoreError",
+    "InputError",
+    "InputTypeError",
     "InvalidParameterError",
     "NewerFormatError",
     "NonFiniteInputError",

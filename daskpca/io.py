@@ -36,7 +36,7 @@ from .store import claims as _claims, integrity as _integrity, publish as _publi
 from .store.claims import is_url as _is_url
 from .store.claims import local_path as _local
 from .store.publish import COMPLETE_MARKER, history, resolve, rollback  # noqa: F401  (public here)
-from .exceptions import DamagedStoreError, IncompleteStoreError, NewerFormatError, OutputExistsError
+from .exceptions import DamagedStoreError, IncompleteStoreError, InputError, NewerFormatError, OutputExistsError
 
 #: Format of stores this version writes and the newest it reads.
 FORMAT_VERSION = 1
@@ -377,7 +377,7 @@ def read_dataset(path, *, expected_format: str, error=None):
     for attempt in range(LOCAL_READ_ATTEMPTS):
         marker = read_marker(path)
         if marker.get("format") != expected_format:
-            raise ValueError(
+            raise InputError(
                 f"{os.fspath(path)!r} is a daskpca {marker.get('format')!r} store, not a {expected_format!r} store"
                 + (" (a results store: pass the MODEL written by `daskpca fit --out`)." if marker.get("format") == DATA_FORMAT else ".")
             )

@@ -27,10 +27,10 @@ from .solvers._linalg import flip_signs, one_blas_thread_per_task
 from .solvers._progress import PassClock
 from .store.model import SavedModelMixin
 from .solvers._moments import combine_moments
-from ._params import ParamsMixin, check_params
+from ._params import ParamsMixin, check_knobs, check_params
 from ._probabilistic import ProbabilisticMixin, project_block
 from ._validation import as_dask_matrix, check_n_features, check_nan_policy
-from .exceptions import NonFiniteInputError, NotFittedError
+from .exceptions import InputError, InputTypeError, NonFiniteInputError, NotFittedError
 from .solvers import SOLVERS, covariance
 from .solvers._base import ComponentRequest, SolverResult
 from .solvers._geometry import geometry_of, regroup
@@ -181,6 +181,9 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
     (10000, 5)
     """
 
+    #: The solvers ``solver=`` names, name → module.
+    _solver_modules = SOLVERS
+
     def __init__(
         self,
         n_components=None,
@@ -245,7 +248,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         self.__dict__.pop("_loaded_from", None)  # a new fit replaces, it does not modify, a loaded model
         matrix, layout, spec = self._fit_input(X, sample_dims)
         request = self._request(matrix)
-        module, name, reason = self._choose_solver(matrix, request)
+        plan = self._fit_plan = self._make_plan(matrix, request, spec)  # shown by _repr_html_
+        name, reason, module = plan.solver, plan.reason, self._solver_modules[plan.solver]
         if spec is not None:
             spec = replace(spec, missing_ok=getattr(module, "ACCEPTS_MISSING", False))
         options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
@@ -271,7 +275,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             source = labeled.from_xarray(X, sample_dims, self.weights)
             return source.matrix, source.layout, FeatureSpec(source.weights, bool(self.standardize))
         if sample_dims is not None:
-            raise TypeError(
+            raise InputTypeError(
                 f"sample_dims={sample_dims!r} applies to xarray input only; a plain matrix already has "
                 "samples as rows."
             )
@@ -279,14 +283,6 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         if self.weights is None and not self.standardize:
             return matrix, None, None
         return matrix, None, FeatureSpec(matrix_weights(self.weights, matrix.shape[1]), bool(self.standardize))
-
-    def _choose_solver(self, array, request: ComponentRequest):
-        """``(module, name, reason)`` of the solver ``fit`` runs on ``array``."""
-        plan = self._fit_plan = self._make_plan(array, request)  # shown by _repr_html_
-        if self.solver == "auto":
-            return SOLVERS[plan.solver], plan.solver, plan.reason
-        _plan.check_requested(self.solver, plan)
-        return SOLVERS[self.solver], self.solver, "requested by the caller"
 
     def update(self, X):
         """Fold new samples into the fitted model exactly, reading only the new data (one pass).
@@ -333,13 +329,13 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         """Raise unless :meth:`update` can fold new data into this model exactly (reads nothing)."""
         self._check_fitted()
         if self.solver_info_.get("moments") is None:
-            raise ValueError(
+            raise InputError(
                 f"this model was fitted with solver={self.solver_!r}, which keeps no sufficient "
                 "statistics, so it cannot be updated exactly. Refit on all the data, with "
                 "solver='covariance' if it should be updatable later."
             )
         if self.standardize:
-            raise ValueError(
+            raise InputError(
                 "a standardized model cannot be updated exactly: each feature's scale would change "
                 "with the new data. Refit on all the data."
             )
@@ -347,37 +343,47 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
     def plan(self, X, *, sample_dims=None) -> _plan.Plan:
         """What ``fit(X)`` would do, without reading any data.
 
-        Parameters
-        ----------
-        X : array or xarray object, as for :meth:`fit`
-        sample_dims : str or sequence of str, optional
-            Labeled input only, as for :meth:`fit`.
+        ``X`` and ``sample_dims`` as for :meth:`fit`.
 
         Returns
         -------
         Plan
-            The solver ``fit`` would run and why, its passes over the data, flops, estimated peak
-            memory per task against the budget (from the ``distributed`` workers' memory limits
-            when a client is running), the runner-up, and every solver's estimate.
-            ``print(plan)`` shows a table.
+            The solver ``fit`` would run and why (the one asked for, or the planner's choice), its
+            passes (``plan.passes``, the feature stage's read included; ``plan.most_passes`` the
+            most reads of one that stops on convergence), flops, peak memory per task against the
+            budget (the ``distributed`` workers' limits when a client runs), the runner-up, and
+            every solver's estimate. ``print(plan)`` shows a table. Raises what ``fit`` raises
+            before any read (a knob the solver ignores: :func:`~daskpca._params.check_knobs`).
         """
         check_params(self, solvers=SOLVERS)
-        matrix, _, _ = self._fit_input(X, sample_dims)
-        return self._make_plan(matrix, self._request(matrix))
+        matrix, _, spec = self._fit_input(X, sample_dims)
+        return self._make_plan(matrix, self._request(matrix), spec)
 
     def _request(self, array) -> ComponentRequest:
         request = ComponentRequest(self.n_components, *array.shape)
         request.validate()
         return request
 
-    def _make_plan(self, array, request: ComponentRequest) -> _plan.Plan:
+    def _reads(self, module, spec) -> tuple[int, int | None]:
+        """``(the feature stage's reads before module's own, its most reads or None)`` for the plan."""
+        most = getattr(module, "most_passes", None)
+        options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
+        return _features.extra_reads(module, spec), None if most is None else most(options)
+
+    def _make_plan(self, array, request: ComponentRequest, spec) -> _plan.Plan:
+        """The plan ``fit`` runs: the solver asked for (or the planner's choice) with every read
+        counted; its knobs checked (:func:`~daskpca._params.check_knobs`). Reads no data."""
         k = request.upper_bound if request.needs_spectrum else request.fixed()
-        return _plan.make_plan(
+        plan = _plan.make_plan(
             *array.shape, k, array.chunks, array.dtype.itemsize,
             needs_spectrum=request.needs_spectrum, available=tuple(SOLVERS),
             n_oversamples=self.n_oversamples, n_power_iter=self.n_power_iter,
             tol=self.tol, max_passes=self.max_passes, geometry=geometry_of(array),
+            requested=None if self.solver == "auto" else self.solver,
+            reads={name: self._reads(module, spec) for name, module in SOLVERS.items()},
         )
+        check_knobs(self, SOLVERS[plan.solver], plan.solver, solvers=SOLVERS)
+        return plan
 
     def _set_fitted(self, result: SolverResult, solver: str, reason: str, layout) -> None:
         signs = flip_signs(result.components)
@@ -388,22 +394,15 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         self.components_ = result.components * signs[:, None]
         self.explained_variance_ = result.explained_variance
         total = result.total_variance
-        self.explained_variance_ratio_ = (
-            result.explained_variance / total if total > 0 else np.zeros(k)
-        )
+        self.explained_variance_ratio_ = result.explained_variance / total if total > 0 else np.zeros(k)
         self.singular_values_ = np.sqrt(result.explained_variance * max(n_samples - 1, 1))
         self.mean_ = result.mean
-        self.n_components_ = k
-        self.n_samples_ = n_samples
-        self.n_features_in_ = n_features
+        self.n_components_, self.n_samples_, self.n_features_in_ = k, n_samples, n_features
         self.total_variance_ = total
         self.distortion_ = max(total - kept, 0.0)
-        if "noise_variance" in result.info:
-            self.noise_variance_ = float(result.info["noise_variance"])
-        else:
-            self.noise_variance_ = self.distortion_ / n_discarded if n_discarded > 0 else 0.0
-        self.solver_ = solver
-        self.solver_reason_ = reason
+        self.noise_variance_ = (float(result.info["noise_variance"]) if "noise_variance" in result.info
+                                else self.distortion_ / n_discarded if n_discarded > 0 else 0.0)
+        self.solver_, self.solver_reason_ = solver, reason
         self.n_passes_ = result.n_passes
         self.solver_info_ = dict(result.info)
         self.error_bound_ = _plan.error_bound(self.solver_info_)
@@ -485,7 +484,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             scaling = scaling or given.scaling
         else:
             if labeled.is_labeled(X):
-                raise TypeError("this PCA was fitted on a plain matrix; pass the scores matrix, not an xarray object.")
+                raise InputTypeError("this PCA was fitted on a plain matrix; pass the scores matrix, not an xarray object.")
             matrix, kind = as_dask_matrix(X, name="scores")
             matrix, index = self._select_modes(matrix, modes)
             lazy = kind != "numpy"
@@ -506,13 +505,13 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         with the input's number of features."""
         if self.layout_ is not None:
             if not labeled.is_labeled(X):
-                raise TypeError(
+                raise InputTypeError(
                     f"this PCA was fitted on labeled data (sample_dims {list(self.layout_.sample_dims)}); "
                     f"pass an xarray object, not {type(X).__name__}."
                 )
             return labeled.to_matrix(self.layout_, X)
         if labeled.is_labeled(X):
-            raise TypeError("this PCA was fitted on a plain matrix; pass a matrix (e.g. X.data), not an xarray object.")
+            raise InputTypeError("this PCA was fitted on a plain matrix; pass a matrix (e.g. X.data), not an xarray object.")
         matrix, kind = as_dask_matrix(X)
         check_n_features(matrix, self.feature_stage_.n_input)
         return regroup(matrix), kind
@@ -522,7 +521,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         k = self.n_components_
         if modes is None:
             if scores.shape[1] != k:
-                raise ValueError(
+                raise InputError(
                     f"scores have {scores.shape[1]} columns, but this PCA has {k} components. "
                     "Pass the output of transform()."
                 )
@@ -531,7 +530,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         if scores.shape[1] == k:
             scores = scores[:, index]
         if scores.shape[1] != len(index) or index.min() < 0 or index.max() >= k:
-            raise ValueError(
+            raise InputError(
                 f"scores have {scores.shape[1]} columns; expected {k} (all modes) or one "
                 f"per selected mode (modes are numbered 1..{k})."
             )
@@ -543,7 +542,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         if scaling is None:
             scaling = "unit" if self.whiten else "none"
         if scaling not in SCALINGS:
-            raise ValueError(f"scaling={scaling!r} is not one of {SCALINGS}.")
+            raise InputError(f"scaling={scaling!r} is not one of {SCALINGS}.")
         root = np.sqrt(self.explained_variance_)
         if scaling == "none":
             return scaling, np.ones_like(root)

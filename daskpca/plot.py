@@ -21,6 +21,8 @@ import math
 
 import numpy as np
 
+from .exceptions import InputError
+
 __all__ = [
     "scree",
     "cumulative_variance",
@@ -78,7 +80,7 @@ def _spectrum(model_or_variance, total_variance=None):
     else:
         variance = np.asarray(model_or_variance, dtype=np.float64).ravel()
         if variance.size == 0:
-            raise ValueError("need at least one eigenvalue to plot; got an empty array.")
+            raise InputError("need at least one eigenvalue to plot; got an empty array.")
         total = float(variance.sum() if total_variance is None else total_variance)
     ratio = variance / total if total > 0 else np.zeros_like(variance)
     return variance, ratio, total
@@ -91,7 +93,7 @@ def _components(model_or_components):
     if components.ndim == 1:
         components = components[None, :]
     if components.ndim != 2:
-        raise ValueError(
+        raise InputError(
             f"components must be a 2-D array (n_components, n_features); got shape {components.shape}."
         )
     return components
@@ -116,7 +118,7 @@ def components_for_variance(model_or_variance, threshold=0.95, *, total_variance
         ``None`` when the kept components do not reach the threshold (fit more components).
     """
     if not 0 < threshold <= 1:
-        raise ValueError(f"threshold must be in (0, 1]; got {threshold!r}.")
+        raise InputError(f"threshold must be in (0, 1]; got {threshold!r}.")
     _, ratio, _ = _spectrum(model_or_variance, total_variance)
     cumulative = np.cumsum(ratio)
     # A tolerance so that a threshold of exactly 1.0 is reached despite round-off.
@@ -155,7 +157,7 @@ def reconstruct(model, X, n_components=None):
     components = _components(model)
     k = components.shape[0] if n_components is None else int(n_components)
     if not 0 <= k <= components.shape[0]:
-        raise ValueError(
+        raise InputError(
             f"n_components={n_components!r} must be between 0 and the model's "
             f"n_components_ = {components.shape[0]}."
         )
@@ -311,7 +313,7 @@ def image_grid(images, shape, *, titles=None, ncols=None, fig=None, cmap="gray",
         images = images[None, :]
     shape = tuple(int(s) for s in shape)
     if len(shape) != 2 or images.shape[1] != math.prod(shape):
-        raise ValueError(
+        raise InputError(
             f"shape {shape} does not match images with {images.shape[1]} values each; pass the "
             "2-D shape each flattened row came from, e.g. (8, 8) for the digits."
         )

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 import dask
 import numpy as np
 
+from .exceptions import InputError
 from ._validation import find_nonfinite, raise_if_nonfinite
 from .pca import PCA
 from .solvers._graph import map_row_blocks
@@ -74,7 +75,7 @@ def north_test(explained_variance, n_samples: int) -> NorthTest:
     """North et al. (1982) errors and separation flags of descending eigenvalues."""
     values = np.asarray(explained_variance, dtype=np.float64)
     if n_samples < 1:
-        raise ValueError(f"n_samples={n_samples!r}: expected the number of (independent) samples, >= 1.")
+        raise InputError(f"n_samples={n_samples!r}: expected the number of (independent) samples, >= 1.")
     errors = values * np.sqrt(2.0 / n_samples)
     separated = (values[:-1] - errors[:-1]) > (values[1:] + errors[1:])
     return NorthTest(values, errors, separated, north_k(separated))

@@ -133,7 +133,7 @@ CLI_CASES = {
                                          r"solver='tsqr', which keeps no sufficient statistics"),
     "update: wrong width": (["update", "{root}/model.zarr", "{root}/wide.zarr"], 2, r"9 features.*6"),
     "report: negative maps": (["report", "{root}/model.zarr", "--out", "{tmp}/r", "--n-maps", "-1"], 2,
-                              r"--n-maps: expected an integer ≥ 0, got '-1'"),
+                              r"--n-maps: expected an integer ≥ 1, got '-1'"),
     "report: existing out": (["report", "{root}/model.zarr", "--out", "{root}/results.zarr"], 2, r"already exists"),
     "inspect: nothing there": (["inspect", "{tmp}/none.zarr"], 2, r"SOURCE '.*none.zarr' does not exist"),
     "history: nothing there": (["history", "{tmp}/none.zarr"], 2, r"no store at"),

@@ -279,11 +279,11 @@ def cmd_fit(args) -> dict:
         if args.lags:
             data = _embedded(data, args.lags, args.lag_step, sample_dims)
         if args.hilbert:
-            pca = HilbertPCA(n_components, solver=args.solver, tol=args.tol, whiten=args.whiten, weights=args.weights,
-                             random_state=args.random_state)
+            pca = HilbertPCA(n_components, solver=args.solver, tol=args.tol, max_passes=args.max_passes,
+                             whiten=args.whiten, weights=args.weights, random_state=args.random_state)
         else:
             pca = PCA(n_components=n_components, solver=args.solver, whiten=args.whiten,
-                      random_state=args.random_state, weights=args.weights,
+                      random_state=args.random_state, weights=args.weights, max_passes=args.max_passes,
                       **{name: value for name, value in (("max_iter", args.max_iter), ("tol", args.tol)) if value is not None},
                       checkpoint=_checkpoint_path(args.out))
         plan = pca.plan(data, sample_dims=sample_dims)  # parameters and shape checked; nothing read
@@ -294,7 +294,8 @@ def cmd_fit(args) -> dict:
             pca.fit(data, **({} if sample_dims is None else {"sample_dims": sample_dims}))
             timings["fit_s"] = time.perf_counter() - start
             start = time.perf_counter()
-            model = Rotator(power=1 if args.rotation == "varimax" else args.power).fit(pca) if args.rotation else pca
+            power = 1 if args.rotation == "varimax" else args.power or cli_options.PROMAX_POWER
+            model = Rotator(power=power).fit(pca) if args.rotation else pca
             with io.transaction():  # the model and the scores are published together, or neither
                 model.save(args.out, overwrite=args.overwrite)
                 if args.scores:
@@ -354,18 +355,19 @@ def cmd_transform(args) -> dict:
 
 
 def cmd_update(args) -> dict:
-    from .. import load
-
     with _claim_outputs(args, args.model):
-        pca = load(args.model)
+        model = _load_model(args.model)
+        pca = getattr(model, "model_", model)  # a rotation: update the model it rotates, then rotate again
         pca.check_updatable()  # before a cluster starts or any data is read
-        data = open_source(args.source, args.var)
+        data = _as_fitted(open_source(args.source, args.var), model)  # a lagged model lags the new data too
         with runner(args, data.nbytes):
             start = time.perf_counter()
             n_before = pca.n_samples_
             pca.update(data)
             elapsed = time.perf_counter() - start
-        pca.save(args.model, overwrite=True)  # the replaced model goes to the history
+        if model is not pca:
+            model = type(model)(**model.get_params()).fit(pca)
+        model.save(args.model, overwrite=True)  # the replaced model goes to the history
     _say(args, f"folded {pca.n_samples_ - n_before} new samples into {args.model} "
                f"({pca.n_samples_} in all; {passes_text(pca.n_passes_)} over the new data; the previous "
                "model is in `daskpca history`)")
@@ -373,21 +375,44 @@ def cmd_update(args) -> dict:
     return job_summary(pca, args, model=args.model, timings={"update_s": elapsed})
 
 
-def cmd_inspect(args) -> dict:
-    from .. import PCA, load
-    from ..io import read_marker
+def _is_saved_model(path) -> bool:
+    """Whether ``path`` holds a saved model: by its marker, or by the model's own attributes when
+    the marker was edited or lost (loading it then names what is wrong; it is no data source)."""
+    import zarr
+
+    from ..io import MODEL_FORMAT, read_marker, resolve
 
     try:
-        marker = read_marker(args.path)
-    except Exception:
-        marker = {}
-    if marker.get("format") == "daskpca-model":
-        pca = load(args.path)
+        if read_marker(path).get("format") == MODEL_FORMAT:
+            return True
+    except FileNotFoundError:
+        return False
+    except Exception:  # noqa: BLE001 — no marker or an unreadable one: the attributes tell
+        pass
+    try:
+        return "estimator" in zarr.open_group(resolve(path), mode="r").attrs
+    except Exception:  # noqa: BLE001 — not a zarr group: a data source
+        return False
+
+
+def cmd_inspect(args) -> dict:
+    from .. import PCA
+
+    if _is_saved_model(args.path):
+        model = _load_model(args.path)  # verified: a damaged store or marker is refused by name
+        pca = getattr(model, "model_", model)
         _say(args, f"daskpca model {args.path}: {pca.n_components_} components of {pca.n_features_in_} "
                    f"features, fitted on {pca.n_samples_} samples with solver {pca.solver_!r} "
                    f"({passes_text(pca.n_passes_)})")
         _say(args, variance_table(pca, args.all))
-        return job_summary(pca, args, model=args.path)
+        summary = job_summary(pca, args, model=args.path)
+        if model is not pca:
+            method = "varimax" if model.power == 1 else f"promax (power {model.power})"
+            _say(args, f"rotated: {method} of the leading {len(model.explained_variance_)} modes; their variances "
+                       + ", ".join(f"{v:.4g}" for v in model.explained_variance_)
+                       + " (transform gives rotated scores)")
+            summary["rotation"] = {"method": method, "explained_variance": [float(v) for v in model.explained_variance_]}
+        return summary
     data = open_source(args.path, args.var)
     sample_dims = _sample_dims(args, data)
     # The public planner on the lazily opened source: its real chunks, nothing read.
@@ -407,7 +432,12 @@ def cmd_report(args) -> dict:
 
     with _claim_outputs(args, args.out):
         io.check_writable(args.out, overwrite=args.overwrite)
-        pca = load(args.model)
+        pca = _load_model(args.model)
+        if hasattr(pca, "model_"):
+            raise UsageError(f"{args.model!r} holds a rotated model ({'varimax' if pca.power == 1 else 'promax'}); "
+                             "`daskpca report` draws a PCA's own modes, spectrum and North errors, so it would show "
+                             "the unrotated ones. Report the model fitted without --rotation, or draw the rotated "
+                             "modes from daskpca.Rotator.load(MODEL).to_xarray().")
         try:
             import matplotlib  # noqa: F401
         except ImportError as exc:

@@ -13,30 +13,14 @@ _DECODING_MODULES = (os.sep + os.path.join("zarr", "codecs") + os.sep, os.sep + 
 
 
 def _user_error_types() -> tuple:
-    from ..exceptions import (DamagedStoreError, DataRangeError, IncompleteStoreError, InvalidParameterError,
-                             NewerFormatError, NonFiniteInputError, NotFittedError, OutputClaimedError,
-                             OutputExistsError)
+    """Exceptions that mean the user's input or usage is wrong: the CLI's own, daskpca's checks
+    (:class:`~daskpca.exceptions.InputError` and its subclasses), outputs that exist or are
+    claimed, incomplete stores, and paths the OS refuses. Nothing else is: a ``ValueError``
+    from NumPy, zarr or dask is a runtime or internal failure, whatever frame raised it."""
+    from ..exceptions import IncompleteStoreError, InputError, OutputClaimedError, OutputExistsError
 
-    return (UsageError, OutputExistsError, OutputClaimedError, IncompleteStoreError, NewerFormatError,
-            DamagedStoreError, InvalidParameterError, NotFittedError, NonFiniteInputError, DataRangeError,
+    return (UsageError, InputError, OutputExistsError, OutputClaimedError, IncompleteStoreError,
             FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)
-
-
-def _innermost_file(exc: BaseException) -> str | None:
-    tb = exc.__traceback__
-    if tb is None:
-        return None
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return os.path.abspath(tb.tb_frame.f_code.co_filename)
-
-
-def _raised_by_daskpca(exc: BaseException) -> bool:
-    """Whether the innermost frame of ``exc``'s traceback is daskpca's own code: a deliberate
-    message about the input (a ValueError from numpy or zarr deep inside is not)."""
-    where = _innermost_file(exc)
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # daskpca/, not daskpca/cli/
-    return where is not None and where.startswith(package + os.sep)
 
 
 def undecodable_chunk(exc: BaseException) -> bool:
@@ -59,8 +43,6 @@ def exit_code(exc: BaseException) -> int:
     if isinstance(exc, ConnectionError):
         return 1
     if isinstance(exc, _user_error_types()) or undecodable_chunk(exc):
-        return 2
-    if isinstance(exc, (ValueError, TypeError)) and _raised_by_daskpca(exc):
         return 2
     return 1
 

@@ -20,6 +20,8 @@ class UsageError(Exception):
 
 #: Options each command requires, from the command line or the job file.
 REQUIRED = {"fit": ("n_components", "out"), "transform": ("out",), "report": ("out",), "rollback": ("to",)}
+#: promax's exponent when --power is not given.
+PROMAX_POWER = 4
 #: A worker process needs this much memory besides its tasks (interpreter, dask, buffers).
 MIN_WORKER_MEMORY = 256 * 2**20
 
@@ -142,6 +144,7 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     fit.add_argument("--whiten", action="store_true", help="save a whitening model (unit-variance scores)")
     fit.add_argument("--random-state", type=int, help="seed for randomized and iterative solvers")
     fit.add_argument("--max-iter", type=positive_int, help="iterative solvers (als, ppca): most passes (default: 200)")
+    fit.add_argument("--max-passes", type=positive_int, help="krylov: most reads of the data while reaching --tol (default: 8, or 20 with --tol)")
     fit.add_argument("--tol", type=float, help="accuracy asked for: bound on sin θ of the kept subspace (approximate solvers; als/ppca: convergence tolerance, default 1e-8)")
     fit.add_argument("--scores", metavar="SCORES", help="also write the scores to this zarr store")
     eof = fit.add_argument_group("EOF variants")
@@ -149,7 +152,7 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
                      help="Hilbert (complex) EOFs: the analytic signal along the sample dim (rows in time order)")
     eof.add_argument("--rotation", choices=["varimax", "promax"],
                      help="rotate the kept modes; the model store keeps the rotation and --scores are rotated")
-    eof.add_argument("--power", type=positive_int, default=4, help="promax power (default: %(default)s)")
+    eof.add_argument("--power", type=positive_int, help=f"promax power, with --rotation promax (default: {PROMAX_POWER})")
     eof.add_argument("--lags", type=positive_int, metavar="N",
                      help="extended EOFs: embed N copies of the field delayed by --lag-step samples (a 'lag' dim)")
     eof.add_argument("--lag-step", type=positive_int, default=1, metavar="STEP",
@@ -199,7 +202,7 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
                      "Write scree and cumulative-variance plots, the leading component maps (PNG) and a Markdown summary.")
     report.add_argument("model", metavar="MODEL")
     required(report).add_argument("--out", metavar="DIR", help="folder to write (must not exist unless --overwrite)")
-    report.add_argument("--n-maps", type=non_negative_int, default=4, help="component maps to draw (default: %(default)s)")
+    report.add_argument("--n-maps", type=positive_int, default=4, help="component maps to draw (default: %(default)s)")
     report.add_argument("--bootstrap", type=non_negative_int, default=0, metavar="N",
                         help="moving-block bootstrap intervals from N replicates on the scree plot and in the summary "
                              "(one extra read of --data; default: none)")
@@ -278,7 +281,7 @@ def _config_values(sub, config: dict, path: str) -> dict:
 
 
 def _expected(action) -> str:
-    if action.type in (int, positive_int, non_negative_int):
+    if action.type in (int, positive_int):
         return "integer"
     if action.type is float:
         return "number"
@@ -333,7 +336,7 @@ def check_eof_options(args) -> None:
     if args.hilbert and args.max_iter is not None:
         raise UsageError("--max-iter applies to ALS and probabilistic PCA, not to Hilbert EOFs: drop it "
                          "(--tol sets the accuracy of --solver krylov).")
-    if args.rotation != "promax" and args.power != 4:
+    if args.rotation != "promax" and args.power is not None:
         raise UsageError("--power is promax's exponent: add --rotation promax, or drop --power.")
     if args.lag_step != 1 and not args.lags:
         raise UsageError("--lag-step needs --lags N (the number of delayed copies).")

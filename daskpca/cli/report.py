@@ -4,10 +4,9 @@ Files: ``scree.png`` (eigenvalues, with North et al. errors — or, with ``--boo
 moving-block bootstrap intervals of :func:`daskpca.significance.bootstrap`, one extra read of the
 data), ``cumulative.png`` (cumulative
 explained variance with the 95 % line), ``distortion.png`` (J(k)), ``components.png`` (the leading
-component maps: images over the two feature dims of a labeled 2-D field, lines otherwise) and
-``summary.md``. The folder is written to a temporary location and moved into place complete.
-An MCA model's report (:func:`write_coupled_report`) draws ``patterns.png`` (the coupled patterns
-of the two fields side by side) and ``fractions.png`` (squared covariance fraction per mode).
+component maps: images over the two feature dims of a labeled 2-D field, lines otherwise; for
+complex (Hilbert) modes ``components_amplitude.png`` and ``components_phase.png`` instead, never
+their real parts) and ``summary.md``. The folder is written to a temporary location and moved into place complete.
 """
 
 from __future__ import annotations
@@ -58,7 +57,7 @@ def write_report(pca, out, *, overwrite: bool = False, n_maps: int = 4, data=Non
                                              else intervals.explained_variance.size)),
             ("cumulative.png", lambda: plot.cumulative_variance(pca, threshold=REPORT_THRESHOLD)),
             ("distortion.png", lambda: plot.distortion(pca)),
-            ("components.png", lambda: _component_maps(pca, n_maps)),
+            *_component_pictures(pca, n_maps),
         ):
             drawn = draw()
             figure = drawn if hasattr(drawn, "savefig") else drawn.figure
@@ -113,12 +112,26 @@ def write_coupled_report(mca, out, *, overwrite: bool = False, n_maps: int = 3) 
     return [Path(out) / name for name in names]
 
 
-def _component_maps(pca, n_maps):
-    """Maps over the coordinates of a labeled 2-D field (axes named with units), else lines
-    against feature index (see :func:`daskpca.plot.component_maps`)."""
+def _component_pictures(pca, n_maps):
+    """``(file name, draw)`` of the component maps: over the coordinates of a labeled 2-D field
+    (axes named with units), else lines against feature index (see
+    :func:`daskpca.plot.component_maps`). Complex modes are drawn as their spatial amplitude |v|
+    and phase arg v (a cyclic colour map), each a real model view of the same components."""
+    import copy
+
     from .. import plot
 
-    return plot.component_maps(pca, n=min(n_maps, pca.n_components_))
+    n = min(n_maps, pca.n_components_)
+    if not np.iscomplexobj(pca.components_):
+        return [("components.png", lambda: plot.component_maps(pca, n=n))]
+    pictures = []
+    for part, values, cmap, title in (("amplitude", np.abs, "viridis", "Spatial amplitude |v|"),
+                                      ("phase", np.angle, "twilight", "Spatial phase arg(v), radians")):
+        view = copy.copy(pca)
+        view.components_ = values(pca.components_)
+        pictures.append((f"components_{part}.png",
+                         lambda view=view, cmap=cmap, title=title: plot.component_maps(view, n=n, cmap=cmap, title=title)))
+    return pictures
 
 
 def summary_markdown(pca, pictures=(), intervals=None) -> str:

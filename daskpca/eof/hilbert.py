@@ -28,9 +28,10 @@ import copy
 import numpy as np
 
 from .. import _plan, labeled
+from .._params import check_knobs
 from ..solvers._graph import map_column_blocks, tree_reduce
 from .._validation import check_nan_policy, find_nonfinite
-from ..exceptions import InvalidParameterError, NonFiniteInputError
+from ..exceptions import InputError, InvalidParameterError, NonFiniteInputError
 from ..pca import PCA
 from ..solvers import hilbert as hilbert_solver
 from ..solvers import hilbert_krylov
@@ -82,6 +83,8 @@ class HilbertPCA(PCA):
     >>> np.angle(hpca.to_xarray()["components"])                                # doctest: +SKIP
     """
 
+    _solver_modules = dict(HILBERT_SOLVERS.values())
+
     def __init__(self, n_components=None, *, solver="auto", tol=None, max_passes=None, padding="exp",
                  decay_factor=0.2, whiten=False, weights=None, standardize=False, random_state=None):
         self.n_components = n_components
@@ -98,6 +101,11 @@ class HilbertPCA(PCA):
     def _fit(self, X, sample_dims) -> None:
         self._check_hilbert_params()
         super()._fit(X, sample_dims)
+
+    def _fit_input(self, X, sample_dims):
+        if labeled.is_labeled(X) and sample_dims is not None:  # rows must be consecutive times
+            labeled.check_time_axis(X, labeled.normalize_sample_dims(sample_dims), "Hilbert EOFs")
+        return super()._fit_input(X, sample_dims)
 
     def plan(self, X, *, sample_dims=None) -> _plan.Plan:
         """What ``fit(X)`` would do, without reading any data (see :meth:`PCA.plan`): the exact
@@ -118,15 +126,10 @@ class HilbertPCA(PCA):
         if isinstance(self.decay_factor, bool) or not isinstance(self.decay_factor, (int, float)) or not 0 < self.decay_factor <= 1:
             raise InvalidParameterError(f"decay_factor={self.decay_factor!r}: expected a float in (0, 1] (0.05–0.2 usual).")
 
-    def _choose_solver(self, array, request):
-        plan = self._make_plan(array, request)
-        name = plan.solver if self.solver == "auto" else HILBERT_SOLVERS[self.solver][0]
-        if not plan.estimate(name).feasible:
-            raise ValueError(self._strip_advice(plan, array, name))
-        module = dict(HILBERT_SOLVERS.values())[name]
-        return module, name, plan.reason if self.solver == "auto" else "requested by the caller"
-
-    def _make_plan(self, array, request) -> _plan.Plan:
+    def _make_plan(self, array, request, spec) -> _plan.Plan:
+        """The plan ``fit`` runs (the solver asked for, or the exact one where it fits), every
+        read counted; refused before any read when its strips do not fit a task or a knob would
+        be ignored."""
         n, d = array.shape
         k = request.upper_bound if request.needs_spectrum else request.fixed()
         budget, source = _plan.task_memory_budget()
@@ -139,7 +142,6 @@ class HilbertPCA(PCA):
                 "from them by a rechunk — no extra read, but the strip is held twice while it is built. "
                 "Chunks that span the sample dimension avoid it."
             )
-        extra_pass = int(bool(self.standardize))
         krylov_passes = min(krylov_solver.predicted_passes(self.tol, self.max_passes) + 1,
                             krylov_solver.pass_budget(self.tol, self.max_passes))
         ell = min(k + hilbert_krylov.N_OVERSAMPLES, n, d)
@@ -149,10 +151,12 @@ class HilbertPCA(PCA):
             (KRYLOV, krylov_passes, krylov_passes * 16.0 * n * d * ell, f"ℓ = {ell}; error bound reported"),
         ):
             task = self._task_bytes(name, n, strip, array.dtype.itemsize, k, row_blocks > 1)
-            estimates.append(_plan.SolverEstimate(name, passes + extra_pass, flops, task, budget is None or task <= budget,
-                                                  name == SOLVER, note))
+            estimate = _plan.SolverEstimate(name, passes, flops, task, budget is None or task <= budget, name == SOLVER, note)
+            estimates.append(estimate.with_reads(*self._reads(self._solver_modules[name], spec)))
         exact, approximate = estimates
-        if exact.feasible or request.needs_spectrum or not approximate.feasible:
+        if self.solver != "auto":
+            solver, reason = HILBERT_SOLVERS[self.solver][0], "requested by the caller"
+        elif exact.feasible or request.needs_spectrum or not approximate.feasible:
             solver = SOLVER
             reason = (f"complex EOFs of the analytic signal along the {n} samples: a Hermitian {n}×{n} Gram "
                       "matrix from column strips (the Hilbert transform needs each feature's whole series)")
@@ -164,7 +168,11 @@ class HilbertPCA(PCA):
                 warnings.append("no tol given and an approximate solver chosen: the fit reports its error bound "
                                 "(error_bound_); pass tol= to ask for an accuracy")
         runner_up = next((e.name for e in estimates if e.name != solver and e.feasible), None)
-        return _plan.Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, self.tol)
+        plan = _plan.Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, self.tol)
+        if not plan.estimate(solver).feasible:
+            raise InputError(self._strip_advice(plan, array, solver))
+        check_knobs(self, self._solver_modules[solver], solver, solvers=self._solver_modules)
+        return plan
 
     def _task_bytes(self, name, n, strip, itemsize, k, rechunked) -> int:
         """The largest task of solver ``name`` on strips of ``strip`` features (+ the rechunk's
@@ -194,6 +202,19 @@ class HilbertPCA(PCA):
                 f"column strip of X holds {max(array.chunks[1])} features of all {n} samples, more than the "
                 f"budget of {_plan.format_bytes(budget)} ({plan.memory_source}). Fix: {fix}.")
 
+    def check_updatable(self) -> None:
+        """Always raises: Hilbert EOFs cannot be updated with new samples (reads nothing)."""
+        self._check_fitted()
+        raise InputError(
+            "a HilbertPCA model cannot be updated: the Hilbert transform runs along each feature's whole "
+            "series, so new samples change the analytic signal (and the Gram matrix) of the old ones, and "
+            "the model keeps no statistics to fold them into. Refit HilbertPCA on the whole series."
+        )
+
+    def update(self, X):
+        """Not offered (see :meth:`check_updatable`)."""
+        self.check_updatable()
+
     def transform(self, X, *, scaling=None, nan="raise"):
         """Complex scores of ``X`` (lazy for lazy input; one pass over column strips).
 
@@ -206,6 +227,8 @@ class HilbertPCA(PCA):
         self._check_fitted()
         check_nan_policy(nan)
         matrix, kind = self._model_input(X)
+        if self.layout_ is not None:
+            labeled.check_time_axis(X, self.layout_.sample_dims, "Hilbert scores")
         scaling, factors = self._score_factors(scaling)
         Z = self.feature_stage_.apply(matrix)
         basis = self.components_.T * factors[None, :]

@@ -27,7 +27,7 @@ from __future__ import annotations
 from numbers import Integral
 
 from ..exceptions import InvalidParameterError
-from ..labeled import is_labeled
+from ..labeled import check_time_axis, is_labeled
 
 #: Name of the embedding dimension of labeled output.
 LAG = "lag"
@@ -45,7 +45,8 @@ def lag_embed(X, n_lags: int, lag_step: int = 1, *, sample_dim=None):
     lag_step : int, default=1
         Delay τ ≥ 1 between copies, in samples.
     sample_dim : str, optional
-        Labeled input only (and required there): the dimension to embed along (e.g. ``"time"``).
+        Labeled input only (and required there): the dimension to embed along (e.g. ``"time"``);
+        its coordinate must increase strictly (a shuffled, repeated or reversed one is refused).
 
     Returns
     -------
@@ -94,6 +95,12 @@ def _check(X, n_lags, lag_step, sample_dim) -> int:
                 f"sample_dim={sample_dim!r}: labeled input needs the dimension to embed along, one of "
                 f"{list(X.dims)} (e.g. lag_embed(X, n_lags, sample_dim='time'))."
             )
+        if LAG in X.dims:
+            raise InvalidParameterError(
+                f"X already has a {LAG!r} dimension (is it embedded already?), and lag_embed adds one by that name. "
+                f"Embed the original data, or rename the dimension first: X.rename({{{LAG!r}: 'delay'}})."
+            )
+        check_time_axis(X, [sample_dim], "time-delay lags")
         n_samples = int(X.sizes[sample_dim])
     else:
         if sample_dim is not None:

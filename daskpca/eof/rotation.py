@@ -48,7 +48,7 @@ import numpy as np
 
 from ..solvers._linalg import flip_signs
 from .._params import ParamsMixin
-from ..exceptions import ConvergenceWarning, InvalidParameterError, NotFittedError
+from ..exceptions import ConvergenceWarning, InputError, InputTypeError, InvalidParameterError, NotFittedError
 from ..labeled import MODE
 
 
@@ -145,12 +145,26 @@ class Rotator(ParamsMixin):
         self.rtol = rtol
 
     def fit(self, model):
-        """Rotate ``model``'s leading loadings (reads no data). Returns self."""
+        """Rotate ``model``'s leading loadings (reads no data). Returns self.
+
+        The rotation keeps its own copy of ``model`` (``model_``): refitting ``model`` afterwards
+        does not change it. Complex modes (:class:`~daskpca.eof.hilbert.HilbertPCA`) are refused:
+        varimax and promax here are defined for real loadings, and rotating their real parts
+        would silently drop the phase.
+        """
+        import copy
         import warnings
 
         if not hasattr(model, "components_"):
             raise NotFittedError("Rotator.fit needs a fitted PCA: call PCA(...).fit(X) first.")
+        if np.iscomplexobj(model.components_):
+            raise InputTypeError(
+                f"Rotator cannot rotate this {type(model).__name__}: its components are complex (Hilbert EOFs), "
+                "and varimax/promax here rotate real loadings (rotating the real parts would drop the phase). "
+                "Rotate a real PCA's modes, or use the complex modes as they are (their amplitude and phase)."
+            )
         m = self._check(model)
+        model = copy.deepcopy(model)  # a later refit of the caller's model must not change this rotation
         variance = model.explained_variance_[:m]
         loadings = model.components_[:m].T * np.sqrt(variance)
         rotated, R, correlation, converged = promax(
@@ -258,7 +272,7 @@ class Rotator(ParamsMixin):
         from ..pca import PCA
 
         if "rotation" not in ds.attrs or "rotation_matrix" not in ds:
-            raise ValueError(f"{source!r} holds a model without a rotation: load it with daskpca.load().")
+            raise InputError(f"{source!r} holds a model without a rotation: load it with daskpca.load().")
         rotator = cls(**json.loads(ds.attrs["rotation"])).fit(PCA.from_dataset(ds, source=source))
         if not np.allclose(rotator.rotation_matrix_, ds["rotation_matrix"].values, rtol=1e-10, atol=1e-12):
             raise DamagedModelError(f"{source!r}: the stored rotation matrix differs from the rotation of the "

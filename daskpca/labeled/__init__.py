@@ -57,7 +57,8 @@ import numpy as np
 
 from .._features import locate_nonfinite
 from ..exceptions import NonFiniteInputError
-from .layout import MODE, LabeledPositions, Layout, VariableLayout, as_dataset, is_labeled, normalize_sample_dims
+from .layout import (MODE, LabeledPositions, Layout, VariableLayout, as_dataset, check_time_axis, is_labeled,
+                     normalize_sample_dims)
 from .results import (
     component_maps,
     field_from_rows,
@@ -75,6 +76,7 @@ __all__ = [
     "LabeledMatrix",
     "LabeledPositions",
     "VariableLayout",
+    "check_time_axis",
     "component_maps",
     "field_from_rows",
     "from_xarray",

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._validation import Positions, as_dask_matrix
 from ..solvers._geometry import geometry_of, regroup, remember
-from ..exceptions import ChunkLayoutWarning, caller_stacklevel
+from ..exceptions import ChunkLayoutWarning, InputError, InputTypeError, caller_stacklevel
 
 #: Name of the dimension that indexes components (modes), numbered from 1.
 MODE = "mode"
@@ -71,7 +71,7 @@ class Layout:
     def from_dataset(cls, ds, sample_dims: tuple, is_dataarray: bool, name) -> "Layout":
         _check_sample_dims(ds, sample_dims, is_dataarray)
         if MODE in ds.dims:
-            raise ValueError(
+            raise InputError(
                 f"X has a dimension named {MODE!r}, which daskpca uses for the components; "
                 f"rename it first, e.g. X.rename({{{MODE!r}: 'mode_in'}})."
             )
@@ -156,13 +156,13 @@ class Layout:
         fitted = [v.name for v in self.variables]
         missing = [n for n in fitted if n not in ds.data_vars]
         if missing:
-            raise ValueError(
+            raise InputError(
                 f"X lacks the variable(s) {missing} the model was fitted on (it has "
                 f"{list(ds.data_vars)}). Pass the same variables as at fit time."
             )
         extra = [n for n in ds.data_vars if n not in fitted]
         if extra:
-            raise ValueError(
+            raise InputError(
                 f"X has variable(s) {extra} the model was not fitted on; select the fitted ones: "
                 f"X[{fitted}]."
             )
@@ -170,15 +170,15 @@ class Layout:
             var = ds[v.name]
             dims = tuple(d for d in var.dims if d not in self.sample_dims)
             if set(dims) != set(v.dims):
-                raise ValueError(
+                raise InputError(
                     f"{_label(v.name)} has feature dims {dims} here but {v.dims} at fit "
                     "time; the feature dimensions must be the same (their order may differ)."
                 )
             for dim, size in zip(v.dims, v.shape):
                 if var.sizes[dim] != size:
-                    raise ValueError(
+                    raise InputError(
                         f"dimension {dim!r} of {_label(v.name)} has size {var.sizes[dim]} here but "
-                        f"{size} at fit time; transform needs the same feature grid."
+                        f"{size} at fit time; the model takes data on the feature grid it was fitted on."
                     )
                 if dim in self.coords and dim in ds.coords:
                     _check_same_coord(dim, self.coords[dim].values, ds.coords[dim].values)
@@ -266,7 +266,7 @@ def _label(name) -> str:
 def _check_same_coord(dim, fitted, given) -> None:
     fitted, given = np.asarray(fitted), np.asarray(given)
     if fitted.shape != given.shape:
-        raise ValueError(
+        raise InputError(
             f"coordinate {dim!r} has {given.size} values here but {fitted.size} at fit time."
         )
     if fitted.dtype.kind in "fc" and given.dtype.kind in "fc":
@@ -276,26 +276,53 @@ def _check_same_coord(dim, fitted, given) -> None:
     if not np.all(same):
         i = int(np.argmin(same))
         here, there = given[i].item() if hasattr(given[i], "item") else given[i], fitted[i].item() if hasattr(fitted[i], "item") else fitted[i]
-        raise ValueError(
+        raise InputError(
             f"coordinate {dim!r} does not match the one the model was fitted on: at position {i} "
             f"it is {here!r} here but {there!r} at fit time. Select or interpolate the "
             f"data onto the fitted grid (e.g. X.sel({dim}=pca.to_xarray()[{dim!r}])) first."
         )
 
 
+def check_time_axis(X, dims, what: str) -> None:
+    """Raise :class:`~daskpca.exceptions.InputError` unless the coordinate of each of ``dims``
+    (numbers or dates; a dim without one counts by position) increases strictly: analyses that
+    treat consecutive samples as consecutive times (the Hilbert transform, time-delay lags) give
+    a different answer, silently, on a shuffled, repeated or reversed axis. Reads coords only."""
+    for dim in dims:
+        coord = X.coords.get(dim) if dim in X.dims else None
+        if coord is None or coord.ndim != 1 or coord.dtype.kind not in "iufmM" or coord.size < 2:
+            continue
+        values = np.asarray(coord.values)
+        forward = values[1:] > values[:-1]
+        if forward.all():
+            continue
+        sort = f"sort it first: X.sortby({dim!r})"
+        if (values[1:] < values[:-1]).all():
+            raise InputError(
+                f"{what} need {dim!r} to run forward in time, but it runs backwards (from {values[0]} down to "
+                f"{values[-1]}); {sort}."
+            )
+        i = int(np.argmin(forward))
+        raise InputError(
+            f"{what} need {dim!r} to increase from each sample to the next (consecutive samples are consecutive "
+            f"times), but it goes from {values[i]} to {values[i + 1]} at position {i + 1}: the axis is shuffled or "
+            f"repeats a value. {sort[0].upper() + sort[1:]} (and drop repeated steps)."
+        )
+
+
 def _check_sample_dims(ds, sample_dims, is_dataarray) -> None:
     missing = [d for d in sample_dims if d not in ds.dims]
     if missing:
-        raise ValueError(
+        raise InputError(
             f"sample_dims {list(missing)} not found in X; X has dims {list(ds.dims)}. "
             "sample_dims names the dimension(s) that index samples (e.g. 'time')."
         )
     if not ds.data_vars:
-        raise ValueError("X is a Dataset without data variables: nothing to analyse.")
+        raise InputError("X is a Dataset without data variables: nothing to analyse.")
     lacking = {n: v.dims for n, v in ds.data_vars.items() if not set(sample_dims) <= set(v.dims)}
     if lacking:
         described = ", ".join(f"{n!r} has dims {tuple(d)}" for n, d in lacking.items())
-        raise ValueError(
+        raise InputError(
             f"every variable of a Dataset must have all sample dims {list(sample_dims)}, but "
             f"{described}. Select the variables to analyse together, e.g. "
             f"X[{[n for n in ds.data_vars if n not in lacking]}]."
@@ -304,14 +331,14 @@ def _check_sample_dims(ds, sample_dims, is_dataarray) -> None:
 
 def _normalize_sample_dims(sample_dims) -> tuple:
     if sample_dims is None:
-        raise TypeError(
+        raise InputTypeError(
             "labeled input needs sample_dims: the dimension(s) that index samples, e.g. "
             "pca.fit(X, sample_dims='time') or sample_dims=('time', 'member')."
         )
     if isinstance(sample_dims, str) or not isinstance(sample_dims, (list, tuple)):
         sample_dims = (sample_dims,)
     if len(set(sample_dims)) != len(sample_dims) or not sample_dims:
-        raise ValueError(f"sample_dims={sample_dims!r} must name one or more distinct dims.")
+        raise InputError(f"sample_dims={sample_dims!r} must name one or more distinct dims.")
     return tuple(sample_dims)
 
 
@@ -324,7 +351,7 @@ def _as_dataset(X):
         return X.to_dataset(name=_UNNAMED if name is None else name), True, name
     if isinstance(X, xr.Dataset):
         return X, False, None
-    raise TypeError(f"expected an xarray DataArray or Dataset, got {type(X).__name__}.")
+    raise InputTypeError(f"expected an xarray DataArray or Dataset, got {type(X).__name__}.")
 
 
 def _jsonable_attrs(attrs: dict) -> dict:

@@ -19,6 +19,7 @@ import numpy as np
 from ..solvers._graph import map_row_blocks, tree_reduce
 from .._version import __version__
 from .layout import MODE, Layout, as_dataset
+from ..exceptions import InputError, InputTypeError
 
 
 # ---------------------------------------------------------------------------------------- scores
@@ -70,7 +71,7 @@ def scores_from_xarray(scores, modes, n_components: int) -> LabeledScores:
     import xarray as xr
 
     if not isinstance(scores, xr.DataArray) or MODE not in scores.dims:
-        raise TypeError(
+        raise InputTypeError(
             f"inverse_transform of a labeled model needs the DataArray of scores with a {MODE!r} "
             "dimension, as transform returns."
         )
@@ -81,11 +82,11 @@ def scores_from_xarray(scores, modes, n_components: int) -> LabeledScores:
         available = [int(m) for m in scores[MODE].values]
         unknown = [m for m in modes if m not in available]
         if unknown:
-            raise ValueError(f"modes {unknown} are not in the scores (modes there: {available}; numbered from 1).")
+            raise InputError(f"modes {unknown} are not in the scores (modes there: {available}; numbered from 1).")
         scores = scores.sel({MODE: modes})
     index = scores[MODE].values.astype(int) - 1
     if index.min() < 0 or index.max() >= n_components:
-        raise ValueError(f"modes must lie in 1..{n_components}; got {list(index + 1)}.")
+        raise InputError(f"modes must lie in 1..{n_components}; got {list(index + 1)}.")
     leading_dims = tuple(d for d in scores.dims if d != MODE)
     leading_shape = tuple(scores.sizes[d] for d in leading_dims)
     data = scores.transpose(*leading_dims, MODE).data
@@ -201,16 +202,16 @@ def component_maps(pca, X, *, kind="correlation", modes=None):
     import dask.array as da
 
     if kind not in ("correlation", "covariance"):
-        raise ValueError(f"kind={kind!r}: use 'correlation' or 'covariance'.")
+        raise InputError(f"kind={kind!r}: use 'correlation' or 'covariance'.")
     layout, stage = pca.layout_, pca.feature_stage_
     if layout is None:
-        raise TypeError("component_maps needs a model fitted on labeled (xarray) data.")
+        raise InputTypeError("component_maps needs a model fitted on labeled (xarray) data.")
     ds, _, _ = as_dataset(X)
     matrix, input_kind = layout.to_matrix(ds, check=True)
     Z = stage.apply(matrix)
     index = np.arange(pca.n_components_) if modes is None else np.asarray(modes, dtype=int) - 1
     if index.min() < 0 or index.max() >= pca.n_components_:
-        raise ValueError(f"modes must lie in 1..{pca.n_components_}.")
+        raise InputError(f"modes must lie in 1..{pca.n_components_}.")
     root = np.sqrt(pca.explained_variance_[index])
     basis = pca.components_[index].T / np.where(root > 0, root, 1.0)
     parts = map_row_blocks(Z, _chunk_maps, "component-maps-chunk", pca.mean_, basis, stage.factor)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .layout import Layout, VariableLayout, _label
+from ..exceptions import InputError
 
 #: Coordinate names searched (case-insensitive) for ``weights="coslat"``.
 LATITUDE_NAMES = ("lat", "latitude", "lats", "y", "nav_lat", "rlat", "xlat", "lat_0")
@@ -32,7 +33,7 @@ def resolve_weights(weights, ds, layout: Layout) -> np.ndarray:
         names = [v.name for v in layout.variables]
         unknown = [key for key in weights if key not in names]
         if unknown:  # a misspelt name would silently leave its variable unweighted
-            raise ValueError(
+            raise InputError(
                 f"weights name variable(s) {unknown} that X does not have; its variables are {names}. "
                 "Use those names as the dict's keys (variables left out get weight 1)."
             )
@@ -44,7 +45,7 @@ def resolve_weights(weights, ds, layout: Layout) -> np.ndarray:
     bad = ~np.isfinite(out) | (out <= 0)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(
+        raise InputError(
             f"weights must be finite and > 0 for every feature; {int(bad.sum())} are not (the "
             f"first, feature {i}, is {out[i]!r}). To leave features out, set the data to NaN "
             "there (masked features are dropped) or select a region."
@@ -57,20 +58,28 @@ def _variable_weights(spec, ds, v: VariableLayout, layout: Layout) -> np.ndarray
 
     if isinstance(spec, str):
         if spec != "coslat":
-            raise ValueError(f"weights={spec!r} is not understood; use 'coslat', an array or a dict.")
-        lat = _find_latitude(ds, v)
-        w = np.sqrt(np.clip(np.cos(np.deg2rad(lat.astype(np.float64))), 0.0, 1.0))
-        spec = w
+            raise InputError(f"weights={spec!r} is not understood; use 'coslat', an array or a dict.")
+        name, lat = _find_latitude(ds, v)
+        lat = lat.astype(np.float64)
+        beyond = ~(np.abs(lat) <= 90)  # NaN too
+        if beyond.any():
+            raise InputError(
+                f"weights='coslat': latitude coordinate {name!r} holds {float(lat[beyond].flat[0])!r}, which is no "
+                f"latitude in degrees (they lie in [-90, 90]); {int(beyond.sum())} value(s) of {lat.size} are so. Fix "
+                "the coordinate, or pass the weights as an array."
+            )
+        # A pole's cos is 6e-17 in float64, not 0: a tiny positive weight (its grid cell has no area).
+        spec = np.sqrt(np.clip(np.cos(np.deg2rad(lat)), 0.0, 1.0))
     if isinstance(spec, xr.DataArray):
         extra = [d for d in spec.dims if d not in v.dims]
         if extra:
-            raise ValueError(
+            raise InputError(
                 f"weights have dims {list(spec.dims)}, but {_label(v.name)} has feature dims "
                 f"{list(v.dims)}: {extra} are not feature dims, so they do not broadcast."
             )
         for d in spec.dims:
             if spec.sizes[d] != dict(zip(v.dims, v.shape))[d]:
-                raise ValueError(
+                raise InputError(
                     f"weights have size {spec.sizes[d]} along {d!r} but {_label(v.name)} has "
                     f"{dict(zip(v.dims, v.shape))[d]}; they do not broadcast."
                 )
@@ -80,7 +89,7 @@ def _variable_weights(spec, ds, v: VariableLayout, layout: Layout) -> np.ndarray
     try:
         return np.broadcast_to(array, v.shape).astype(np.float64)
     except ValueError:
-        raise ValueError(
+        raise InputError(
             f"weights of shape {array.shape} do not broadcast over the feature dims "
             f"{list(v.dims)} of shape {v.shape} of {_label(v.name)} (NumPy aligns trailing axes). "
             "Pass a DataArray with named dims, or an array of shape "
@@ -88,7 +97,8 @@ def _variable_weights(spec, ds, v: VariableLayout, layout: Layout) -> np.ndarray
         ) from None
 
 
-def _find_latitude(ds, v: VariableLayout) -> np.ndarray:
+def _find_latitude(ds, v: VariableLayout) -> tuple[str, np.ndarray]:
+    """``(name, values)`` of the latitude coordinate, broadcast over ``v``'s feature dims."""
     import xarray as xr
 
     candidates = []
@@ -102,12 +112,12 @@ def _find_latitude(ds, v: VariableLayout) -> np.ndarray:
         if (named or standard) and set(coord.dims) <= set(v.dims) and coord.dims:
             candidates.append((not standard, name, coord))
     if not candidates:
-        raise ValueError(
+        raise InputError(
             f"weights='coslat' needs a latitude coordinate over the feature dims of "
             f"{_label(v.name)} (looked for names {list(LATITUDE_NAMES)} or "
             f"standard_name='latitude'); coords present: {list(ds.coords)}. Pass weights as an "
             "array instead."
         )
-    _, _, coord = sorted(candidates, key=lambda c: c[:2])[0]
+    _, name, coord = sorted(candidates, key=lambda c: c[:2])[0]
     template = xr.DataArray(np.ones(v.shape), dims=v.dims)
-    return (template * coord.variable).transpose(*v.dims).values
+    return str(name), (template * coord.variable).transpose(*v.dims).values

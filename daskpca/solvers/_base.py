@@ -36,6 +36,8 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from ..exceptions import InputError, InputTypeError
+
 
 @dataclass(frozen=True)
 class SolverResult:
@@ -101,22 +103,22 @@ class ComponentRequest:
             return
         if isinstance(value, str):
             if value != "mle":
-                raise ValueError(
+                raise InputError(
                     f"n_components={value!r} is not understood: use an int in [1, {bound}], "
                     "a float in (0, 1) for a variance fraction, 'mle', or None."
                 )
             if self.n_samples < self.n_features:
-                raise ValueError(
+                raise InputError(
                     f"n_components='mle' needs n_samples >= n_features; got {self.n_samples} "
                     f"samples and {self.n_features} features. Use an int or a variance "
                     "fraction such as 0.95 instead."
                 )
             return
         if isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"n_components={value!r}: expected an int, a float in (0, 1), 'mle' or None.")
+            raise InputTypeError(f"n_components={value!r}: expected an int, a float in (0, 1), 'mle' or None.")
         if isinstance(value, Integral):
             if not 1 <= value <= bound:
-                raise ValueError(
+                raise InputError(
                     f"n_components={value} is out of range: with {self.n_samples} samples and "
                     f"{self.n_features} features it must be between 1 and {bound} "
                     "(min(n_samples, n_features))."
@@ -124,13 +126,13 @@ class ComponentRequest:
             return
         if isinstance(value, Real):
             if not 0.0 < value < 1.0:
-                raise ValueError(
+                raise InputError(
                     f"n_components={value!r}: a float is read as the fraction of variance to "
                     "explain and must lie strictly between 0 and 1 (e.g. 0.95); for a number "
                     "of components pass an int."
                 )
             return
-        raise TypeError(
+        raise InputTypeError(
             f"n_components={value!r} has type {type(value).__name__}: expected an int, a "
             "float in (0, 1), 'mle' or None."
         )
@@ -145,7 +147,7 @@ class ComponentRequest:
     def fixed(self) -> int:
         """k for solvers that compute only the leading components."""
         if self.needs_spectrum:
-            raise ValueError(
+            raise InputError(
                 f"n_components={self.value!r} chooses k from the full spectrum, which this "
                 "solver does not compute. Pass an int, or use solver='covariance' (n ≫ d), "
                 "'gram' (n ≪ d) or 'tsqr', which compute every eigenvalue."

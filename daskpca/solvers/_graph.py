@@ -148,7 +148,7 @@ def tree_reduce(parts: list, combine: Callable, name: str, *args, split_every: i
     Array ``args`` (e.g. the test matrix a merge needs) become one shared key (see :func:`shared`).
     """
     if not parts:
-        raise ValueError("tree_reduce needs at least one part")
+        raise ValueError("tree_reduce needs at least one part")  # a bug, not a user error
     token = tokenize(parts, combine, args)
     call = dask.delayed(combine, pure=True)
     args = shared(args)

@@ -16,6 +16,7 @@ import numpy as np
 
 from ._graph import SizedByArrays
 from .._validation import NonFinite, find_nonfinite
+from ..exceptions import InputError
 
 
 @dataclass(frozen=True)
@@ -113,9 +114,9 @@ def resolve_iteration_options(max_iter, tol, *, default_max_iter: int, default_t
     max_iter = default_max_iter if max_iter is None else max_iter
     tol = default_tol if tol is None else tol
     if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
-        raise ValueError(f"max_iter={max_iter!r}: expected an int >= 1 (e.g. 200).")
+        raise InputError(f"max_iter={max_iter!r}: expected an int >= 1 (e.g. 200).")
     if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating, np.integer)) or not tol >= 0:
-        raise ValueError(f"tol={tol!r}: expected a float >= 0 (e.g. 1e-8).")
+        raise InputError(f"tol={tol!r}: expected a float >= 0 (e.g. 1e-8).")
     return int(max_iter), float(tol)
 
 
@@ -126,12 +127,12 @@ def initial_basis(init, n_components: int, n_features: int, random_state, *, nam
     else:
         start = np.asarray(init, dtype=np.float64)
         if start.shape != (n_components, n_features):
-            raise ValueError(
+            raise InputError(
                 f"{name} has shape {start.shape}; expected (n_components, n_features) = "
                 f"({n_components}, {n_features}), e.g. the components_ of an earlier fit."
             )
         if not np.all(np.isfinite(start)):
-            raise ValueError(f"{name} contains NaN or ±inf; pass finite starting components.")
+            raise InputError(f"{name} contains NaN or ±inf; pass finite starting components.")
         start = start.T
     return orthonormal_columns(start)
 

@@ -148,7 +148,7 @@ def combine_moments(parts) -> Moments:
     """
     parts = list(parts)
     if not parts:
-        raise ValueError("combine_moments needs at least one Moments object")
+        raise ValueError("combine_moments needs at least one Moments object")  # a bug, not a user error
     nonfinite = reduce(lambda a, b: a.merge(b), (p.nonfinite for p in parts))
     finite_count = _merge_finite_counts(parts)
     counted = [p for p in parts if p.count] or parts[:1]

@@ -150,6 +150,11 @@ def _update(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return scipy.linalg.lstsq(b, a.T, check_finite=False)[0].T
 
 
+def most_passes(options: dict) -> int:
+    """Most reads :func:`solve` makes with these estimator options: one per iteration (the mean rides in the first)."""
+    return options.get("max_iter") or DEFAULT_MAX_ITER
+
+
 def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol=None, init=None, checkpoint=None) -> SolverResult:
     """Fit the k leading components by alternating least squares (one pass per iteration).
 

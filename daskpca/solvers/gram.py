@@ -39,6 +39,8 @@ from ._base import ComponentRequest, SolverResult
 from ._progress import Passes
 
 N_PASSES = 2
+#: Exact to round-off: meets any ``tol`` (so a ``tol`` given with this solver is not ignored).
+EXACT = True
 #: Eigenvalues from X̃ᵀX̃ / X̃X̃ᵀ: the estimator's ill-conditioning check applies.
 SQUARES_THE_DATA = True
 

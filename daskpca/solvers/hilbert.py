@@ -58,10 +58,13 @@ from ._linalg import client_blas_threads
 from ._moments import MERGE_SPLIT_EVERY
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
+from ..exceptions import InputError
 from ._progress import Passes
 
 OPTIONS = ("padding", "decay_factor")
 N_PASSES = 2
+#: Exact to round-off: meets any ``tol`` (so a ``tol`` given with this solver is not ignored).
+EXACT = True
 PADDINGS = ("exp", "none")
 #: Padded complex transform formed at a time inside a strip task (see :func:`analytic_blocks`).
 SCRATCH_BYTES = 16 * 2**20
@@ -262,9 +265,9 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
         ``mean`` the (weighted) real mean; variances of the complex signal.
     """
     if padding not in PADDINGS:
-        raise ValueError(f"padding={padding!r}: expected one of {PADDINGS}.")
+        raise InputError(f"padding={padding!r}: expected one of {PADDINGS}.")
     if not (isinstance(decay_factor, (int, float)) and 0 < decay_factor <= 1):
-        raise ValueError(f"decay_factor={decay_factor!r}: expected a float in (0, 1] (0.05–0.2 usual).")
+        raise InputError(f"decay_factor={decay_factor!r}: expected a float in (0, 1] (0.05–0.2 usual).")
     n_samples, n_features = X.shape
     weights = np.ones(n_features) if features is None else features.weights
     options = (weights, padding, decay_factor)
@@ -290,7 +293,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
     tolerance = values[0] * max(n_samples, n_features) * np.finfo(np.float64).eps if len(values) else 0.0
     n_defined = int(np.sum(values[:k] > tolerance))
     if n_defined < k:
-        raise ValueError(
+        raise InputError(
             f"only {n_defined} Hilbert EOFs have non-zero variance, but {k} were asked for: the "
             "data's rank is lower. Ask for fewer components."
         )

@@ -33,7 +33,7 @@ from dataclasses import replace
 import dask
 import numpy as np
 
-from ..exceptions import AccuracyWarning
+from ..exceptions import AccuracyWarning, InputError
 from ._base import ComponentRequest, SolverResult
 from ._progress import Passes
 from ._iterative import as_generator
@@ -61,12 +61,17 @@ def block_task_memory(n_samples: int, strip_columns: int, itemsize: int, n_compo
     return max(strip_bytes(n_samples, strip_columns, itemsize, padding) + 2 * blocks, (MERGE_SPLIT_EVERY + 1) * blocks)
 
 
+def most_passes(options: dict) -> int:
+    """Most reads :func:`solve` makes with these estimator options, the components' pass included."""
+    return pass_budget(options.get("tol"), options.get("max_passes"))
+
+
 def check_read_budget(tol, max_passes) -> tuple[float | None, int | None]:
     """``tol`` and ``max_passes`` as :func:`.krylov.check_accuracy_options` checks them, and at
     least 2 passes (one Krylov pass, then the components'); ValueError naming the value otherwise."""
     tol, max_passes = check_accuracy_options(tol, max_passes)
     if max_passes is not None and max_passes < 2:
-        raise ValueError(f"max_passes={max_passes}: Hilbert EOFs by Krylov read the data at least twice (one Krylov "
+        raise InputError(f"max_passes={max_passes}: Hilbert EOFs by Krylov read the data at least twice (one Krylov "
                          "pass, then the components' pass); give 2 or more, or None.")
     return tol, max_passes
 
@@ -100,9 +105,9 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
         bound, ``bound_history`` its value after each Krylov pass, ``converged``.
     """
     if padding not in PADDINGS:
-        raise ValueError(f"padding={padding!r}: expected one of {PADDINGS}.")
+        raise InputError(f"padding={padding!r}: expected one of {PADDINGS}.")
     if request.needs_spectrum:
-        raise ValueError("a variance fraction (or 'mle') for n_components needs every eigenvalue: use the exact "
+        raise InputError("a variance fraction (or 'mle') for n_components needs every eigenvalue: use the exact "
                          "Gram solver (solver='gram'), or give an int.")
     tol, max_passes = check_read_budget(tol, max_passes)
     budget = pass_budget(tol, max_passes)

@@ -126,7 +126,7 @@ import numpy as np
 from scipy.linalg import eigh, svd
 
 from ..store.checkpoint import open_checkpoint, seed_fingerprint
-from ..exceptions import AccuracyWarning
+from ..exceptions import AccuracyWarning, InputError
 from ._base import ComponentRequest, SolverResult
 from ._iterative import as_generator, subspace_sine
 from ._progress import Passes
@@ -160,12 +160,12 @@ BASIS_BYTES = 2**30
 def check_accuracy_options(tol, max_passes) -> tuple[float | None, int | None]:
     """Validate ``tol`` (None or a float in (0, 1)) and ``max_passes`` (None or an int ≥ 1)."""
     if tol is not None and (isinstance(tol, bool) or not isinstance(tol, Real) or not 0 < tol < 1):
-        raise ValueError(
+        raise InputError(
             f"tol={tol!r}: expected None or a bound on the sine of the largest principal angle, "
             "a float in (0, 1) such as 1e-4."
         )
     if max_passes is not None and (isinstance(max_passes, bool) or not isinstance(max_passes, Integral) or max_passes < 1):
-        raise ValueError(f"max_passes={max_passes!r}: expected None or an int >= 1 (e.g. 10).")
+        raise InputError(f"max_passes={max_passes!r}: expected None or an int >= 1 (e.g. 10).")
     return (None if tol is None else float(tol)), (None if max_passes is None else int(max_passes))
 
 
@@ -184,6 +184,25 @@ def predicted_passes(tol, max_passes=None) -> int:
     rate = x + np.sqrt(x * x - 1)
     extra = max(0.0, np.log(PREDICTED_BOUND_AT_3 / tol) / np.log(rate))
     return int(min(budget, 3 + np.ceil(extra - 1e-9) if tol < PREDICTED_BOUND_AT_3 else 3))
+
+
+def _missed_tol(tol: float, bound: float, budget: int, passes: int, invariant_size: int | None) -> str:
+    """The AccuracyWarning of a fit that stopped above ``tol``, naming why it stopped: the read
+    budget spent, or a Krylov space that became invariant (more passes would add nothing)."""
+    exact = "or use an exact solver (solver='covariance' or 'gram'; --solver on the command line) where its matrix fits"
+    if invariant_size is None:
+        return (f"krylov: the read budget of {budget} passes was spent with an error bound of {bound:.2g} on sin θ, "
+                f"above tol={tol:g}. Raise max_passes (--max-passes on the command line), {exact}.")
+    return (f"krylov: stopped after {passes} pass{'es' if passes != 1 else ''} with an error bound of {bound:.2g} on "
+            f"sin θ, above tol={tol:g}, because its Krylov space became invariant (dimension {invariant_size}): the data "
+            "has no variance outside it (constant data has none at all), so more passes cannot lower the bound. What "
+            "is left is round-off, or kept components not separated from the next ones (equal or zero variances: "
+            f"then they are not unique). Keep fewer components (n_components), loosen tol, {exact}.")
+
+
+def most_passes(options: dict) -> int:
+    """Most reads :func:`solve` makes with these estimator options (the planner states it)."""
+    return pass_budget(options.get("tol"), options.get("max_passes"))
 
 
 def pass_budget(tol, max_passes) -> int:
@@ -415,7 +434,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
     stage = resumed_stage(state, features)
     Z = X if stage is None else stage.apply(X)  # what every pass but a fused first one reads
 
-    n_passes, history = 0, []
+    n_passes, history, invariant = 0, [], False
     passes = Passes("krylov", budget, at_most=True, tol=tol, done=done)
     while True:
         fused = features is not None and stage is None  # this pass resolves the feature stage
@@ -441,6 +460,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             break
         block = _orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:])
         if block.shape[1] == 0:  # span V is invariant under C: the projection is exact
+            invariant = True
             break
         if 16 * basis.V.shape[0] * (basis.size + block.shape[1]) > BASIS_BYTES:
             basis = basis.restart(max(2 * ell, k + 1))
@@ -456,12 +476,8 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
     ddof_count = max(n_samples - 1, 1)
     converged = bool(result.error_bound <= target)
     if tol is not None and not converged:
-        warnings.warn(
-            f"krylov: the read budget of {budget} passes was spent with an error bound of "
-            f"{result.error_bound:.2g} on sin θ, above tol={tol:g}. Raise max_passes, or use an exact "
-            "solver ('covariance', 'gram') where its matrix fits.",
-            AccuracyWarning, stacklevel=3,
-        )
+        warnings.warn(_missed_tol(tol, result.error_bound, budget, done + n_passes, basis.size if invariant else None),
+                      AccuracyWarning, stacklevel=3)
     out = sketch_result(
         result.components, result.singular_values, root, total_m2, n_passes,
         {

@@ -76,7 +76,7 @@ import numpy as np
 
 from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from .._validation import NonFinite, raise_if_nonfinite
-from ..exceptions import ConvergenceWarning
+from ..exceptions import ConvergenceWarning, InputError
 from ._base import ComponentRequest, SolverResult
 from ._progress import Passes
 from ._iterative import (
@@ -157,6 +157,11 @@ def _m_step(stats: _EStats, moments: ColumnMoments, n_samples: int, n_observed: 
     return w, max(float(sigma2), sigma2_floor)
 
 
+def most_passes(options: dict) -> int:
+    """Most reads :func:`solve` makes with these estimator options: the moments' read, then one per EM iteration."""
+    return 1 + (options.get("max_iter") or DEFAULT_MAX_ITER)
+
+
 def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol=None, init=None, checkpoint=None) -> SolverResult:
     """Fit probabilistic PCA by EM, treating NaN as missing (1 + n_iter passes).
 
@@ -207,7 +212,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
         # Pass 1: observed counts, means and sums of squares per feature.
         with passes.read():
             (moments,) = dask.compute(tree_reduce(map_row_blocks(X, _missing_moments, "ppca-moments"), combine_column_moments, "ppca-moments-merge"))
-        raise_if_nonfinite(moments.nonfinite)
+        raise_if_nonfinite(moments.nonfinite, nan_is_missing=True)
         n_passes, passes_before = 1, 0
     else:  # pass 1 (and its ±inf check) and iterations 1..n_iter ran in an earlier process
         moments = ColumnMoments(state["count"], state["mean"], state["m2"], NonFinite())
@@ -215,7 +220,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
     n_observed = int(moments.count.sum())
     n_missing = n_samples * n_features - n_observed
     if n_observed == 0:
-        raise ValueError("X has no observed (non-NaN) entry; PPCA needs data to fit.")
+        raise InputError("X has no observed (non-NaN) entry; PPCA needs data to fit.")
     mean = moments.mean
     mean_variance = max(float(moments.m2.sum()) / n_observed, np.finfo(np.float64).tiny)
     sigma2_floor = mean_variance * 1e-12  # keeps M_n invertible when the data has rank ≤ k
@@ -237,7 +242,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
     else:
         w, sigma2, basis, variances = state["w"], float(state["sigma2"]), state["basis"], state["variances"]
         done = int(state["n_iter"])
-    converged, change = False, np.inf
+    converged, change, model_change = False, np.inf, np.inf
     n_iter = done
     for n_iter in range(done + 1, max_iter + 1):
         parts = map_row_blocks(X, _e_step, "ppca-estep", mean, w, sigma2)
@@ -260,10 +265,13 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
         if n_iter < max_iter:
             save(n_iter)
     if not converged:
+        unsettled = [f"{what} of {value:.2e}" for what, value in (
+            ("a subspace change (sine)", change), ("a relative change of σ² or the model variances", model_change))
+            if value > tol]
         warnings.warn(
-            f"PPCA's EM stopped after max_iter={max_iter} iterations with a subspace change of "
-            f"{change:.2e} > tol={tol:g}. Increase max_iter, loosen tol, or start from an "
-            "earlier fit (init=...).",
+            f"PPCA's EM stopped after max_iter={max_iter} iterations ({passes_before + n_passes} reads) with "
+            f"{' and '.join(unsettled)} in its last iteration, > tol={tol:g}. Increase max_iter, loosen tol, "
+            "or start from an earlier fit (init=...).",
             ConvergenceWarning,
             stacklevel=2,
         )

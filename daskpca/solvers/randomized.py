@@ -91,6 +91,7 @@ from ._progress import Passes
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 from ._iterative import as_generator
+from ..exceptions import InputError
 
 OPTIONS = ("n_oversamples", "n_power_iter", "checkpoint")
 
@@ -99,16 +100,16 @@ def resolve_power_iter(n_power_iter, n_components: int, n_samples: int, n_featur
     """q from ``n_power_iter``: an int ≥ 0, or "auto" (scikit-learn's rule: 7 for small k, else 4)."""
     if isinstance(n_power_iter, str):
         if n_power_iter != "auto":
-            raise ValueError(f"n_power_iter={n_power_iter!r}: expected 'auto' or an int >= 0 (e.g. 4).")
+            raise InputError(f"n_power_iter={n_power_iter!r}: expected 'auto' or an int >= 0 (e.g. 4).")
         return 7 if n_components < 0.1 * min(n_samples, n_features) else 4
     if isinstance(n_power_iter, bool) or not isinstance(n_power_iter, Integral) or n_power_iter < 0:
-        raise ValueError(f"n_power_iter={n_power_iter!r}: expected 'auto' or an int >= 0 (e.g. 4).")
+        raise InputError(f"n_power_iter={n_power_iter!r}: expected 'auto' or an int >= 0 (e.g. 4).")
     return int(n_power_iter)
 
 
 def _check_oversamples(n_oversamples) -> int:
     if isinstance(n_oversamples, bool) or not isinstance(n_oversamples, Integral) or n_oversamples < 0:
-        raise ValueError(f"n_oversamples={n_oversamples!r}: expected an int >= 0 (default 10).")
+        raise InputError(f"n_oversamples={n_oversamples!r}: expected an int >= 0 (default 10).")
     return int(n_oversamples)
 
 

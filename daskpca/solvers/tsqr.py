@@ -80,6 +80,8 @@ from ._base import ComponentRequest, SolverResult
 from ._progress import Passes
 
 N_PASSES = 1
+#: Exact to round-off: meets any ``tol`` (so a ``tol`` given with this solver is not ignored).
+EXACT = True
 OPTIONS = ()
 
 

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..exceptions import InputError, InputTypeError
+
 
 class Checkpoint:
     """Save and restore a solver's state between passes.
@@ -104,9 +106,9 @@ def open_checkpoint(path, array, **parameters) -> Checkpoint | NullCheckpoint:
     if path is None:
         return NullCheckpoint()
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"checkpoint={path!r}: expected a local file path (str or os.PathLike) or None.")
+        raise InputTypeError(f"checkpoint={path!r}: expected a local file path (str or os.PathLike) or None.")
     if "://" in os.fspath(path):
-        raise ValueError(
+        raise InputError(
             f"checkpoint={os.fspath(path)!r}: checkpoints are written to a local file; pass a local "
             "path (e.g. 'model.checkpoint.npz') or None."
         )

@@ -52,9 +52,9 @@ import time
 import uuid
 from pathlib import Path
 
-from . import objects
+from . import integrity, objects
 from .claims import is_url, local_path
-from ..exceptions import IncompleteStoreError, OutputClaimedError, OutputExistsError
+from ..exceptions import IncompleteStoreError, InputError, OutputClaimedError, OutputExistsError
 
 #: Name of the completion marker written last into every store (version).
 COMPLETE_MARKER = ".daskpca-complete"
@@ -340,6 +340,24 @@ def history(path) -> list[dict]:
     return entries
 
 
+def _check_version(path: str, version: str) -> None:
+    """Raise :class:`~daskpca.exceptions.DamagedStoreError` when the kept ``version`` of ``path``
+    no longer matches the integrity record in its marker (edited, truncated or partly deleted in
+    the history), before a rollback would make it current. Reads the version in full (models
+    are small)."""
+    if is_url(path):
+        location = f"{path.rstrip('/')}/versions/{version}"
+        fs, root = objects.filesystem(location)
+        raw, _ = objects.read(fs, f"{root}/{COMPLETE_MARKER}")
+        marker = json.loads(raw) if raw is not None else None
+    else:
+        location = os.fspath(history_folder(local_path(path)) / version)
+        marker = _local_marker(Path(location))
+    if marker is not None and "integrity" in marker:
+        integrity.check_store(location, marker["integrity"], full=True,
+                              label=f"version {version!r} of {path!r} (not rolled back: the current version is unchanged)")
+
+
 def _entry(marker: dict) -> dict:
     return {"version": marker.get("version", "?"), "written": marker.get("written", "?"),
             "written_by": marker.get("written_by", "?"), "note": marker.get("note", "")}
@@ -348,9 +366,16 @@ def _entry(marker: dict) -> dict:
 def rollback(path, version: str, *, claim=None) -> None:
     """Make ``version`` (from :func:`history`) the current one again; the current one is kept."""
     path = os.fspath(path)
-    known = [e["version"] for e in history(path)]
+    entries = history(path)
+    known = [e["version"] for e in entries]
+    if not known:
+        raise InputError(f"{path!r} has no versions to roll back to: it is not a store daskpca published (no "
+                         "completion marker or version pointer). Rollback switches between the versions of a "
+                         "daskpca model or results store; see `daskpca history MODEL`.")
     if version not in known:
-        raise ValueError(f"{path!r} has no version {version!r}; its versions are {known} (`daskpca history`).")
+        raise InputError(f"{path!r} has no version {version!r}; its versions are {known} (`daskpca history`).")
+    if not any(e["current"] for e in entries if e["version"] == version):
+        _check_version(path, version)
     if claim is not None:
         claim.check()
     if is_url(path):

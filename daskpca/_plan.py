@@ -200,7 +200,6 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
     block64 = row_block * d * FLOAT64
     ell = min(k + n_oversamples, n, d)
     q = n_power_iter if isinstance(n_power_iter, int) else (7 if k < SMALL_K_FRACTION * min(n, d) else 4)
-    merge = SPLIT_EVERY + 1
     krylov_passes = predicted_passes(tol, max_passes)
 
     def merge_nodes(columns: int) -> int:

@@ -341,9 +341,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             )
 
     def plan(self, X, *, sample_dims=None) -> _plan.Plan:
-        """What ``fit(X)`` would do, without reading any data.
-
-        ``X`` and ``sample_dims`` as for :meth:`fit`.
+        """What ``fit(X)`` would do, without reading any data (``X``, ``sample_dims``: as for :meth:`fit`).
 
         Returns
         -------

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 import dask
 import numpy as np
 
-from .exceptions import InputError
+from .exceptions import InputError, InputTypeError
 from ._validation import find_nonfinite, raise_if_nonfinite
 from .pca import PCA
 from .solvers._graph import map_row_blocks
@@ -293,7 +293,7 @@ def bootstrap(pca, X, *, n_replicates: int = 1000, block_length: int | None = No
     plan = _check_bootstrap(pca, n_replicates, block_length, confidence, n_modes, n_basis, interval)
     matrix, _ = pca._model_input(X)
     if matrix.shape[0] != pca.n_samples_:
-        raise ValueError(f"X has {matrix.shape[0]} samples but the model was fitted on {pca.n_samples_}: "
+        raise InputError(f"X has {matrix.shape[0]} samples but the model was fitted on {pca.n_samples_}: "
                          "pass the data the model was fitted on.")
     Z = pca.feature_stage_.apply(matrix)
     with one_blas_thread_per_task():
@@ -392,22 +392,22 @@ class _BootstrapPlan:
 def _check_bootstrap(pca, n_replicates, block_length, confidence, n_modes, n_basis, interval) -> _BootstrapPlan:
     """Every parameter checked, and the basis chosen, from the fitted model alone (no read)."""
     if not isinstance(pca, PCA):
-        raise TypeError(f"bootstrap needs a fitted daskpca PCA, not {type(pca).__name__} (for a rotated "
+        raise InputTypeError(f"bootstrap needs a fitted daskpca PCA, not {type(pca).__name__} (for a rotated "
                         "model, bootstrap the PCA it rotates).")
     pca._check_fitted()
     if np.iscomplexobj(pca.components_):
-        raise ValueError("bootstrap resamples real PCA models; this model has complex (Hilbert) components.")
+        raise InputError("bootstrap resamples real PCA models; this model has complex (Hilbert) components.")
     n, k = pca.n_samples_, pca.n_components_
     _check_resampling(n, n_replicates, block_length, confidence, interval)
     n_modes = k if n_modes is None else n_modes
     if not isinstance(n_modes, (int, np.integer)) or not 1 <= n_modes <= k:
-        raise ValueError(f"n_modes={n_modes!r}: expected an int in [1, n_components_={k}].")
+        raise InputError(f"n_modes={n_modes!r}: expected an int in [1, n_components_={k}].")
     d = pca.components_.shape[1]
     rank = min(d, n - 1)
     moments = pca.solver_info_.get("moments")
     if moments is None:
         if n_basis is not None and n_basis != k:
-            raise ValueError(
+            raise InputError(
                 f"n_basis={n_basis!r}: this model (solver={pca.solver_!r}) keeps no covariance, so only its "
                 f"{k} components are known without another read. Fit more components (m ≫ the modes you "
                 "interpret), or fit with solver='covariance' to bootstrap on its whole spectrum."
@@ -416,11 +416,11 @@ def _check_bootstrap(pca, n_replicates, block_length, confidence, n_modes, n_bas
     else:
         m = min(rank, max(DEFAULT_BASIS, 2 * n_modes)) if n_basis is None else n_basis
         if not isinstance(m, (int, np.integer)) or not n_modes <= m <= rank:
-            raise ValueError(f"n_basis={n_basis!r}: expected an int in [n_modes={n_modes}, min(d, n − 1)={rank}].")
+            raise InputError(f"n_basis={n_basis!r}: expected an int in [n_modes={n_modes}, min(d, n − 1)={rank}].")
         covariance = moments.symmetric_scatter() / max(moments.count - 1, 1)
         basis = eigh_descending(covariance, m)[1]
     if n * (m + 1) * 8 > CLIENT_BYTES:
-        raise ValueError(f"the bootstrap keeps n·(m + 1) = {n}·{m + 1} float64 on the client, more than "
+        raise InputError(f"the bootstrap keeps n·(m + 1) = {n}·{m + 1} float64 on the client, more than "
                          f"CLIENT_BYTES = {CLIENT_BYTES} bytes: pass a smaller n_basis.")
     return _BootstrapPlan(np.ascontiguousarray(basis), int(m), int(n_modes), bool(m >= rank))
 
@@ -428,14 +428,14 @@ def _check_bootstrap(pca, n_replicates, block_length, confidence, n_modes, n_bas
 def _check_resampling(n, n_replicates, block_length, confidence, interval) -> None:
     """The resampling parameters of a series of n samples, checked (nothing is read)."""
     if not isinstance(n_replicates, (int, np.integer)) or n_replicates < 1:
-        raise ValueError(f"n_replicates={n_replicates!r}: expected an int >= 1 (e.g. 1000).")
+        raise InputError(f"n_replicates={n_replicates!r}: expected an int >= 1 (e.g. 1000).")
     if block_length is not None and (not isinstance(block_length, (int, np.integer)) or not 1 <= block_length <= n):
-        raise ValueError(f"block_length={block_length!r}: expected an int in [1, n_samples={n}] (consecutive "
+        raise InputError(f"block_length={block_length!r}: expected an int in [1, n_samples={n}] (consecutive "
                          "samples per block), or None for the rule from the scores' lag-1 autocorrelation.")
     if not (isinstance(confidence, (float, int)) and 0 < confidence < 1):
-        raise ValueError(f"confidence={confidence!r}: expected a probability in (0, 1), e.g. 0.95.")
+        raise InputError(f"confidence={confidence!r}: expected a probability in (0, 1), e.g. 0.95.")
     if interval not in INTERVALS:
-        raise ValueError(f"interval={interval!r}: expected one of {INTERVALS}.")
+        raise InputError(f"interval={interval!r}: expected one of {INTERVALS}.")
 
 
 def _project_block(block, row_offset, mean, basis):

@@ -238,13 +238,15 @@ def _embedded(data, n_lags: int, lag_step: int, sample_dims):
         raise UsageError(f"--lags {n_lags} --lag-step {lag_step}: {exc}") from None
 
 
-def _load_model(path):
-    """The model at ``path``, with its rotation when it was saved with one (one read, verified)."""
+def _load_model(path, *, coupled: bool = False):
+    """The model at ``path``, with its rotation when it was saved with one (one read, verified);
+    ``coupled``: an MCA/CCA store loads as its own class (else PCA's reader refuses it by name)."""
     from .. import PCA, Rotator
-    from ..store.model import read_model_dataset
+    from ..store.model import ESTIMATORS, read_model_dataset
 
     ds = read_model_dataset(path)
-    return (Rotator if "rotation" in ds.attrs else PCA).from_dataset(ds, source=os.fspath(path))
+    cls = ESTIMATORS.get(ds.attrs.get("estimator"), PCA) if coupled else PCA
+    return (Rotator if "rotation" in ds.attrs else cls).from_dataset(ds, source=os.fspath(path))
 
 
 def _as_fitted(data, model):
@@ -428,11 +430,11 @@ def cmd_inspect(args) -> dict:
 
 
 def cmd_report(args) -> dict:
-    from .. import MCA, io, load
+    from .. import MCA, io
 
     with _claim_outputs(args, args.out):
         io.check_writable(args.out, overwrite=args.overwrite)
-        pca = _load_model(args.model)
+        pca = _load_model(args.model, coupled=True)
         if hasattr(pca, "model_"):
             raise UsageError(f"{args.model!r} holds a rotated model ({'varimax' if pca.power == 1 else 'promax'}); "
                              "`daskpca report` draws a PCA's own modes, spectrum and North errors, so it would show "

@@ -37,7 +37,7 @@ from scipy.linalg import svd
 
 from .. import _plan
 from .._params import ParamsMixin
-from ..exceptions import InvalidParameterError, NotFittedError
+from ..exceptions import InputError, InvalidParameterError, NotFittedError
 from ..pca import PCA
 from ..solvers._linalg import eigh_descending, flip_signs, one_blas_thread_per_task
 from ..solvers.covariance import moments_graph
@@ -125,15 +125,15 @@ class CCA(ParamsMixin):
         kx, ky = (int(m) for m in pair(self.n_pca_modes, "n_pca_modes"))
         for name, m, d in (("X", kx, x.matrix.shape[1]), ("Y", ky, y.matrix.shape[1])):
             if not 1 <= m <= min(n - 1, d):
-                raise ValueError(f"n_pca_modes={m} for {name}: expected 1..min(n_samples − 1, features) = "
+                raise InputError(f"n_pca_modes={m} for {name}: expected 1..min(n_samples − 1, features) = "
                                  f"{min(n - 1, d)}.")
         if kx + ky > n - 2:
-            raise ValueError(
+            raise InputError(
                 f"CCA on {kx} + {ky} PCs of {n} samples is ill-posed: with kx + ky ≥ n − 1 the two score spaces "
                 f"meet and the canonical correlations are 1 whatever the data. Keep kx + ky ≤ n − 2 = {n - 2} "
                 "(well below n in practice), e.g. n_pca_modes=(5, 5).")
         if not 1 <= self.n_components <= min(kx, ky):
-            raise ValueError(f"n_components={self.n_components}: expected 1..min(kx, ky) = {min(kx, ky)} "
+            raise InputError(f"n_components={self.n_components}: expected 1..min(kx, ky) = {min(kx, ky)} "
                              "(the canonical pairs cannot outnumber either field's PCs).")
         self._modes = (kx, ky)
         return x, y
@@ -210,5 +210,5 @@ def canonical(cov_x: np.ndarray, cov_y: np.ndarray, cross: np.ndarray, k: int):
 def _inverse_root(covariance: np.ndarray) -> np.ndarray:
     values, vectors = np.linalg.eigh((covariance + covariance.T) / 2)
     if values.min() <= 1e-12 * values.max():
-        raise ValueError("the PC scores are (numerically) linearly dependent: keep fewer PCs (n_pca_modes).")
+        raise InputError("the PC scores are (numerically) linearly dependent: keep fewer PCs (n_pca_modes).")
     return (vectors / np.sqrt(values)) @ vectors.T

@@ -17,7 +17,7 @@ from .. import labeled
 from .._features import FeatureSpec, FeatureStage, matrix_weights
 from .._probabilistic import project_block
 from .._validation import Positions, as_dask_matrix, check_n_features, check_nan_policy
-from ..exceptions import InvalidParameterError, NonFiniteInputError
+from ..exceptions import InputError, InputTypeError, InvalidParameterError, NonFiniteInputError
 
 FIELDS = ("X", "Y")
 
@@ -58,24 +58,24 @@ def aligned(X, Y, sample_dims):
     for dim in sample_dims:
         for data, which in ((X, "X"), (Y, "Y")):
             if dim not in data.dims:
-                raise ValueError(f"sample dim {dim!r} is not a dimension of {which} (its dims: {list(data.dims)}).")
+                raise InputError(f"sample dim {dim!r} is not a dimension of {which} (its dims: {list(data.dims)}).")
         if dim not in X.coords or dim not in Y.coords:
             if X.sizes[dim] != Y.sizes[dim]:
-                raise ValueError(f"X has {X.sizes[dim]} samples along {dim!r} and Y has {Y.sizes[dim]}, and without "
+                raise InputError(f"X has {X.sizes[dim]} samples along {dim!r} and Y has {Y.sizes[dim]}, and without "
                                  f"a {dim!r} coordinate they cannot be aligned. Select the common samples first.")
             continue
         x_values, y_values = X[dim].values, Y[dim].values
         only_x = [v for v in x_values if v not in set(y_values)]
         only_y = [v for v in y_values if v not in set(x_values)]
         if only_x or only_y:
-            raise ValueError(
+            raise InputError(
                 f"X and Y do not have the same samples along {dim!r}: {_listed(only_x)} only in X, "
                 f"{_listed(only_y)} only in Y. Each sample of X is paired with the same sample of Y; select "
                 f"the common ones first, e.g. common = numpy.intersect1d(X[{dim!r}], Y[{dim!r}]), then "
                 f"X.sel({dim}=common) and Y.sel({dim}=common) (xarray.align would also intersect the "
                 "feature grids they share dim names with).")
         if len(set(x_values)) != len(x_values):
-            raise ValueError(f"X has repeated {dim!r} values; samples must be unique to be paired.")
+            raise InputError(f"X has repeated {dim!r} values; samples must be unique to be paired.")
         if not np.array_equal(x_values, y_values):
             Y = Y.sel({dim: x_values})  # same samples, another order: pair them by coordinate
     return Y
@@ -99,17 +99,17 @@ def resolve(field: Field, finite_count, n, variance) -> FeatureStage:
 def fields(X, Y, sample_dims, weights, standardize) -> tuple[Field, Field]:
     """Both fields as matrices with their specs, paired (reads nothing)."""
     if labeled.is_labeled(X) != labeled.is_labeled(Y):
-        raise TypeError(
+        raise InputTypeError(
             f"X is {type(X).__name__} and Y is {type(Y).__name__}: pass two xarray objects (aligned "
             "by sample coordinate) or two matrices (aligned by row), not one of each.")
     if labeled.is_labeled(X):
         Y = aligned(X, Y, labeled.normalize_sample_dims(sample_dims))
     elif sample_dims is not None:
-        raise TypeError(f"sample_dims={sample_dims!r} applies to xarray input only; matrices have samples as rows.")
+        raise InputTypeError(f"sample_dims={sample_dims!r} applies to xarray input only; matrices have samples as rows.")
     pairs = zip(FIELDS, (X, Y), pair(weights, "weights"), pair(standardize, "standardize"))
     x, y = (field(name, data, sample_dims, w, s) for name, data, w, s in pairs)
     if x.matrix.shape[0] != y.matrix.shape[0]:
-        raise ValueError(f"X has {x.matrix.shape[0]} samples (rows) and Y has {y.matrix.shape[0]}: a coupled "
+        raise InputError(f"X has {x.matrix.shape[0]} samples (rows) and Y has {y.matrix.shape[0]}: a coupled "
                          "analysis pairs the samples of two fields, so they must have the same ones. Select the "
                          "common period of both first.")
     return x, y
@@ -120,11 +120,11 @@ def model_matrix(name: str, data, stage: FeatureStage, layout, estimator: str):
     (variables, dims, coords checked), or a matrix with the fitted number of features."""
     if layout is not None:
         if not labeled.is_labeled(data):
-            raise TypeError(f"this {estimator} was fitted on labeled {name}; pass an xarray object, not "
+            raise InputTypeError(f"this {estimator} was fitted on labeled {name}; pass an xarray object, not "
                             f"{type(data).__name__}.")
         return labeled.to_matrix(layout, data)
     if labeled.is_labeled(data):
-        raise TypeError(f"this {estimator} was fitted on a plain matrix {name}; pass a matrix, not an xarray object.")
+        raise InputTypeError(f"this {estimator} was fitted on a plain matrix {name}; pass a matrix, not an xarray object.")
     matrix, kind = as_dask_matrix(data, name=name)
     check_n_features(matrix, stage.n_input, name=name, estimator=estimator)
     return matrix, kind

@@ -43,7 +43,7 @@ from scipy.linalg import svd
 from .. import _plan, io, labeled
 from .._features import FeatureStage, column_stats_graph
 from .._params import ParamsMixin
-from ..exceptions import AccuracyWarning, DamagedModelError, InvalidParameterError, NotFittedError
+from ..exceptions import AccuracyWarning, DamagedModelError, InputError, InvalidParameterError, NotFittedError
 from ..solvers import cross_covariance as cc
 from ..solvers._linalg import flip_signs, one_blas_thread_per_task
 from ..solvers.krylov import check_accuracy_options
@@ -189,7 +189,7 @@ class MCA(SavedModelMixin, ParamsMixin):
         n, dx, dy = x.matrix.shape[0], x.matrix.shape[1], y.matrix.shape[1]
         bound = self._rank_bound(n, dx, dy)
         if self.n_components is not None and self.n_components > bound:
-            raise ValueError(
+            raise InputError(
                 f"n_components={self.n_components} is more than the cross-covariance of {n} samples, {dx} X "
                 f"features and {dy} Y features can have: at most min(n_samples − 1, dx, dy) = {bound} modes. "
                 f"Ask for {bound} or fewer.")
@@ -294,7 +294,7 @@ class MCA(SavedModelMixin, ParamsMixin):
     def _narrowed_k(self, n, stage_x: FeatureStage, stage_y: FeatureStage) -> int:
         bound = self._rank_bound(n, stage_x.n_kept, stage_y.n_kept)
         if self.n_components is not None and self.n_components > bound:
-            raise ValueError(
+            raise InputError(
                 f"n_components={self.n_components} is more than the cross-covariance can have once the features "
                 f"missing everywhere are dropped ({stage_x.n_kept} of X, {stage_y.n_kept} of Y are left): at most "
                 f"{bound} modes.")
@@ -360,7 +360,7 @@ class MCA(SavedModelMixin, ParamsMixin):
         matrix_x, _ = model_matrix("X", X, stage_x, layout_x, "MCA")
         matrix_y, _ = model_matrix("Y", Y, stage_y, layout_y, "MCA")
         if matrix_x.shape[0] != matrix_y.shape[0]:
-            raise ValueError(f"X has {matrix_x.shape[0]} samples and Y {matrix_y.shape[0]}: pass the same samples.")
+            raise InputError(f"X has {matrix_x.shape[0]} samples and Y {matrix_y.shape[0]}: pass the same samples.")
         with one_blas_thread_per_task():
             (sums,) = dask.compute(cc.pattern_sums_graph(matrix_x, matrix_y, stage_x, stage_y, self.mean_x_,
                                                          self.mean_y_, self.components_x_.T, self.components_y_.T))

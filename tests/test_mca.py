@@ -269,3 +269,23 @@ def test_both_paths_on_worker_processes_agree_with_the_threaded_fit(tmp_path):
         krylov = MCA(3, solver="krylov", max_passes=3, random_state=0).fit(array_x, array_y)
     np.testing.assert_allclose(on_workers.singular_values_, exact.singular_values_, rtol=1e-12)
     assert sin_theta(krylov.components_x_, exact.components_x_) <= krylov.error_bound_ and krylov.n_passes_ == 3
+
+
+def test_a_field_stored_one_sample_per_chunk_is_read_in_tasks_of_whole_chunks(tmp_path):
+    # Both fields stored one row per chunk (the archives' layout): the exact pass reads every
+    # storage chunk of each once, in far fewer tasks than chunks, with the same answer.
+    import dask
+
+    X, Y = coupled_fields(240, 12, 9, seed=3)
+    array_x, store_x = write_zarr(tmp_path / "x.zarr", X, (1, 12))
+    array_y, store_y = write_zarr(tmp_path / "y.zarr", Y, (1, 9))
+    from daskpca.coupled.fields import field
+    from daskpca.solvers._geometry import geometry_of
+
+    matrix = field("X", array_x, None, None, False).matrix
+    assert geometry_of(matrix).tasks <= 8 and geometry_of(matrix).storage_chunks == 240
+    with dask.config.set(scheduler="threads"):
+        mca = MCA(3).fit(array_x, array_y)
+    assert max(store_x.chunk_reads().values()) == 1 and len(store_x.chunk_reads()) == 240
+    assert max(store_y.chunk_reads().values()) == 1 and len(store_y.chunk_reads()) == 240
+    np.testing.assert_allclose(mca.singular_values_, MCA(3).fit(X, Y).singular_values_, rtol=1e-12)

@@ -17,6 +17,7 @@ from .. import labeled
 from .._features import FeatureSpec, FeatureStage, matrix_weights
 from .._probabilistic import project_block
 from .._validation import Positions, as_dask_matrix, check_n_features, check_nan_policy
+from ..solvers._geometry import regroup
 from ..exceptions import InputError, InputTypeError, InvalidParameterError, NonFiniteInputError
 
 FIELDS = ("X", "Y")
@@ -50,6 +51,7 @@ def field(name, data, sample_dims, weights, standardize) -> Field:
         source = labeled.from_xarray(data, sample_dims, weights)
         return Field(name, source.matrix, source.kind, source.layout, FeatureSpec(source.weights, bool(standardize)))
     matrix, kind = as_dask_matrix(data, name=name)
+    matrix = regroup(matrix)  # tasks of whole storage chunks, as PCA's passes read (solvers/_geometry.py)
     return Field(name, matrix, kind, None, FeatureSpec(matrix_weights(weights, matrix.shape[1]), bool(standardize)))
 
 
@@ -127,7 +129,7 @@ def model_matrix(name: str, data, stage: FeatureStage, layout, estimator: str):
         raise InputTypeError(f"this {estimator} was fitted on a plain matrix {name}; pass a matrix, not an xarray object.")
     matrix, kind = as_dask_matrix(data, name=name)
     check_n_features(matrix, stage.n_input, name=name, estimator=estimator)
-    return matrix, kind
+    return regroup(matrix), kind
 
 
 def project(name: str, data, stage: FeatureStage, layout, mean, basis, *, estimator: str, scaling: str, nan: str):

@@ -42,6 +42,7 @@ from .exceptions import DamagedStoreError, IncompleteStoreError, NewerFormatErro
 FORMAT_VERSION = 1
 MODEL_FORMAT = "daskpca-model"
 DATA_FORMAT = "daskpca-data"
+FOLDER_FORMAT = "daskpca-folder"
 #: Previous versions a model store keeps when it is replaced (``update``, ``fit --overwrite``).
 MODEL_HISTORY = 5
 
@@ -64,6 +65,8 @@ def check_writable(path, *, overwrite: bool = False) -> None:
         _check_local_folder(_local(path))
     if exists and not overwrite:
         raise OutputExistsError(_publish._exists_message(os.fspath(path)))
+    if exists:
+        _publish.check_replaceable(path)
 
 
 def check_folder(path) -> None:
@@ -88,11 +91,11 @@ def _check_local_folder(target) -> None:
 @contextmanager
 def atomic_directory(path, *, overwrite: bool = False):
     """Yield a temporary local folder that becomes ``path`` only if the block completes: claimed
-    and published atomically as in :func:`atomic_store`, without a marker (a plain folder, e.g.
-    a report)."""
+    and published atomically as in :func:`atomic_store` (e.g. a report), with a marker of format
+    ``daskpca-folder`` and no checksum record, so that ``overwrite`` knows it is daskpca's."""
     from pathlib import Path
 
-    with atomic_store(path, overwrite=overwrite, marker=None) as temporary:
+    with atomic_store(path, overwrite=overwrite, marker={"format": FOLDER_FORMAT}, record=False) as temporary:
         yield Path(temporary)
 
 

@@ -96,6 +96,23 @@ def _exists_message(target) -> str:
             "or choose another path: daskpca never overwrites an output unless told to.")
 
 
+def check_replaceable(target) -> None:
+    """Raise :class:`OutputExistsError` unless what is at ``target`` is a store daskpca wrote
+    (a folder with its completion marker; on an object store, a version pointer or a marker):
+    ``overwrite`` replaces daskpca's own results, never a user's files or another tool's store."""
+    target = os.fspath(target)
+    if is_url(target):
+        fs, root = objects.filesystem(target)
+        ours = any(objects.read(fs, f"{root}/{name}")[0] is not None for name in (POINTER, COMPLETE_MARKER))
+    else:
+        ours = _local_marker(local_path(target)) is not None
+    if not ours:
+        raise OutputExistsError(
+            f"{target!r} exists and is not a store daskpca wrote (it has no completion marker "
+            f"{COMPLETE_MARKER}): --overwrite (overwrite=True) only replaces daskpca's own results, never "
+            "other files. Choose another path, or move or delete it yourself if it is not needed.")
+
+
 # ----------------------------------------------------------------------------- local folders
 
 
@@ -103,8 +120,10 @@ class LocalPublication:
     def __init__(self, target: str, *, overwrite: bool, keep_history: int, claim):
         self.target = local_path(target)
         self.overwrite, self.keep, self.claim = overwrite, keep_history, claim
-        if self.target.exists() and not overwrite:
-            raise OutputExistsError(_exists_message(target))
+        if self.target.exists() or self.target.is_symlink():
+            if not overwrite:
+                raise OutputExistsError(_exists_message(target))
+            check_replaceable(self.target)
         self.target.parent.mkdir(parents=True, exist_ok=True)
         recover_leftovers(self.target, keep_history)
         self.version = new_version()
@@ -123,6 +142,7 @@ class LocalPublication:
         if self.target.exists() or self.target.is_symlink():
             if not self.overwrite:  # appeared while this job ran (a writer that took no claim)
                 raise OutputExistsError(_exists_message(os.fspath(self.target)))
+            check_replaceable(self.target)
             _exchange(self.temporary, self.target)
             self.done = True
             fault_point("switched")
@@ -260,8 +280,10 @@ class ObjectPublication:
         self.overwrite, self.keep, self.claim = overwrite, keep_history, claim
         self.pointer, self.tag = read_pointer(self.url)
         self.fs.invalidate_cache(self.root)
-        if (self.pointer is not None or self.fs.exists(self.root)) and not overwrite:
-            raise OutputExistsError(_exists_message(target))
+        if self.pointer is not None or self.fs.exists(self.root):
+            if not overwrite:
+                raise OutputExistsError(_exists_message(target))
+            check_replaceable(self.url)
         self.version = new_version()
         self.location = f"{self.url}/versions/{self.version}"
         self.done = False

@@ -72,6 +72,11 @@ class IncompleteStoreError(OSError):
     """Raised when a store has no completion marker (its writer died or is still writing)."""
 
 
+class StoreReplacedError(IncompleteStoreError):
+    """Raised by a lazy reader (``daskpca.io.open_xarray``) when the version it opened was
+    replaced or deleted before it finished reading: it never returns chunks of two versions."""
+
+
 class NewerFormatError(ValueError):
     """Raised for a store written in a newer format than this daskpca reads."""
 

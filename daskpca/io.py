@@ -313,12 +313,21 @@ def write_xarray(obj, path, *, overwrite: bool = False, chunks: dict | None = No
 
 def open_xarray(path, **kwargs):
     """Lazily open a store written by :func:`write_xarray` (refuses partial stores and stores
-    with missing or extra chunk files; :func:`verify` checks every byte)."""
+    with missing or extra chunk files; :func:`verify` checks every byte).
+
+    Every chunk comes from the version current at this call, also while other jobs replace the
+    store, or the read raises :class:`~daskpca.exceptions.StoreReplacedError` (a version deleted
+    meanwhile): never a mix (:mod:`daskpca.store.snapshot`).
+    """
     import xarray as xr
 
-    verify(path, full=False)
+    from .store.snapshot import open_version
+
+    read_marker(path)  # missing, partial or too new: named by the path given
+    store = open_version(path)
+    store.version = verify(store.location, full=False, label=repr(os.fspath(path))).get("version")
     with _quiet_marker():
-        return xr.open_zarr(resolve(path), consolidated=False, **kwargs)
+        return xr.open_zarr(store, consolidated=False, **kwargs)
 
 
 @contextmanager

@@ -131,3 +131,93 @@ def test_api_overwrite_refuses_a_foreign_folder(job):
     with pytest.raises(OutputExistsError, match="not a store daskpca wrote"):
         io.write_array(np.ones(3), job / "sub", overwrite=True)
     assert (job / "sub" / "notes.txt").read_text() == "keep"
+
+
+# ----------------------------------------------------------------------------- 3. one version per reader
+
+
+def _series(value: float, n: int = 40):
+    import xarray as xr
+
+    return xr.DataArray(np.full((n, 3), value), dims=("time", "x"), name="v").chunk({"time": 10})
+
+
+def test_a_lazy_reader_of_a_replaced_model_store_reads_the_version_it_opened(tmp_path):
+    """A model store keeps the version it replaces (history): the pinned reader finishes on it."""
+    first, second = PCA(2).fit(X), PCA(2).fit(X[::-1] * 3.0)
+    first.save(tmp_path / "m.zarr")
+    opened = io.open_xarray(tmp_path / "m.zarr")
+    second.save(tmp_path / "m.zarr", overwrite=True)
+    np.testing.assert_array_equal(opened["model_mean"].values, first.mean_)
+    np.testing.assert_array_equal(io.open_xarray(tmp_path / "m.zarr")["model_mean"].values, second.mean_)
+
+
+def test_a_lazy_reader_of_a_replaced_data_store_fails_instead_of_mixing(tmp_path):
+    from daskpca.exceptions import StoreReplacedError
+
+    path = tmp_path / "scores.zarr"
+    io.write_xarray(_series(1.0), path)
+    opened = io.open_xarray(path)["v"]
+    assert float(opened[:10].sum()) == 30.0  # the first chunk, read before the replacement
+    io.write_xarray(_series(2.0), path, overwrite=True)  # the version opened is deleted
+    with pytest.raises(StoreReplacedError, match="replaced or deleted while it was read"):
+        opened[10:].values
+
+
+def test_a_lazy_reader_sent_to_another_process_checks_the_version_on_every_read(tmp_path):
+    """A descriptor does not travel: an unpickled reader reads the path and fails once it holds
+    another version (a worker would otherwise read the new version's chunks)."""
+    import pickle
+
+    from daskpca.exceptions import StoreReplacedError
+
+    path = tmp_path / "scores.zarr"
+    io.write_xarray(_series(1.0), path)
+    opened = io.open_xarray(path)["v"].data
+    travelled = pickle.loads(pickle.dumps(opened))
+    assert float(travelled[:10].sum().compute()) == 30.0
+    io.write_xarray(_series(2.0), path, overwrite=True)
+    with pytest.raises(StoreReplacedError, match="replaced or deleted while it was read"):
+        travelled[10:].compute()
+
+
+def test_a_lazy_reader_during_back_to_back_publishes_never_mixes(tmp_path):
+    """Another thread replaces the store while chunks are read one by one: every completed read
+    is of one version (all chunks equal), else the error."""
+    import threading
+    import time
+
+    from daskpca.exceptions import StoreReplacedError
+
+    path = tmp_path / "m.zarr"
+    base = PCA(2).fit(X)
+    base.save(path)
+    # Version s holds the fit of X·s: mean s·m, variances s²·λ — so λ₁/m₁² is one number in
+    # every version, and another in a mix of two.
+    invariant = base.explained_variance_[0] / base.mean_[0] ** 2
+    stop = threading.Event()
+
+    def publish():
+        scale = 1.0
+        while not stop.is_set():
+            scale += 1.0
+            PCA(2).fit(X * scale).save(path, overwrite=True)
+
+    writer = threading.Thread(target=publish)
+    writer.start()
+    read = 0
+    try:
+        for _ in range(6):
+            opened = io.open_xarray(path)
+            try:
+                mean = opened["model_mean"].values
+                time.sleep(0.3)  # a publish or two lands here (xr.open_zarr mixed in 5 of 6 rounds)
+                variance = opened["model_explained_variance"].values
+            except StoreReplacedError:
+                continue
+            read += 1
+            assert variance[0] / mean[0] ** 2 == pytest.approx(invariant, rel=1e-9)
+    finally:
+        stop.set()
+        writer.join()
+    assert read > 0

@@ -182,7 +182,7 @@ def recover_leftovers(target: Path, keep: int) -> None:
         if marker is not None and marker.get("version") not in (None, leftover.name[len(prefix):]):
             retire_local(target, leftover, keep)
         else:
-            shutil.rmtree(leftover, ignore_errors=True)
+            delete_local(leftover)
 
 
 def history_folder(target: Path) -> Path:
@@ -197,13 +197,21 @@ def retire_local(target: Path, old: Path, keep: int) -> None:
         folder.mkdir(exist_ok=True)
         name = marker.get("version") or new_version()
         if (folder / name).exists():
-            shutil.rmtree(old, ignore_errors=True)
+            delete_local(old)
         else:
             os.replace(old, folder / name)
         for stale in sorted(p for p in folder.iterdir() if not p.name.startswith("."))[:-keep]:
-            shutil.rmtree(stale, ignore_errors=True)
+            delete_local(stale)
     else:
-        shutil.rmtree(old, ignore_errors=True)
+        delete_local(old)
+
+
+def delete_local(folder: Path) -> None:
+    """Delete a store folder, its completion marker first: a lazy reader pinned to it that finds
+    a chunk missing then also finds the marker gone and fails, instead of reading the fill value
+    (:mod:`daskpca.store.snapshot`)."""
+    (folder / COMPLETE_MARKER).unlink(missing_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _local_marker(folder: Path) -> dict | None:
@@ -332,6 +340,9 @@ def _collect_garbage(fs, root: str, keep: set) -> None:
             fs.invalidate_cache(entry)
             for version in fs.ls(entry, detail=False):
                 if version.rstrip("/").rsplit("/", 1)[-1] not in keep:
+                    # The marker first: a lazy reader of this version that finds a chunk missing
+                    # then finds the marker gone and fails (daskpca.store.snapshot).
+                    objects.delete(fs, f"{version.rstrip('/')}/{COMPLETE_MARKER}")
                     objects.delete(fs, version, recursive=True)
         else:
             objects.delete(fs, entry, recursive=True)

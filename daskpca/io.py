@@ -59,7 +59,8 @@ def check_writable(path, *, overwrite: bool = False) -> None:
 
         fs, root = _objects.filesystem(path)
         fs.invalidate_cache(root)
-        exists = fs.exists(root)
+        with _objects.answering(os.fspath(path)):
+            exists = fs.exists(root)
     else:
         exists = _local(path).exists()
         _check_local_folder(_local(path))
@@ -240,7 +241,8 @@ def read_marker(path) -> dict:
         fs, root = _objects.filesystem(location)
         raw, _ = _objects.read(fs, f"{root}/{COMPLETE_MARKER}")
         fs.invalidate_cache(root)
-        exists = raw is not None or fs.exists(root)
+        with _objects.answering(location):
+            exists = raw is not None or fs.exists(root)
     else:
         local = _local(location)
         exists = local.exists()
@@ -420,7 +422,8 @@ def read_dataset(path, *, expected_format: str, error=None):
 
     with tempfile.TemporaryDirectory(prefix="daskpca-") as local:
         fs, remote = _objects.filesystem(location)
-        fs.get(remote + "/", local + "/", recursive=True)
+        with _objects.answering(location):
+            fs.get(remote + "/", local + "/", recursive=True)
         if "integrity" in marker:
             _integrity.check_store(local, marker["integrity"], full=True, label=repr(os.fspath(path)),
                                    **({"error": error} if error is not None else {}))

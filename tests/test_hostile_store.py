@@ -15,10 +15,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xarray as xr
 import zarr
 
 from daskpca import PCA, cli, io
 from daskpca.exceptions import OutputExistsError
+
+try:  # the moto S3 server fixture; without moto/s3fs its tests are skipped, not this module
+    from test_publish_s3 import s3, url as s3_url  # noqa: F401
+except pytest.skip.Exception:
+    s3_url = None
+
+    @pytest.fixture
+    def s3():
+        pytest.skip("needs moto and s3fs")
 
 X = np.random.default_rng(23).standard_normal((120, 6)) @ np.diag([5.0, 3.0, 2.0, 1.0, 0.5, 0.1]) + 2.0
 
@@ -221,3 +231,29 @@ def test_a_lazy_reader_during_back_to_back_publishes_never_mixes(tmp_path):
         stop.set()
         writer.join()
     assert read > 0
+
+
+def test_an_object_store_that_stops_answering_fails_in_bounded_time_naming_the_url(s3, monkeypatch, capsys):
+    # The moto server answers while the model and the input are written, then stops answering
+    # (accepts requests, never replies): every road in fails within about TIMEOUT × ATTEMPTS
+    # per request, naming the URL and $DASKPCA_OBJECT_TIMEOUT, instead of waiting for good.
+    import time
+
+    from daskpca.store import objects
+
+    model, data = s3_url("m.zarr"), s3_url("s.zarr")
+    PCA(2).fit(X).save(model)
+    io.write_xarray(xr.DataArray(X, dims=("time", "space"), name="x").chunk(time=60), data)
+    assert PCA.load(model).n_components_ == 2
+    monkeypatch.setattr(objects, "TIMEOUT", 0.5)  # new storage options: new s3fs instances
+    with s3.silenced():
+        for call in (lambda: PCA.load(model), lambda: io.open_xarray(data)):
+            started = time.monotonic()
+            with pytest.raises(TimeoutError, match=r"did not answer for 's3://.*\$DASKPCA_OBJECT_TIMEOUT"):
+                call()
+            assert time.monotonic() - started < 3 * objects.ATTEMPTS * objects.TIMEOUT + 2
+        started = time.monotonic()
+        code = cli.main(["fit", data, "-k", "2", "--out", s3_url("out.zarr")])
+        err = capsys.readouterr().err
+        assert code == 1 and "did not answer for 's3://" in err and "$DASKPCA_OBJECT_TIMEOUT" in err, err
+        assert time.monotonic() - started < 3 * objects.ATTEMPTS * objects.TIMEOUT + 2

@@ -3,9 +3,11 @@ history and rollback, verified reads, claims, and a writer SIGKILLed at every pu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import threading
 import uuid
 
 import numpy as np
@@ -28,9 +30,36 @@ BUCKET = "daskpca-test"
 X = np.random.default_rng(5).standard_normal((80, 6))
 
 
+class Endpoint(dict):
+    """The env that points clients at the moto server, and :meth:`silenced` to stop it answering."""
+
+    def __init__(self, env: dict, server):
+        super().__init__(env)
+        self.server = server
+
+    @contextlib.contextmanager
+    def silenced(self):
+        """Within: the server accepts connections and requests but answers none (a hung server);
+        the requests held answer on the way out, to clients long gone."""
+        inner = self.server._server  # werkzeug's server: each request thread calls .app
+        app, gate = inner.app, threading.Event()
+
+        def held(environ, start_response):
+            gate.wait()
+            return app(environ, start_response)
+
+        inner.app = held
+        try:
+            yield
+        finally:
+            inner.app = app
+            gate.set()
+
+
 @pytest.fixture(scope="module")
 def s3():
-    """A moto S3 server on 127.0.0.1 (random free port) and the env that points clients at it."""
+    """A moto S3 server on 127.0.0.1 (random free port) and the env that points clients at it
+    (an :class:`Endpoint`)."""
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -47,7 +76,7 @@ def s3():
     s3fs.S3FileSystem.clear_instance_cache()
     boto3.client("s3").create_bucket(Bucket=BUCKET)
     try:
-        yield env
+        yield Endpoint(env, server)
     finally:
         s3fs.S3FileSystem.clear_instance_cache()
         server.stop()

@@ -30,6 +30,7 @@ import weakref
 
 from zarr.storage import FsspecStore, LocalStore, WrapperStore
 
+from . import objects
 from .claims import is_url
 from .publish import COMPLETE_MARKER, resolve
 from ..exceptions import StoreReplacedError
@@ -41,8 +42,9 @@ def open_version(path) -> "OneVersionStore":
     by the caller from the marker read there."""
     location = resolve(path)
     if is_url(location):
-        return OneVersionStore(FsspecStore.from_url(location, read_only=True), label=os.fspath(path),
-                               location=location)
+        inner = FsspecStore.from_url(location, storage_options=objects.storage_options(location), read_only=True)
+        objects.bounded(inner.fs)
+        return OneVersionStore(inner, label=os.fspath(path), location=location)
     fd = os.open(location, os.O_RDONLY | os.O_DIRECTORY)
     pinned = f"/proc/self/fd/{fd}"
     if not os.path.isdir(pinned):  # no /proc: read the path, checking the marker's identity

@@ -29,6 +29,11 @@ class AccuracyWarning(UserWarning):
     asked for at all): the bound is in ``error_bound_`` and ``solver_info_``."""
 
 
+class CheckpointWarning(UserWarning):
+    """A checkpoint was not resumed: it belongs to another job, or the input changed since it
+    was written (the job starts afresh and overwrites it)."""
+
+
 class ChunkLayoutWarning(UserWarning):
     """Labeled input chunked along a feature dimension other than the first: flattening the
     feature dims into matrix columns makes dask regroup the chunks (memory, not extra reads)."""

@@ -318,6 +318,10 @@ def cmd_fit(args) -> dict:
                     scores = model.transform(data)
                     (io.write_xarray if _is_labeled(scores) else io.write_array)(scores, args.scores, overwrite=args.overwrite)
             timings["write_s"] = time.perf_counter() - start
+    resumed = (getattr(pca, "solver_info_", None) or {}).get("resumed_from_pass")
+    if resumed is not None:
+        _say(args, f"resumed from the checkpoint {_checkpoint_path(args.out)} after pass {resumed} "
+                   "(same job, input unchanged since it was written)")
     _say(args, _variance_table(pca, args.all))
     _say(args, f"wrote the model to {args.out}"
                + (f" and the scores ({pca.n_samples_}, {pca.n_components_}) to {args.scores}" if args.scores else ""))
@@ -511,6 +515,8 @@ def _summary(pca, args=None, *, model, scores=None, timings=None) -> dict:
         "n_samples": int(pca.n_samples_),
         "n_features": int(pca.n_features_in_),
         "n_passes": int(pca.n_passes_),
+        # passes a checkpointed fit took over from an interrupted run (None: it started afresh)
+        "resumed_from_pass": (getattr(pca, "solver_info_", None) or {}).get("resumed_from_pass"),
         "explained_variance": [float(v) for v in pca.explained_variance_],
         "explained_variance_ratio": [float(v) for v in pca.explained_variance_ratio_],
         "distortion": float(pca.distortion_),

@@ -277,9 +277,11 @@ def verify(path, *, full: bool = True, label: str | None = None, error=None) -> 
     :class:`~daskpca.exceptions.DamagedStoreError` (or ``error``) naming the damage.
     """
     marker = read_marker(path)
-    if "integrity" in marker:
+    # Every store daskpca publishes carries a record except a plain folder (a report): a record
+    # missing from any other is damage, never a reason to skip the check.
+    if marker.get("format") != FOLDER_FORMAT:
         kwargs = {"error": error} if error is not None else {}
-        _integrity.check_store(resolve(path), marker["integrity"], full=full,
+        _integrity.check_store(resolve(path), marker.get("integrity"), full=full,
                                label=label or repr(os.fspath(path)), **kwargs)
     return marker
 
@@ -424,8 +426,8 @@ def read_dataset(path, *, expected_format: str, error=None):
         fs, remote = _objects.filesystem(location)
         with _objects.answering(location):
             fs.get(remote + "/", local + "/", recursive=True)
-        if "integrity" in marker:
-            _integrity.check_store(local, marker["integrity"], full=True, label=repr(os.fspath(path)),
+        if marker.get("format") != FOLDER_FORMAT:
+            _integrity.check_store(local, marker.get("integrity"), full=True, label=repr(os.fspath(path)),
                                    **({"error": error} if error is not None else {}))
         return _load_dataset(local, path, error)
 

@@ -368,7 +368,8 @@ def write_dataset(ds, path, *, overwrite: bool = False, marker: dict, keep_histo
         with tempfile.TemporaryDirectory(prefix="daskpca-") as local:
             ds.to_zarr(local, mode="w", zarr_format=3, consolidated=False)
             fs, remote = _objects.filesystem(temporary)
-            fs.put(local + "/", remote + "/", recursive=True)
+            with _objects.answering(os.fspath(path)):
+                fs.put(local + "/", remote + "/", recursive=True)
     return os.fspath(path)
 
 

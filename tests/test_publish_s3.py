@@ -201,11 +201,14 @@ def test_cli_fit_to_s3_and_an_old_unversioned_store(s3, tmp_path):
     loaded = daskpca.load(model)
     stored = zarr.open_array(io.resolve(scores), mode="r")[...]
     np.testing.assert_allclose(stored, loaded.transform(X), atol=1e-12)
-    # a store in the old layout (marker at the root, no pointer) reads, and is replaced by a version
+    # a store in the old layout (marker at the root, no pointer, no integrity record) is not read
+    # unverified (issue 23: a marker without a record is indistinguishable from one edited to
+    # skip the checks), and is replaced by a version
     legacy = url("legacy.zarr")
     PCA(2).fit(X).to_dataset().to_zarr(legacy, mode="w", zarr_format=3, consolidated=False)
     _fs().pipe_file(f"{legacy[5:]}/.daskpca-complete", json.dumps({"format": io.MODEL_FORMAT, "format_version": 1}).encode())
-    assert daskpca.load(legacy).n_components_ == 2
+    with pytest.raises(DamagedModelError, match="legacy.zarr' cannot be verified: the integrity record .* is missing"):
+        daskpca.load(legacy)
     PCA(3).fit(X).save(legacy, overwrite=True)
     assert daskpca.load(legacy).n_components_ == 3
     assert sorted(p.rsplit("/", 1)[-1] for p in _fs().ls(legacy[5:], detail=False)) == [POINTER, "versions"]

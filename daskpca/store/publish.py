@@ -299,7 +299,8 @@ class ObjectPublication:
     def commit(self, marker: dict) -> None:
         fault_point("data-written")
         stamped = _stamp({**marker, "version": self.version})
-        self.fs.pipe_file(f"{self.root}/versions/{self.version}/{COMPLETE_MARKER}", json.dumps(stamped).encode())
+        with objects.answering(self.url):
+            self.fs.pipe_file(f"{self.root}/versions/{self.version}/{COMPLETE_MARKER}", json.dumps(stamped).encode())
         fault_point("marker-written")
         if self.claim is not None:
             self.claim.check()

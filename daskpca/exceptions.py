@@ -40,6 +40,11 @@ class AccuracyWarning(UserWarning):
     asked for at all): the bound is in ``error_bound_`` and ``solver_info_``."""
 
 
+class CheckpointWarning(UserWarning):
+    """A checkpoint was not resumed: it belongs to another job, or the input changed since it
+    was written (the job starts afresh and overwrites it)."""
+
+
 class ChunkLayoutWarning(UserWarning):
     """Labeled input chunked along a feature dimension other than the first: flattening the
     feature dims into matrix columns makes dask regroup the chunks (memory, not extra reads)."""
@@ -81,6 +86,11 @@ class DataRangeError(InputError):
 
 class IncompleteStoreError(OSError):
     """Raised when a store has no completion marker (its writer died or is still writing)."""
+
+
+class StoreReplacedError(IncompleteStoreError):
+    """Raised by a lazy reader (``daskpca.io.open_xarray``) when the version it opened was
+    replaced or deleted before it finished reading: it never returns chunks of two versions."""
 
 
 class NewerFormatError(InputError):

@@ -42,6 +42,7 @@ from .exceptions import DamagedStoreError, IncompleteStoreError, InputError, New
 FORMAT_VERSION = 1
 MODEL_FORMAT = "daskpca-model"
 DATA_FORMAT = "daskpca-data"
+FOLDER_FORMAT = "daskpca-folder"
 #: Previous versions a model store keeps when it is replaced (``update``, ``fit --overwrite``).
 MODEL_HISTORY = 5
 
@@ -58,12 +59,15 @@ def check_writable(path, *, overwrite: bool = False) -> None:
 
         fs, root = _objects.filesystem(path)
         fs.invalidate_cache(root)
-        exists = fs.exists(root)
+        with _objects.answering(os.fspath(path)):
+            exists = fs.exists(root)
     else:
         exists = _local(path).exists()
         _check_local_folder(_local(path))
     if exists and not overwrite:
         raise OutputExistsError(_publish._exists_message(os.fspath(path)))
+    if exists:
+        _publish.check_replaceable(path)
 
 
 def check_folder(path) -> None:
@@ -88,11 +92,11 @@ def _check_local_folder(target) -> None:
 @contextmanager
 def atomic_directory(path, *, overwrite: bool = False):
     """Yield a temporary local folder that becomes ``path`` only if the block completes: claimed
-    and published atomically as in :func:`atomic_store`, without a marker (a plain folder, e.g.
-    a report)."""
+    and published atomically as in :func:`atomic_store` (e.g. a report), with a marker of format
+    ``daskpca-folder`` and no checksum record, so that ``overwrite`` knows it is daskpca's."""
     from pathlib import Path
 
-    with atomic_store(path, overwrite=overwrite, marker=None) as temporary:
+    with atomic_store(path, overwrite=overwrite, marker={"format": FOLDER_FORMAT}, record=False) as temporary:
         yield Path(temporary)
 
 
@@ -237,7 +241,8 @@ def read_marker(path) -> dict:
         fs, root = _objects.filesystem(location)
         raw, _ = _objects.read(fs, f"{root}/{COMPLETE_MARKER}")
         fs.invalidate_cache(root)
-        exists = raw is not None or fs.exists(root)
+        with _objects.answering(location):
+            exists = raw is not None or fs.exists(root)
     else:
         local = _local(location)
         exists = local.exists()
@@ -272,9 +277,11 @@ def verify(path, *, full: bool = True, label: str | None = None, error=None) -> 
     :class:`~daskpca.exceptions.DamagedStoreError` (or ``error``) naming the damage.
     """
     marker = read_marker(path)
-    if "integrity" in marker:
+    # Every store daskpca publishes carries a record except a plain folder (a report): a record
+    # missing from any other is damage, never a reason to skip the check.
+    if marker.get("format") != FOLDER_FORMAT:
         kwargs = {"error": error} if error is not None else {}
-        _integrity.check_store(resolve(path), marker["integrity"], full=full,
+        _integrity.check_store(resolve(path), marker.get("integrity"), full=full,
                                label=label or repr(os.fspath(path)), **kwargs)
     return marker
 
@@ -310,12 +317,21 @@ def write_xarray(obj, path, *, overwrite: bool = False, chunks: dict | None = No
 
 def open_xarray(path, **kwargs):
     """Lazily open a store written by :func:`write_xarray` (refuses partial stores and stores
-    with missing or extra chunk files; :func:`verify` checks every byte)."""
+    with missing or extra chunk files; :func:`verify` checks every byte).
+
+    Every chunk comes from the version current at this call, also while other jobs replace the
+    store, or the read raises :class:`~daskpca.exceptions.StoreReplacedError` (a version deleted
+    meanwhile): never a mix (:mod:`daskpca.store.snapshot`).
+    """
     import xarray as xr
 
-    verify(path, full=False)
+    from .store.snapshot import open_version
+
+    read_marker(path)  # missing, partial or too new: named by the path given
+    store = open_version(path)
+    store.version = verify(store.location, full=False, label=repr(os.fspath(path))).get("version")
     with _quiet_marker():
-        return xr.open_zarr(resolve(path), consolidated=False, **kwargs)
+        return xr.open_zarr(store, consolidated=False, **kwargs)
 
 
 @contextmanager
@@ -352,7 +368,8 @@ def write_dataset(ds, path, *, overwrite: bool = False, marker: dict, keep_histo
         with tempfile.TemporaryDirectory(prefix="daskpca-") as local:
             ds.to_zarr(local, mode="w", zarr_format=3, consolidated=False)
             fs, remote = _objects.filesystem(temporary)
-            fs.put(local + "/", remote + "/", recursive=True)
+            with _objects.answering(os.fspath(path)):
+                fs.put(local + "/", remote + "/", recursive=True)
     return os.fspath(path)
 
 
@@ -408,9 +425,10 @@ def read_dataset(path, *, expected_format: str, error=None):
 
     with tempfile.TemporaryDirectory(prefix="daskpca-") as local:
         fs, remote = _objects.filesystem(location)
-        fs.get(remote + "/", local + "/", recursive=True)
-        if "integrity" in marker:
-            _integrity.check_store(local, marker["integrity"], full=True, label=repr(os.fspath(path)),
+        with _objects.answering(location):
+            fs.get(remote + "/", local + "/", recursive=True)
+        if marker.get("format") != FOLDER_FORMAT:
+            _integrity.check_store(local, marker.get("integrity"), full=True, label=repr(os.fspath(path)),
                                    **({"error": error} if error is not None else {}))
         return _load_dataset(local, path, error)
 

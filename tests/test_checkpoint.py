@@ -16,6 +16,7 @@ import pytest
 
 import daskpca
 from daskpca import PCA
+from daskpca.exceptions import CheckpointWarning
 from daskpca.store.checkpoint import Checkpoint, job_fingerprint
 from daskpca.solvers import als, ppca, randomized
 
@@ -142,7 +143,8 @@ def test_checkpoint_of_another_job_is_ignored(tmp_path, monkeypatch, change):
     params.update({k: v for k, v in change.items() if k != "rows"})
     with dask.config.set(scheduler="threads"):
         fresh = PCA(**{**params, "checkpoint": None}).fit(other)
-        pca = PCA(**params).fit(other)
+        with pytest.warns(CheckpointWarning, match="not resumed: it was written by another job"):
+            pca = PCA(**params).fit(other)
     assert pca.solver_info_["resumed_from_pass"] is None
     assert pca.n_passes_ == fresh.n_passes_
     np.testing.assert_array_equal(pca.components_, fresh.components_)
@@ -165,7 +167,10 @@ def test_checkpoint_round_trip_and_fingerprint(tmp_path):
     state = store.load()
     assert store.resumed_from == 3 and state["passes"] == 3 and state["sigma2"] == 0.1
     np.testing.assert_array_equal(state["basis"], np.arange(8.0).reshape(4, 2))
-    assert Checkpoint(tmp_path / "c.npz", job_fingerprint(X, solver="als", k=3)).load() is None
+    with pytest.warns(CheckpointWarning, match="another job"):
+        assert Checkpoint(tmp_path / "c.npz", job_fingerprint(X, solver="als", k=3)).load() is None
+    with pytest.warns(CheckpointWarning, match="the input changed"):
+        assert Checkpoint(tmp_path / "c.npz", job_fingerprint(X, solver="als", k=2), "other").load() is None
     assert not list(tmp_path.glob(".*.tmp.npz"))  # the temporary was renamed into place
     store.clear()
     assert not (tmp_path / "c.npz").exists()
@@ -225,6 +230,7 @@ def test_cli_fit_killed_with_sigkill_resumes(tmp_path):
 
     summary, reference_summary = json.loads(rerun.stdout), json.loads(out)
     assert summary["n_passes"] < reference_summary["n_passes"] == 20
+    assert summary["resumed_from_pass"] >= 1 and reference_summary["resumed_from_pass"] is None
     resumed, full = daskpca.load(model), daskpca.load(reference)
     assert resumed.solver_info_["resumed_from_pass"] >= 1
     assert resumed.solver_info_["total_passes"] == 20
@@ -232,3 +238,45 @@ def test_cli_fit_killed_with_sigkill_resumes(tmp_path):
     for name in ("components_", "explained_variance_", "mean_"):
         a, b = getattr(resumed, name), getattr(full, name)
         assert np.max(np.abs(a - b)) <= 1e-10 * np.max(np.abs(b)), name
+
+
+def _krylov(X, checkpoint):
+    with dask.config.set(scheduler="threads"):
+        return PCA(3, solver="krylov", tol=1e-9, random_state=0, checkpoint=checkpoint).fit(X)
+
+
+@pytest.mark.parametrize("rewritten", [False, True], ids=["unchanged", "rewritten-in-place"])
+def test_krylov_resumes_only_over_the_input_it_checkpointed(tmp_path, monkeypatch, rewritten):
+    # Issue 23: a Krylov fit killed after one pass, its input rewritten in place (same shape,
+    # chunks, dtype: same dask name), resumed from the old data's state and published a wrong
+    # model silently. The checkpoint now carries the input's storage stats: a changed input
+    # starts afresh with a warning; an unchanged one resumes and says so.
+    import warnings
+
+    import zarr
+
+    from _helpers import reference_pca, sin_theta
+
+    old, new = low_rank_data(*SHAPE, seed=1), low_rank_data(*SHAPE, seed=2)
+    source, path = str(tmp_path / "x.zarr"), tmp_path / "job.checkpoint.npz"
+    zarr.create_array(store=source, shape=SHAPE, chunks=CHUNKS, dtype="f8")[...] = old
+    with monkeypatch.context() as patch:
+        patch.setattr(randomized, "dask", _DaskThatDies(2))  # Krylov's passes run through randomized.run_pass
+        with pytest.raises(Killed):
+            _krylov(source, path)
+    assert path.exists()  # saved after pass 1
+    if rewritten:
+        zarr.open_array(source, mode="r+")[...] = new
+        with pytest.warns(CheckpointWarning, match=r"job.checkpoint.npz' is not resumed: the input changed"):
+            pca = _krylov(source, path)
+        assert pca.solver_info_["resumed_from_pass"] is None
+        fresh = _krylov(source, None)
+        np.testing.assert_array_equal(pca.components_, fresh.components_)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CheckpointWarning)
+            pca = _krylov(source, path)
+        assert pca.solver_info_["resumed_from_pass"] == 1
+    data = new if rewritten else old
+    assert sin_theta(pca.components_, reference_pca(data)[0][:3]) <= 1e-7
+    assert not path.exists()

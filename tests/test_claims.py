@@ -312,3 +312,35 @@ def test_loads_while_another_process_replaces_the_model_read_one_whole_version(t
         loads += 1
     assert writer.returncode == 0, writer.stderr.read()
     assert loads >= 5
+
+
+def test_a_job_that_fails_before_writing_leaves_no_folders_its_claim_made(tmp_path, source, capsys):
+    # Issue 23: the claim made the output's missing parent folders and a failed job left them.
+    deep = tmp_path / "new" / "deeper"
+    code = cli.main(["fit", str(source), "--n-components", "99", "--out", str(deep / "m.zarr"),
+                     "--scores", str(tmp_path / "other" / "s.zarr"), "--quiet"])
+    assert code == 2, capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # neither the claims nor their folders
+    (tmp_path / "kept").mkdir()  # a folder that was there before is never removed
+    acquire(tmp_path / "kept" / "a" / "m.zarr").release()
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["kept"]
+    assert cli.main(["fit", str(source), "--n-components", "2", "--out", str(deep / "m.zarr"), "--quiet"]) == 0
+    assert daskpca.load(deep / "m.zarr").n_components_ == 2  # a published output keeps its folders
+
+
+def test_break_claim_on_a_claim_whose_pid_was_reused_clears_it_like_a_plain_rerun(tmp_path, caplog):
+    # The pid is alive, but it is a later process's (its start time differs): the holder is dead.
+    from daskpca.store.claims import _process_identity
+
+    target = tmp_path / "m.zarr"
+    reused = {"token": "r", "pid": os.getpid(), "host": os.uname().nodename, "started": time.time() - 60,
+              "command": "daskpca fit reused", **_process_identity(os.getpid())}
+    reused["pid_start"] -= 1
+    for break_stale in (False, True):
+        with open(claim_location(target), "w") as handle:
+            json.dump(reused, handle)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="daskpca"):
+            acquire(target, break_stale=break_stale).release()
+        assert "'daskpca fit reused'" in caplog.text and "no longer running" in caplog.text
+        assert not os.path.exists(claim_location(target))

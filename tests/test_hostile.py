@@ -112,7 +112,7 @@ CLI_CASES = {
     "out exists": (["fit", "{root}/matrix.zarr", "--n-components", "2", "--out", "{root}/model.zarr"], 2,
                    r"model.zarr' already exists; pass --overwrite"),
     "scores exists": (FIT + ["--scores", "{root}/results.zarr"], 2, r"results.zarr' already exists"),
-    "out and scores the same": (FIT + ["--scores", "{tmp}/m.zarr"], 2, r"name the same store twice"),
+    "out and scores the same": (FIT + ["--scores", "{tmp}/m.zarr"], 2, r"is the same store as the output"),
     "out under a file": (["fit", "{root}/matrix.zarr", "--n-components", "2", "--out", "{root}/file.txt/m.zarr"], 2,
                          r"cannot write .*file.txt/m.zarr'.*is not a folder"),
     "scores under a file": (FIT + ["--scores", "{root}/file.txt/s.zarr"], 2, r"cannot write .*is not a folder"),

@@ -1,7 +1,7 @@
 """Verified loads: a damaged model (missing chunk, NaN, edited attrs, wrong shapes) is refused by
 ``load`` with a message naming the damage, and none gives scores. Two layers are checked: the
-checksums recorded at write time, and (for a store whose record was rewritten to match, or one
-written before records existed) the fitted invariants."""
+checksums recorded at write time (a missing or malformed record is damage too), and (for a store
+whose record was rewritten to match) the fitted invariants."""
 
 from __future__ import annotations
 
@@ -110,14 +110,33 @@ def test_invariants_catch_damage_behind_a_rewritten_record(model, damage):
         daskpca.load(model)
 
 
-def test_a_model_written_before_records_loads_and_is_still_checked(model):
+GARBAGE_RECORDS = {
+    "missing": None,  # deleted from the marker (or a store from before records)
+    "string": "ok",
+    "list": [],
+    "number": 0,
+    "empty object": {},
+    "wrong types": {"metadata": {"zarr.json": 1}, "arrays": {"model_mean": {"objects": "1", "names": 2, "bytes": None}}},
+}
+
+
+@pytest.mark.parametrize("record", GARBAGE_RECORDS.values(), ids=GARBAGE_RECORDS)
+def test_verification_cannot_be_switched_off_by_editing_the_marker(model, template, tmp_path, capsys, record):
+    # Issue 23: a marker without its record (or with garbage there) loaded unverified, or failed
+    # with an AttributeError. It is damage: refused by load and by the CLI as bad input (exit 2).
     marker = json.loads((model / io.COMPLETE_MARKER).read_text())
-    del marker["integrity"]
+    marker.pop("integrity")
+    if record is not None:
+        marker["integrity"] = record
     (model / io.COMPLETE_MARKER).write_text(json.dumps(marker))
-    assert daskpca.load(model).n_components_ == 3
-    _set(model, "model_components", (1, 1), np.inf)
-    with pytest.raises(DamagedModelError, match="components_ contains NaN or ±inf"):
+    with pytest.raises(DamagedModelError, match=r"model.zarr' cannot be verified: the integrity record .*re-fit"):
         daskpca.load(model)
+    for command in (["inspect", str(model)],
+                    ["transform", str(model), str(template / "in.zarr"), "--out", str(tmp_path / "s.zarr")]):
+        code = cli.main(command)
+        err = capsys.readouterr().err
+        assert code == 2 and "cannot be verified" in err and "Traceback" not in err, (command, err)
+    assert not (tmp_path / "s.zarr").exists()
 
 
 def test_cli_refuses_a_damaged_model_and_writes_no_scores(model, template, tmp_path, capsys):

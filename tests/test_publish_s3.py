@@ -3,9 +3,11 @@ history and rollback, verified reads, claims, and a writer SIGKILLed at every pu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import threading
 import uuid
 
 import numpy as np
@@ -28,9 +30,36 @@ BUCKET = "daskpca-test"
 X = np.random.default_rng(5).standard_normal((80, 6))
 
 
+class Endpoint(dict):
+    """The env that points clients at the moto server, and :meth:`silenced` to stop it answering."""
+
+    def __init__(self, env: dict, server):
+        super().__init__(env)
+        self.server = server
+
+    @contextlib.contextmanager
+    def silenced(self):
+        """Within: the server accepts connections and requests but answers none (a hung server);
+        the requests held answer on the way out, to clients long gone."""
+        inner = self.server._server  # werkzeug's server: each request thread calls .app
+        app, gate = inner.app, threading.Event()
+
+        def held(environ, start_response):
+            gate.wait()
+            return app(environ, start_response)
+
+        inner.app = held
+        try:
+            yield
+        finally:
+            inner.app = app
+            gate.set()
+
+
 @pytest.fixture(scope="module")
 def s3():
-    """A moto S3 server on 127.0.0.1 (random free port) and the env that points clients at it."""
+    """A moto S3 server on 127.0.0.1 (random free port) and the env that points clients at it
+    (an :class:`Endpoint`)."""
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -47,7 +76,7 @@ def s3():
     s3fs.S3FileSystem.clear_instance_cache()
     boto3.client("s3").create_bucket(Bucket=BUCKET)
     try:
-        yield env
+        yield Endpoint(env, server)
     finally:
         s3fs.S3FileSystem.clear_instance_cache()
         server.stop()
@@ -172,11 +201,14 @@ def test_cli_fit_to_s3_and_an_old_unversioned_store(s3, tmp_path):
     loaded = daskpca.load(model)
     stored = zarr.open_array(io.resolve(scores), mode="r")[...]
     np.testing.assert_allclose(stored, loaded.transform(X), atol=1e-12)
-    # a store in the old layout (marker at the root, no pointer) reads, and is replaced by a version
+    # a store in the old layout (marker at the root, no pointer, no integrity record) is not read
+    # unverified (issue 23: a marker without a record is indistinguishable from one edited to
+    # skip the checks), and is replaced by a version
     legacy = url("legacy.zarr")
     PCA(2).fit(X).to_dataset().to_zarr(legacy, mode="w", zarr_format=3, consolidated=False)
     _fs().pipe_file(f"{legacy[5:]}/.daskpca-complete", json.dumps({"format": io.MODEL_FORMAT, "format_version": 1}).encode())
-    assert daskpca.load(legacy).n_components_ == 2
+    with pytest.raises(DamagedModelError, match="legacy.zarr' cannot be verified: the integrity record .* is missing"):
+        daskpca.load(legacy)
     PCA(3).fit(X).save(legacy, overwrite=True)
     assert daskpca.load(legacy).n_components_ == 3
     assert sorted(p.rsplit("/", 1)[-1] for p in _fs().ls(legacy[5:], detail=False)) == [POINTER, "versions"]

@@ -137,14 +137,34 @@ def _command_line(args) -> str:
     return " ".join(["daskpca", *(sys.argv[1:] if sys.argv and "daskpca" in sys.argv[0] else [args.command])])[:300]
 
 
+#: Each writing command's inputs and outputs: ``(label, args attribute)`` pairs.
+JOB_PATHS = {
+    "fit": ((("SOURCE", "source"),), (("--out", "out"), ("--scores", "scores"))),
+    "transform": ((("MODEL", "model"), ("SOURCE", "source")), (("--out", "out"),)),
+    "update": ((("SOURCE", "source"),), (("MODEL", "model"),)),
+    "report": ((("MODEL", "model"),), (("--out", "out"),)),
+    "rollback": ((), (("MODEL", "model"),)),
+}
+
+
+def _check_paths(args) -> None:
+    """Refuse, before anything is claimed or read, an output that is, contains or lies inside an
+    input or another output of the job (resolved: symlinks, ``..``, trailing slashes, URLs)."""
+    from ..store.paths import overlaps
+
+    inputs, outputs = JOB_PATHS[args.command]
+    problems = overlaps({label: getattr(args, name, None) for label, name in inputs},
+                        {label: getattr(args, name, None) for label, name in outputs})
+    if problems:
+        raise UsageError(problems[0])
+
+
 def _claim_outputs(args, *outputs):
     """Claim the job's outputs (before any data is read), then check they can be written."""
     from .. import io
 
+    _check_paths(args)
     outputs = [o for o in outputs if o]
-    keys = [os.path.abspath(o) if "://" not in o else o.rstrip("/") for o in outputs]
-    if len(set(keys)) < len(keys):
-        raise UsageError(f"the outputs {outputs} name the same store twice; give each output its own path.")
     for output in outputs:
         io.check_folder(output)
     return io.claims(outputs, break_stale=getattr(args, "break_claim", False), command=_command_line(args))

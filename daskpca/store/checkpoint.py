@@ -9,11 +9,14 @@ Only *small* state goes in (d×k bases, d-vectors, scalars): never anything n-si
 (randomized, als, ppca) open one with :func:`open_checkpoint`; ``path=None`` gives a
 :class:`NullCheckpoint` that does nothing, so the solver code has a single path.
 
-What identifies the input is its dask ``name``: for NumPy input a hash of the data, for a zarr
-store opened by path a hash of the store's location and metadata (so rewriting the *contents*
-of the same store in place, with the same shape, chunks and dtype, is not detected — clear the
-checkpoint by hand then). A zarr array over a store dask cannot hash gets a random name, so its
-jobs never resume; give the dask array a fixed ``name=`` (``da.from_zarr(z, name=...)``) then.
+What identifies the job is the input's shape, chunks, dtype and dask ``name`` (for NumPy input a
+hash of the data) and the parameters. What the input *holds* is fingerprinted too
+(:func:`input_fingerprint`): for a zarr array in the dask graph, its metadata and every storage
+object's stat (size and ``mtime_ns`` of a local file, ETag and size of an object), so an input
+rewritten in place with the same shape, chunks and dtype is noticed without reading it. A
+checkpoint whose job or input fingerprint differs is not resumed: the job starts afresh with a
+:class:`~daskpca.exceptions.CheckpointWarning` saying why. A zarr store of a kind that cannot be
+stat'ed (neither a local folder, an fsspec store nor an in-memory store) is never resumed from.
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ import hashlib
 import json
 import os
 import uuid
+import warnings
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from ..exceptions import InputError, InputTypeError
+from ..exceptions import CheckpointWarning, InputError, InputTypeError
 
 
 class Checkpoint:
@@ -39,37 +43,58 @@ class Checkpoint:
         The ``.npz`` file (a local path).
     fingerprint : dict
         JSON-able description of the job; a stored checkpoint is used only if it matches.
+    source : str or None
+        Digest of what the input holds (:func:`input_fingerprint`); a stored checkpoint is used
+        only if it matches. ``None``: the job fingerprint identifies the data already.
     """
 
-    def __init__(self, path, fingerprint: dict):
+    def __init__(self, path, fingerprint: dict, source: str | None = None):
         self.path = Path(path)
         self.fingerprint = hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()
+        self.source = "" if source is None else source
         self.resumed_from: int | None = None
 
     def load(self) -> dict | None:
         """The saved state, or ``None`` when there is none for this job.
 
-        A missing, unreadable (e.g. truncated by hand) or foreign (other fingerprint) file gives
-        ``None``: the job starts over.
+        A missing or unreadable (e.g. truncated by hand) file gives ``None``: the job starts
+        over. So does a checkpoint of another job or of an input that changed since it was
+        written, with a :class:`~daskpca.exceptions.CheckpointWarning` saying which.
         """
         if not self.path.exists():
             return None
         try:
             with np.load(self.path, allow_pickle=False) as stored:
-                if "__fingerprint__" not in stored.files or str(stored["__fingerprint__"]) != self.fingerprint:
-                    return None
-                state = {key: stored[key] for key in stored.files if key != "__fingerprint__"}
+                job = str(stored["__fingerprint__"]) if "__fingerprint__" in stored.files else None
+                source = str(stored["__input__"]) if "__input__" in stored.files else None
+                state = {key: stored[key] for key in stored.files if not key.startswith("__")}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile):
             return None
+        if job != self.fingerprint:
+            return self._afresh("it was written by another job (a different input shape, chunks, dtype "
+                                "or dask name, or different parameters)")
+        if source != self.source:
+            why = ("the input cannot be checked for changes (its zarr store is of a kind whose "
+                   "objects cannot be stat'ed)" if "unverifiable" in self.source else
+                   "the input changed since it was written (its storage objects' sizes, mtimes or "
+                   "ETags, or its metadata, differ: rewritten in place?)")
+            return self._afresh(why)
         state = {key: value.item() if value.ndim == 0 else value for key, value in state.items()}
         self.resumed_from = int(state.get("passes", 0))
         return state
+
+    def _afresh(self, why: str) -> None:
+        warnings.warn(
+            f"checkpoint {os.fspath(self.path)!r} is not resumed: {why}. The job starts afresh and "
+            "overwrites it; resuming would have continued from another state than this data's.",
+            CheckpointWarning, stacklevel=4)
+        return None
 
     def save(self, state: dict) -> None:
         """Write ``state`` (arrays and scalars) atomically."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex[:8]}.tmp.npz")
-        np.savez(temporary, __fingerprint__=np.array(self.fingerprint), **{k: np.asarray(v) for k, v in state.items()})
+        np.savez(temporary, __fingerprint__=np.array(self.fingerprint), __input__=np.array(self.source), **{k: np.asarray(v) for k, v in state.items()})
         os.replace(temporary, self.path)
 
     def clear(self) -> None:
@@ -112,7 +137,7 @@ def open_checkpoint(path, array, **parameters) -> Checkpoint | NullCheckpoint:
             f"checkpoint={os.fspath(path)!r}: checkpoints are written to a local file; pass a local "
             "path (e.g. 'model.checkpoint.npz') or None."
         )
-    return Checkpoint(path, job_fingerprint(array, **parameters))
+    return Checkpoint(path, job_fingerprint(array, **parameters), input_fingerprint(array))
 
 
 def seed_fingerprint(random_state):
@@ -147,3 +172,90 @@ def job_fingerprint(array, **parameters) -> dict:
         "name": getattr(array, "name", None),
         **{k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in parameters.items()},
     }
+
+
+def input_fingerprint(array) -> str | None:
+    """A digest of what the dask ``array`` reads, cheap to take: ``None`` when its dask name
+    identifies the data already (NumPy and other in-memory input: the name hashes the data).
+
+    For every zarr array the graph reads from (``da.from_zarr``, inlined or not): its metadata
+    and a stat of each of its storage objects (chunks, shards, metadata) — size and
+    ``mtime_ns`` of a local file, ETag (or mtime) and size of an object in an fsspec store,
+    the bytes' hash in an in-memory store. Only a listing is made; no chunk is read from disk
+    or object store. A store of any other kind gives a digest marked ``unverifiable``, which
+    never matches (its checkpoints are never resumed).
+    """
+    sources = _zarr_sources(array)
+    if not sources:
+        return None
+    digest, verifiable = hashlib.sha256(), True
+    for source in sources:
+        entries = _zarr_objects(source)
+        verifiable &= entries is not None
+        digest.update(json.dumps([source.path, source.metadata.to_dict(), entries],
+                                 sort_keys=True, default=str).encode())
+    return digest.hexdigest() + ("" if verifiable else f":unverifiable:{uuid.uuid4().hex}")
+
+
+def _zarr_sources(array) -> list:
+    """The zarr arrays in ``array``'s dask graph (from ``da.from_array``/``from_zarr`` layers)."""
+    import zarr
+
+    graph = getattr(array, "__dask_graph__", lambda: None)()
+    found = []
+    for layer in getattr(graph, "layers", {}).values():
+        candidates = []
+        if getattr(layer, "indices", None) is not None:  # inlined source: a Blockwise argument
+            candidates = [value for value, index in layer.indices if index is None]
+        elif len(getattr(layer, "mapping", ())) == 1:  # "original-<name>": {key: the source}
+            candidates = list(layer.mapping.values())
+        for value in candidates:
+            value = getattr(value, "value", value)  # a task-spec DataNode wraps it
+            if isinstance(value, zarr.Array) and all(value is not seen for seen in found):
+                found.append(value)
+    return found
+
+
+def _zarr_objects(array) -> list | None:
+    """``[(key, stat…)]`` for every storage object of a zarr ``array``; ``None`` when its store
+    cannot be listed with stats."""
+    from zarr.storage import FsspecStore, LocalStore, MemoryStore
+
+    store = array.store
+    while hasattr(store, "_store") and not isinstance(store, (FsspecStore, LocalStore, MemoryStore)):
+        store = store._store  # wrappers (read-only views, counting stores, ...) over the real one
+    prefix = array.path.strip("/")
+    local = None
+    if isinstance(store, LocalStore):
+        local = Path(store.root)
+    elif isinstance(store, FsspecStore) and set(_protocols(store.fs)) & {"file", "local"}:
+        local = Path(store.path)  # a path opened through fsspec: the same files, same stats
+    if local is not None:
+        root = local / prefix
+        entries = []
+        for folder, _, files in os.walk(root):
+            for name in files:
+                stat = os.stat(os.path.join(folder, name))
+                entries.append((os.path.relpath(os.path.join(folder, name), root), stat.st_size,
+                                stat.st_mtime_ns, stat.st_ino))
+        return sorted(entries)
+    if isinstance(store, MemoryStore):
+        return sorted((key, hashlib.sha256(value.to_bytes()).hexdigest())
+                      for key, value in store._store_dict.items() if key.startswith(prefix))
+    if isinstance(store, FsspecStore):
+        from zarr.core.sync import sync
+
+        root = f"{store.path.rstrip('/')}/{prefix}".rstrip("/")
+        if hasattr(store.fs, "_find"):
+            found = sync(store.fs._find(root, detail=True))  # the store's own async filesystem and loop
+        else:
+            found = store.fs.find(root, detail=True)
+        return sorted((key[len(root):], info.get("size"), info.get("ETag") or info.get("etag")
+                       or str(info.get("mtime") or info.get("LastModified") or ""))
+                      for key, info in found.items())
+    return None
+
+
+def _protocols(fs) -> tuple:
+    fs = getattr(fs, "sync_fs", fs)  # zarr's async wrapper around a synchronous filesystem
+    return fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)

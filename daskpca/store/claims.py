@@ -6,7 +6,8 @@ exclusive create (a hard link of a complete temporary file, which fails if the n
 exactly one succeeds; the others get :class:`~daskpca.exceptions.OutputClaimedError` naming the
 holder (pid, host, command, start time) before they read any data. The holder checks that the
 claim is still its own again just before it publishes, and removes it when done (success or
-failure).
+failure), with the folders it had to create for it when they are still empty (a job that fails
+before writing leaves nothing behind).
 
 A job killed with SIGKILL cannot remove its claim. The next job reads it. When the holder
 provably cannot be running — same host, same boot, same pid namespace, and its pid gone or
@@ -15,7 +16,8 @@ rerunning a killed job just works (and resumes from its checkpoint). Otherwise (
 container, whose processes cannot be seen from here; a claim written before these fields
 existed) the error names the holder and says that ``--break-claim`` (:func:`break_claim` in
 Python) clears it once you know that job is gone: a slow job must never lose its output to an
-impatient one.
+impatient one. ``--break-claim`` on a claim whose holder is provably dead (its pid now a later
+process's) clears it as a plain rerun would; only a holder that may be running is refused.
 
 Claims held by this process are registered (:func:`held`), so the writers in :mod:`daskpca.io`
 take a claim only for targets the caller did not claim already.
@@ -78,6 +80,9 @@ class Claim:
     location: str
     token: str
     record: dict = field(default_factory=dict)
+    #: Local folders the claim had to create (deepest first): removed on release when empty, so
+    #: a job that fails before writing leaves no trace.
+    folders: tuple = ()
 
     def is_ours(self) -> bool:
         """Whether the stored claim is still this one (nobody broke it)."""
@@ -100,6 +105,11 @@ class Claim:
             _HELD.pop(_key(self.target), None)
         if self.is_ours():
             _remove(self.location)
+        for folder in self.folders:
+            try:
+                os.rmdir(folder)  # only an empty one: the published output, or anyone's file, keeps it
+            except OSError:
+                break
 
 
 def held(target) -> Claim | None:
@@ -128,28 +138,45 @@ def acquire(target, *, break_stale: bool = False, command: str | None = None) ->
     data = json.dumps(record).encode()
     if break_stale:
         other = _read(location)
-        if other is not None and _alive_here(other):
+        if other is not None and _provably_dead(other):
+            _clear_stale(target, location, other)  # as a plain rerun would: its pid merely reused
+        elif other is not None and _alive_here(other):
             raise OutputClaimedError(
                 f"{target!r} is being written by {describe(other)}, which is still running on this "
                 "host: --break-claim only clears claims of jobs that are gone. Wait for it, or stop it."
             )
-        _remove(location)
+        else:
+            _remove(location)
+    folders = () if is_url(location) else _missing_folders(Path(location).parent)
     for _attempt in range(3):
         if _create(location, data):
             break
         other = _read(location)
         if other is not None and _provably_dead(other):
-            log.warning("cleared the stale claim on %r of %s: that job is no longer running (killed "
-                        "before it finished)", target, describe(other))
-            _remove(location)
+            _clear_stale(target, location, other)
         elif other is not None:  # None: its holder released it between our create and read
             raise OutputClaimedError(_conflict_message(target, location, other))
     else:
         raise OutputClaimedError(_conflict_message(target, location, None))
-    claim = Claim(target, location, record["token"], record)
+    claim = Claim(target, location, record["token"], record, folders)
     with _HELD_LOCK:
         _HELD[_key(target)] = claim
     return claim
+
+
+def _clear_stale(target: str, location: str, other: dict) -> None:
+    log.warning("cleared the stale claim on %r of %s: that job is no longer running (killed "
+                "before it finished)", target, describe(other))
+    _remove(location)
+
+
+def _missing_folders(folder: Path) -> tuple:
+    """``folder`` and its ancestors that do not exist yet, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(str(folder))
+        folder = folder.parent
+    return tuple(missing)
 
 
 @contextmanager
@@ -281,18 +308,23 @@ def _create(location: str, data: bytes) -> bool:
         fs, path = objects.filesystem(location)
         return objects.create(fs, path, data)
     path = Path(location)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Write a complete file, then hard-link it into place: the link fails if the claim exists,
-    # and a claim that exists is always complete.
-    temporary = path.parent / f"{path.name}.{uuid.uuid4().hex[:8]}.tmp"
-    temporary.write_bytes(data)
-    try:
-        os.link(temporary, path)
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        temporary.unlink(missing_ok=True)
+    for attempt in range(3):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Write a complete file, then hard-link it into place: the link fails if the claim exists,
+        # and a claim that exists is always complete.
+        temporary = path.parent / f"{path.name}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            temporary.write_bytes(data)
+            os.link(temporary, path)
+            return True
+        except FileExistsError:
+            return False
+        except FileNotFoundError:  # another job's failed claim removed the folder it had made
+            if attempt == 2:
+                raise
+        finally:
+            temporary.unlink(missing_ok=True)
+    return False
 
 
 def _read(location: str) -> dict | None:

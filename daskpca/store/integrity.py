@@ -12,7 +12,8 @@ in full; data stores are checked by listing on open and in full by ``daskpca.io.
 **Model invariants.** :func:`check_model` checks what every fitted model satisfies — one k in
 every array and scalar, shapes that agree with the feature stage, finite values, orthonormal
 components, non-negative variances sorted in decreasing order — so a model whose record was
-lost or rewritten is still refused when it is not a PCA model.
+rewritten to match is still refused when it is not a PCA model. A record that is missing or
+malformed is refused as damage (:func:`check_store`): editing the marker never turns checking off.
 """
 
 from __future__ import annotations
@@ -79,6 +80,23 @@ def store_record(location: str) -> dict:
     }
 
 
+def _record_problem(record) -> str | None:
+    """What is wrong with the form of an integrity ``record`` (``None``: nothing)."""
+    if record is None:
+        return "is missing"
+    if not isinstance(record, dict):
+        return f"is a {type(record).__name__} ({str(record)[:40]!r})"
+    if not isinstance(record.get("metadata"), dict) or not isinstance(record.get("arrays"), dict):
+        return f"lacks 'metadata' or 'arrays' objects (keys: {sorted(map(str, record))})"
+    if not record["metadata"] or not all(isinstance(v, str) for v in record["metadata"].values()):
+        return "has no metadata checksums, or ones that are not strings"
+    for array, entry in record["arrays"].items():
+        if (not isinstance(entry, dict) or type(entry.get("objects")) is not int
+                or not isinstance(entry.get("names"), str) or not isinstance(entry.get("bytes"), str)):
+            return f"has a malformed entry for array {array!r} ({str(entry)[:40]!r})"
+    return None
+
+
 #: Objects read per request batch while hashing (bounded memory for large results stores).
 _BATCH = 64
 
@@ -94,8 +112,21 @@ def _hashes(fs, root: str, names: list) -> dict:
     return out
 
 
-def check_store(location: str, record: dict, *, full: bool, label: str, error=DamagedStoreError) -> None:
-    """Raise ``error`` naming what differs between the store at ``location`` and its ``record``."""
+def check_store(location: str, record, *, full: bool, label: str, error=DamagedStoreError) -> None:
+    """Raise ``error`` naming what differs between the store at ``location`` and its ``record``.
+
+    A ``record`` that is missing (``None``) or not of the form :func:`store_record` writes is
+    damage too: verification cannot be switched off by editing the marker.
+    """
+    problem = _record_problem(record)
+    if problem:
+        raise error(
+            f"{label} cannot be verified: the integrity record in its completion marker "
+            f"({_IGNORED[0]}) {problem}, expected an object with 'metadata' and 'arrays' as daskpca "
+            "writes it. The marker was edited, or the store was written by a daskpca older than "
+            "its records; refusing to read it unverified. Restore a verified version (`daskpca "
+            "history` / `daskpca rollback`) or write it again (re-fit and save)."
+        )
     fs, root, names = _objects_of(location)
     problems = []
     present_metadata = {n for n in names if n.endswith("zarr.json")}

@@ -17,18 +17,85 @@ here before running concurrent writers against it.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
+from contextlib import contextmanager
 
 #: Serialises the emulated conditional writes on filesystems without native conditions.
 _EMULATION_LOCK = threading.Lock()
+#: Seconds an object-store request may take to connect, and again to answer
+#: (``$DASKPCA_OBJECT_TIMEOUT``): a server that stops answering fails the job instead of hanging it.
+TIMEOUT = float(os.environ.get("DASKPCA_OBJECT_TIMEOUT", 20))
+#: Attempts per request (the first and the retries), each bounded by :data:`TIMEOUT`.
+ATTEMPTS = 3
+
+
+def storage_options(url: str) -> dict:
+    """The fsspec options that bound every request to ``url``'s store by :data:`TIMEOUT`
+    (S3: botocore's connect and read timeouts; s3fs retries, :func:`bounded`, make the attempts)."""
+    if url.split("://", 1)[0] in ("s3", "s3a"):
+        # total_max_attempts counts the first try (botocore's max_attempts counts only the
+        # retries and would double every attempt s3fs makes)
+        return {"config_kwargs": {"connect_timeout": TIMEOUT, "read_timeout": TIMEOUT,
+                                  "retries": {"total_max_attempts": 1}}}
+    return {}
+
+
+def bounded(fs):
+    """``fs`` with :data:`ATTEMPTS` attempts per request (s3fs keeps the count on the instance)
+    and no request that can wait without a timeout.
+
+    botocore sends uploads with ``Expect: 100-continue`` and aiohttp waits for the ``100
+    Continue`` with no timeout at all, so a put to a server that stopped answering hung for
+    good (the read timeout starts only after the body is sent). Bodies are sent without asking
+    first: an upload the server refuses costs its bytes once; a hang costs the job.
+    """
+    if _is_s3(fs):
+        fs.retries = ATTEMPTS
+        if not getattr(fs, "asynchronous", False):  # zarr's async instances only read: no bodies
+            from botocore.handlers import add_expect_header
+
+            fs.connect()  # the client is made lazily; this builds it (no request is sent)
+            fs.s3.meta.events.unregister("before-call.s3", add_expect_header)
+    return fs
 
 
 def filesystem(url: str):
-    """``(fs, path)`` for an fsspec URL, the path without a trailing slash."""
+    """``(fs, path)`` for an fsspec URL, the path without a trailing slash; every request made
+    through ``fs`` has a timeout and bounded retries (:func:`storage_options`)."""
     import fsspec
 
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs, path.rstrip("/")
+    fs, path = fsspec.core.url_to_fs(url, **storage_options(url))
+    return bounded(fs), path.rstrip("/")
+
+
+@contextmanager
+def answering(url: str):
+    """Turn a request that timed out or could not connect (after its retries) into a
+    ``TimeoutError`` naming ``url``."""
+    try:
+        yield
+    except Exception as exc:
+        if not _unanswered(exc):
+            raise
+        raise TimeoutError(
+            f"the object store did not answer for {url!r} ({ATTEMPTS} attempt(s) of {TIMEOUT:g} s each; "
+            f"{type(exc).__name__}: {exc}). Check that the endpoint is up and reachable, or raise "
+            "$DASKPCA_OBJECT_TIMEOUT for a slow one.") from exc
+
+
+def _unanswered(exc: BaseException) -> bool:
+    if isinstance(exc, (TimeoutError, ConnectionError)):
+        return True
+    try:
+        from botocore.exceptions import ConnectionError as BotoConnectionError, HTTPClientError
+    except ImportError:
+        return False
+    return isinstance(exc, (HTTPClientError, BotoConnectionError))
+
+
+def _url(fs, path: str) -> str:
+    return fs.unstrip_protocol(path)
 
 
 def _is_s3(fs) -> bool:
@@ -47,6 +114,11 @@ def read(fs, path: str) -> tuple[bytes | None, str | None]:
     changed at any time after the tag was read, so content newer than the tag is never written
     over by mistake.
     """
+    with answering(_url(fs, path)):
+        return _read(fs, path)
+
+
+def _read(fs, path: str) -> tuple[bytes | None, str | None]:
     if _is_s3(fs):
         bucket, key = _bucket_key(path)
         try:
@@ -66,6 +138,11 @@ def read(fs, path: str) -> tuple[bytes | None, str | None]:
 
 def create(fs, path: str, data: bytes) -> bool:
     """Write ``data`` to ``path`` only if no object is there; True when this call created it."""
+    with answering(_url(fs, path)):
+        return _create(fs, path, data)
+
+
+def _create(fs, path: str, data: bytes) -> bool:
     if _is_s3(fs):
         bucket, key = _bucket_key(path)
         try:
@@ -85,6 +162,11 @@ def create(fs, path: str, data: bytes) -> bool:
 def replace(fs, path: str, data: bytes, tag: str | None) -> bool:
     """Write ``data`` to ``path`` only if the object is still the one tagged ``tag`` (from
     :func:`read`; ``None``: only if there is still no object). True when written."""
+    with answering(_url(fs, path)):
+        return _replace(fs, path, data, tag)
+
+
+def _replace(fs, path: str, data: bytes, tag: str | None) -> bool:
     if tag is None:
         return create(fs, path, data)
     if _is_s3(fs):
@@ -109,6 +191,11 @@ def replace(fs, path: str, data: bytes, tag: str | None) -> bool:
 
 def delete(fs, path: str, *, recursive: bool = False) -> None:
     """Remove an object (or a prefix); nothing there is fine."""
+    with answering(_url(fs, path)):
+        return _delete(fs, path, recursive=recursive)
+
+
+def _delete(fs, path: str, *, recursive: bool = False) -> None:
     try:
         fs.rm(path, recursive=recursive)
     except FileNotFoundError:

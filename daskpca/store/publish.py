@@ -96,6 +96,23 @@ def _exists_message(target) -> str:
             "or choose another path: daskpca never overwrites an output unless told to.")
 
 
+def check_replaceable(target) -> None:
+    """Raise :class:`OutputExistsError` unless what is at ``target`` is a store daskpca wrote
+    (a folder with its completion marker; on an object store, a version pointer or a marker):
+    ``overwrite`` replaces daskpca's own results, never a user's files or another tool's store."""
+    target = os.fspath(target)
+    if is_url(target):
+        fs, root = objects.filesystem(target)
+        ours = any(objects.read(fs, f"{root}/{name}")[0] is not None for name in (POINTER, COMPLETE_MARKER))
+    else:
+        ours = _local_marker(local_path(target)) is not None
+    if not ours:
+        raise OutputExistsError(
+            f"{target!r} exists and is not a store daskpca wrote (it has no completion marker "
+            f"{COMPLETE_MARKER}): --overwrite (overwrite=True) only replaces daskpca's own results, never "
+            "other files. Choose another path, or move or delete it yourself if it is not needed.")
+
+
 # ----------------------------------------------------------------------------- local folders
 
 
@@ -103,8 +120,10 @@ class LocalPublication:
     def __init__(self, target: str, *, overwrite: bool, keep_history: int, claim):
         self.target = local_path(target)
         self.overwrite, self.keep, self.claim = overwrite, keep_history, claim
-        if self.target.exists() and not overwrite:
-            raise OutputExistsError(_exists_message(target))
+        if self.target.exists() or self.target.is_symlink():
+            if not overwrite:
+                raise OutputExistsError(_exists_message(target))
+            check_replaceable(self.target)
         self.target.parent.mkdir(parents=True, exist_ok=True)
         recover_leftovers(self.target, keep_history)
         self.version = new_version()
@@ -123,6 +142,7 @@ class LocalPublication:
         if self.target.exists() or self.target.is_symlink():
             if not self.overwrite:  # appeared while this job ran (a writer that took no claim)
                 raise OutputExistsError(_exists_message(os.fspath(self.target)))
+            check_replaceable(self.target)
             _exchange(self.temporary, self.target)
             self.done = True
             fault_point("switched")
@@ -162,7 +182,7 @@ def recover_leftovers(target: Path, keep: int) -> None:
         if marker is not None and marker.get("version") not in (None, leftover.name[len(prefix):]):
             retire_local(target, leftover, keep)
         else:
-            shutil.rmtree(leftover, ignore_errors=True)
+            delete_local(leftover)
 
 
 def history_folder(target: Path) -> Path:
@@ -177,13 +197,21 @@ def retire_local(target: Path, old: Path, keep: int) -> None:
         folder.mkdir(exist_ok=True)
         name = marker.get("version") or new_version()
         if (folder / name).exists():
-            shutil.rmtree(old, ignore_errors=True)
+            delete_local(old)
         else:
             os.replace(old, folder / name)
         for stale in sorted(p for p in folder.iterdir() if not p.name.startswith("."))[:-keep]:
-            shutil.rmtree(stale, ignore_errors=True)
+            delete_local(stale)
     else:
-        shutil.rmtree(old, ignore_errors=True)
+        delete_local(old)
+
+
+def delete_local(folder: Path) -> None:
+    """Delete a store folder, its completion marker first: a lazy reader pinned to it that finds
+    a chunk missing then also finds the marker gone and fails, instead of reading the fill value
+    (:mod:`daskpca.store.snapshot`)."""
+    (folder / COMPLETE_MARKER).unlink(missing_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _local_marker(folder: Path) -> dict | None:
@@ -260,8 +288,10 @@ class ObjectPublication:
         self.overwrite, self.keep, self.claim = overwrite, keep_history, claim
         self.pointer, self.tag = read_pointer(self.url)
         self.fs.invalidate_cache(self.root)
-        if (self.pointer is not None or self.fs.exists(self.root)) and not overwrite:
-            raise OutputExistsError(_exists_message(target))
+        if self.pointer is not None or self.fs.exists(self.root):
+            if not overwrite:
+                raise OutputExistsError(_exists_message(target))
+            check_replaceable(self.url)
         self.version = new_version()
         self.location = f"{self.url}/versions/{self.version}"
         self.done = False
@@ -269,7 +299,8 @@ class ObjectPublication:
     def commit(self, marker: dict) -> None:
         fault_point("data-written")
         stamped = _stamp({**marker, "version": self.version})
-        self.fs.pipe_file(f"{self.root}/versions/{self.version}/{COMPLETE_MARKER}", json.dumps(stamped).encode())
+        with objects.answering(self.url):
+            self.fs.pipe_file(f"{self.root}/versions/{self.version}/{COMPLETE_MARKER}", json.dumps(stamped).encode())
         fault_point("marker-written")
         if self.claim is not None:
             self.claim.check()
@@ -310,6 +341,9 @@ def _collect_garbage(fs, root: str, keep: set) -> None:
             fs.invalidate_cache(entry)
             for version in fs.ls(entry, detail=False):
                 if version.rstrip("/").rsplit("/", 1)[-1] not in keep:
+                    # The marker first: a lazy reader of this version that finds a chunk missing
+                    # then finds the marker gone and fails (daskpca.store.snapshot).
+                    objects.delete(fs, f"{version.rstrip('/')}/{COMPLETE_MARKER}")
                     objects.delete(fs, version, recursive=True)
         else:
             objects.delete(fs, entry, recursive=True)

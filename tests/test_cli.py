@@ -74,7 +74,7 @@ def test_fit_transform_inspect_report_json(sources, tmp_path, capsys):
     assert info["matrix_shape"] == [2000, 24] and info["plan"]["solver"] == "covariance"
 
     assert cli.main(["report", str(tmp_path / "model.zarr"), "--out", str(tmp_path / "report"), "--quiet"]) == 0
-    assert {p.name for p in (tmp_path / "report").iterdir()} == {
+    assert {p.name for p in (tmp_path / "report").iterdir() if not p.name.startswith(".")} == {
         "scree.png", "cumulative.png", "distortion.png", "components.png", "summary.md"}
     assert "| 1 |" in (tmp_path / "report" / "summary.md").read_text()
 
@@ -187,7 +187,8 @@ def test_on_a_separately_started_scheduler_and_workers(sources, tmp_path):
         (["fit", "{root}/matrix.zarr", "--n-components", "99", "--out", "{tmp}/m.zarr"], "n_components=99 is out of range"),
         (["fit", "{root}/matrix.zarr", "--n-components", "two", "--out", "{tmp}/m.zarr"], "--n-components 'two'"),
         (["fit", "{root}/matrix.zarr", "--out", "{tmp}/m.zarr"], "needs --n-components"),
-        (["fit", "{root}/matrix.zarr", "--n-components", "2", "--out", "{root}/matrix.zarr"], "already exists; pass --overwrite"),
+        (["fit", "{root}/matrix.zarr", "--n-components", "2", "--out", "{root}/field.zarr"], "already exists; pass --overwrite"),
+        (["fit", "{root}/matrix.zarr", "--n-components", "2", "--out", "{root}/matrix.zarr"], "writing it would destroy what the job reads"),
         (["transform", "{tmp}/no-model.zarr", "{root}/matrix.zarr", "--out", "{tmp}/s.zarr"], "no store at"),
     ],
 )

@@ -2,8 +2,9 @@
 
 It owns the command itself (:mod:`.command`: config → cluster → io → estimator → io, no math), its
 options and their checks (:mod:`.options`), the mapping of failures to exit codes and one-line
-messages (:mod:`.errors`) and the report folder (:mod:`.report`: PNG figures and ``summary.md``
-drawn with :mod:`daskpca.plot`). Its progress line is the solvers' pass reporter
+messages (:mod:`.errors`), what a job prints (:mod:`.summary`: the variance table, the account of
+the run, ``--json``), the demo's sample data (:mod:`.demo`) and the report folder (:mod:`.report`:
+PNG figures and ``summary.md`` drawn with :mod:`daskpca.plot`). Its progress line is the solvers' pass reporter
 (:class:`daskpca.solvers._progress.ProgressLine`, also ``daskpca.progress()`` in notebooks).
 
 It sits at the top of the import order: it may import everything public in daskpca (the

@@ -118,27 +118,24 @@ def map_row_blocks(X, func: Callable, name: str, *args) -> list:
     column pieces of each row block inside one task, so every stored chunk is still read exactly
     once and column chunking costs no extra pass.
     """
-    X = X.rechunk({1: -1})
+    return _map_blocks(X.rechunk({1: -1}), 0, func, name, args)
+
+
+def map_column_blocks(X, func: Callable, name: str, *args) -> list:
+    """One delayed ``func(strip, col_offset, *args)`` per column strip (all rows) of ``X``."""
+    return _map_blocks(X.rechunk({0: -1}), 1, func, name, args)
+
+
+def _map_blocks(X, axis: int, func: Callable, name: str, args: tuple) -> list:
+    """``func(block, offset along axis, *args)`` per block of ``X`` (one block along the other
+    axis), its array arguments shared (:func:`shared`), under keys ``(name-token, i)``."""
     blocks = X.to_delayed().ravel()
     token = tokenize(X, func, args)
     call = dask.delayed(func, pure=True)
     args = shared(args)
     return [
         call(block, offset, *args, dask_key_name=(f"{name}-{token}", i))
-        for i, (block, offset) in enumerate(zip(blocks, block_offsets(X.chunks[0])))
-    ]
-
-
-def map_column_blocks(X, func: Callable, name: str, *args) -> list:
-    """One delayed ``func(strip, col_offset, *args)`` per column strip (all rows) of ``X``."""
-    X = X.rechunk({0: -1})
-    blocks = X.to_delayed().ravel()
-    token = tokenize(X, func, args)
-    call = dask.delayed(func, pure=True)
-    args = shared(args)
-    return [
-        call(block, offset, *args, dask_key_name=(f"{name}-{token}", j))
-        for j, (block, offset) in enumerate(zip(blocks, block_offsets(X.chunks[1])))
+        for i, (block, offset) in enumerate(zip(blocks, block_offsets(X.chunks[axis])))
     ]
 
 

@@ -259,13 +259,13 @@ def _embedded(data, n_lags: int, lag_step: int, sample_dims):
         raise UsageError(f"--lags {n_lags} --lag-step {lag_step}: {exc}") from None
 
 
-def _load_model(path, *, coupled: bool = False):
+def _load_model(path, *, coupled: bool = False, verify: bool = True):
     """The model at ``path``, with its rotation when it was saved with one (one read, verified);
     ``coupled``: an MCA/CCA store loads as its own class (else PCA's reader refuses it by name)."""
     from .. import PCA, Rotator
     from ..store.model import ESTIMATORS, read_model_dataset
 
-    ds = read_model_dataset(path)
+    ds = read_model_dataset(path, verify=verify)
     cls = ESTIMATORS.get(ds.attrs.get("estimator"), PCA) if coupled else PCA
     return (Rotator if "rotation" in ds.attrs else cls).from_dataset(ds, source=os.fspath(path))
 
@@ -366,7 +366,7 @@ def cmd_transform(args) -> dict:
 
     with _claim_outputs(args, args.out):
         io.check_writable(args.out, overwrite=args.overwrite)
-        pca = _load_model(args.model)
+        pca = _load_model(args.model, verify=not args.no_verify)
         data = _as_fitted(open_source(args.source, args.var), pca)
         with runner(args, data.nbytes):
             start = time.perf_counter()
@@ -379,7 +379,7 @@ def cmd_transform(args) -> dict:
 
 def cmd_update(args) -> dict:
     with _claim_outputs(args, args.model):
-        model = _load_model(args.model)
+        model = _load_model(args.model, verify=not args.no_verify)
         pca = getattr(model, "model_", model)  # a rotation: update the model it rotates, then rotate again
         pca.check_updatable()  # before a cluster starts or any data is read
         data = _as_fitted(open_source(args.source, args.var), model)  # a lagged model lags the new data too
@@ -422,7 +422,7 @@ def cmd_inspect(args) -> dict:
     from .. import PCA
 
     if _is_saved_model(args.path):
-        model = _load_model(args.path)  # verified: a damaged store or marker is refused by name
+        model = _load_model(args.path, verify=not args.no_verify)  # verified: a damaged store or marker is refused by name
         pca = getattr(model, "model_", model)
         _say(args, f"daskpca model {args.path}: {pca.n_components_} components of {pca.n_features_in_} "
                    f"features, fitted on {pca.n_samples_} samples with solver {pca.solver_!r} "
@@ -455,7 +455,7 @@ def cmd_report(args) -> dict:
 
     with _claim_outputs(args, args.out):
         io.check_writable(args.out, overwrite=args.overwrite)
-        pca = _load_model(args.model, coupled=True)
+        pca = _load_model(args.model, coupled=True, verify=not args.no_verify)
         if hasattr(pca, "model_"):
             raise UsageError(f"{args.model!r} holds a rotated model ({'varimax' if pca.power == 1 else 'promax'}); "
                              "`daskpca report` draws a PCA's own modes, spectrum and North errors, so it would show "

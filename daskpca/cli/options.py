@@ -125,6 +125,11 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
         sub.add_argument("--break-claim", action="store_true",
                          help="clear the claim a killed job left on an output (never one of a job still running here)")
 
+    def no_verify(sub):
+        sub.add_argument("--no-verify", action="store_true",
+                         help="read the model without checking its checksums and integrity record (a store whose "
+                              "record was lost; at your own risk)")
+
     def source_options(sub):
         sub.add_argument("--var", metavar="NAME", help="variable of a dataset source")
 
@@ -171,6 +176,7 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
                         "Project SOURCE onto a saved model's components; stream the scores to a chunked zarr store.")
     transform.add_argument("model", metavar="MODEL")
     transform.add_argument("source", metavar="SOURCE")
+    no_verify(transform)
     required(transform).add_argument("--out", metavar="SCORES", help="where to write the scores (a zarr store)")
     source_options(transform)
     transform.add_argument("--nan", choices=["raise", "propagate"], default="raise",
@@ -185,6 +191,7 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
                      "in MODEL's history (`daskpca history`, `daskpca rollback`).")
     update.add_argument("model", metavar="MODEL")
     update.add_argument("source", metavar="SOURCE")
+    no_verify(update)
     source_options(update)
     update.add_argument("--all", action="store_true", help="print every mode of the variance table")
     update.add_argument("--break-claim", action="store_true", help="clear the claim a killed job left on MODEL")
@@ -193,6 +200,7 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     inspect = command("inspect", "what a model or a source holds, and the plan for fitting it",
                       "Describe a saved model, or a source and the solver plan for fitting it.")
     inspect.add_argument("path", metavar="PATH", nargs="?")
+    no_verify(inspect)
     source_options(inspect)
     sample_dims(inspect, "labeled sources: dims that index samples (default: the first)")
     inspect.add_argument("-k", "--n-components", default="20", metavar="K", help="for the plan (default: %(default)s)")
@@ -201,6 +209,7 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     report = command("report", "plots and a summary of a saved model",
                      "Write scree and cumulative-variance plots, the leading component maps (PNG) and a Markdown summary.")
     report.add_argument("model", metavar="MODEL")
+    no_verify(report)
     required(report).add_argument("--out", metavar="DIR", help="folder to write (must not exist unless --overwrite)")
     report.add_argument("--n-maps", type=positive_int, default=4, help="component maps to draw (default: %(default)s)")
     report.add_argument("--bootstrap", type=non_negative_int, default=0, metavar="N",

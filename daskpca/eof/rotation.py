@@ -254,14 +254,14 @@ class Rotator(ParamsMixin):
         return io.write_dataset(ds, store, overwrite=overwrite, marker={"format": io.MODEL_FORMAT, "note": "rotated"})
 
     @classmethod
-    def load(cls, store):
+    def load(cls, store, *, verify: bool = True):
         """The rotation :meth:`save` wrote, fitted again on the stored model (reads no data) and
-        checked against the stored rotation matrix."""
+        checked against the stored rotation matrix (``verify`` as for :meth:`daskpca.PCA.load`)."""
         import os
 
         from ..store.model import read_model_dataset
 
-        return cls.from_dataset(read_model_dataset(store), source=os.fspath(store))
+        return cls.from_dataset(read_model_dataset(store, verify=verify), source=os.fspath(store))
 
     @classmethod
     def from_dataset(cls, ds, *, source: str = "the dataset"):

@@ -125,7 +125,8 @@ def check_store(location: str, record, *, full: bool, label: str, error=DamagedS
             f"({_IGNORED[0]}) {problem}, expected an object with 'metadata' and 'arrays' as daskpca "
             "writes it. The marker was edited, or the store was written by a daskpca older than "
             "its records; refusing to read it unverified. Restore a verified version (`daskpca "
-            "history` / `daskpca rollback`) or write it again (re-fit and save)."
+            "history` / `daskpca rollback`) or write it again (re-fit and save); to read it anyway, "
+            "at your own risk, load it with verify=False (the CLI's --no-verify)."
         )
     fs, root, names = _objects_of(location)
     problems = []

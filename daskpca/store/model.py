@@ -56,7 +56,7 @@ class SavedModelMixin:
         return written
 
     @classmethod
-    def load(cls, store):
+    def load(cls, store, *, verify: bool = True):
         """Load a model written by :meth:`save` (local path or fsspec URL).
 
         Refuses a store without its completion marker (:class:`~daskpca.exceptions.IncompleteStoreError`),
@@ -65,9 +65,11 @@ class SavedModelMixin:
         since they were written (checksums), attributes missing, or a model that breaks the
         fitted invariants (one k everywhere, finite values, orthonormal components, sorted
         non-negative variances). The returned model's ``transform`` is identical to the saved
-        model's.
+        model's. ``verify=False`` skips the checksums and the integrity record only (with a
+        warning): the escape hatch for a store whose record was lost, to be read at your own risk;
+        the fitted invariants are still checked.
         """
-        return _load(store, cls)
+        return _load(store, cls, verify)
 
     def to_dataset(self):
         """The fitted model as one ``xarray.Dataset`` (format ``daskpca-model`` version 1).
@@ -212,20 +214,20 @@ def _is_json(value) -> bool:
         return False
 
 
-def load(store):
+def load(store, *, verify: bool = True):
     """``daskpca.load``: the model :meth:`SavedModelMixin.save` wrote at ``store``, as the class
     that wrote it (the store's ``estimator`` attr: ``PCA``, ``HilbertPCA``, ``MCA``), verified as
-    :meth:`SavedModelMixin.load` says."""
-    return _load(store, None)
+    :meth:`SavedModelMixin.load` says (``verify`` as there)."""
+    return _load(store, None, verify)
 
 
-def _load(store, cls):
+def _load(store, cls, verify: bool = True):
     """Read, verify and rebuild the model at ``store`` with ``cls`` (None: the class that wrote it)."""
     source = os.fspath(store)
     # The version is read first: if the store is replaced while it is read, the recorded
     # version is the older one, and a later save there is refused (the safe direction).
     version = io.store_version(store)
-    ds = read_model_dataset(store)
+    ds = read_model_dataset(store, verify=verify)
     if cls is None:  # an unknown name falls to PCA's reader, whose error names it
         cls = ESTIMATORS.get(ds.attrs.get("estimator"), ESTIMATORS["PCA"])
     model = cls.from_dataset(ds, source=source)
@@ -233,11 +235,18 @@ def _load(store, cls):
     return model
 
 
-def read_model_dataset(store):
+def read_model_dataset(store, *, verify: bool = True):
     """The model store at ``store`` read into memory and verified, with the errors
-    :meth:`SavedModelMixin.load` documents (also for :meth:`daskpca.Rotator.load` and the CLI)."""
+    :meth:`SavedModelMixin.load` documents (also for :meth:`daskpca.Rotator.load` and the CLI);
+    ``verify=False``: without its checksums and integrity record, with a warning."""
+    if not verify:
+        import warnings
+
+        warnings.warn(f"{os.fspath(store)!r} is read without verifying its checksums (verify=False): a "
+                      "changed or damaged store goes unnoticed.", UserWarning, stacklevel=3)
     try:
-        return io.read_dataset(store, expected_format=io.MODEL_FORMAT, error=DamagedModelError)
+        return io.read_dataset(store, expected_format=io.MODEL_FORMAT, error=DamagedModelError,
+                               verify_integrity=verify)
     except IncompleteStoreError as exc:
         raise IncompleteStoreError(_not_a_model(os.fspath(store)) or str(exc)) from None
 

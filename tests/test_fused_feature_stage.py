@@ -41,7 +41,7 @@ def _assert_same_result(fused, generic, rtol):
     np.testing.assert_allclose(fused.mean, generic.mean, rtol=1e-13)
     np.testing.assert_allclose(fused.total_variance, generic.total_variance, rtol=1e-13)
     if "error_bound" in generic.info:
-        np.testing.assert_allclose(fused.info["error_bound"], generic.info["error_bound"], rtol=rtol, atol=1e-14)  # round-off floor
+        np.testing.assert_allclose(fused.info["error_bound"], generic.info["error_bound"], rtol=rtol, atol=1e-13)  # round-off floor: bounds ~1e-12 differ in the last digits (slabs scaled after the shift)
     assert fused.n_passes == generic.n_passes - 1
 
 

@@ -131,7 +131,7 @@ from ._base import ComponentRequest, SolverResult
 from ._iterative import as_generator, subspace_sine
 from ._progress import Passes
 from .randomized import (
-    _check_oversamples, _leading_right_vectors, feature_fingerprint, fuses_features as randomized_fuses_features, resumed_stage, run_first_pass, run_pass,
+    _check_oversamples, _leading_right_vectors, feature_fingerprint, fuses_features as randomized_fuses_features, pass_input, resumed_stage, run_first_pass, run_pass,
     sketch_result, stage_state,
 )
 
@@ -432,7 +432,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
         block, done = state["block"], int(state["passes"])
         total_m2, restarts = float(state["m2"]), int(state["restarts"])
     stage = resumed_stage(state, features)
-    Z = X if stage is None else stage.apply(X)  # what every pass but a fused first one reads
+    Z = pass_input(X, stage)  # what every pass but a fused first one reads
 
     n_passes, history, invariant = 0, [], False
     passes = Passes("krylov", budget, at_most=True, tol=tol, done=done)
@@ -444,7 +444,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             else:
                 root = run_pass(Z, block, first=total_m2 is None)
         if fused:
-            Z, basis = stage.apply(X), Basis.empty(stage.n_kept)
+            Z, basis = pass_input(X, stage), Basis.empty(stage.n_kept)
             stage.narrow(request)  # k ≤ the kept features, validated as on the generic road
             block, image = _kept_start(block, root.ht.T @ root.r, stage.keep)
         else:

@@ -43,7 +43,7 @@ class ProbabilisticMixin:
     def get_covariance(self) -> np.ndarray:
         """The model covariance ``Aᵀ diag(max(λ − σ², 0)) A + σ² I`` (n_kept × n_kept), with
         ``A = components_`` (scaled by √λ when ``whiten=True``, as scikit-learn does)."""
-        self._check_fitted()
+        self.check_fitted()
         components, diff = self._likelihood_terms()
         cov = (components.T * diff) @ components
         cov.flat[:: cov.shape[0] + 1] += self.noise_variance_
@@ -52,7 +52,7 @@ class ProbabilisticMixin:
     def get_precision(self) -> np.ndarray:
         """Inverse of :meth:`get_covariance`, by the matrix inversion lemma (scikit-learn's
         formula; a plain inverse when ``noise_variance_`` is 0)."""
-        self._check_fitted()
+        self.check_fitted()
         if self.noise_variance_ == 0.0:
             return np.linalg.inv(self.get_covariance())
         components, diff = self._likelihood_terms()
@@ -80,9 +80,9 @@ class ProbabilisticMixin:
             NumPy for NumPy input, a lazy dask array otherwise (one pass when computed); a
             DataArray over the sample dims for a labeled model.
         """
-        self._check_fitted()
+        self.check_fitted()
         check_nan_policy(nan)
-        matrix, kind = self._model_input(X)
+        matrix, kind = self.model_input(X)
         Z = self.feature_stage_.apply(matrix).rechunk({1: -1})
         e = self._eigenvalues()
         d, k = Z.shape[1], self.n_components_

@@ -309,7 +309,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             standardized (its per-feature scale would change with the new data).
         """
         self.check_updatable()
-        matrix, _ = self._model_input(X)
+        matrix, _ = self.model_input(X)
         with one_blas_thread_per_task():
             (new,) = dask.compute(covariance.moments_graph(self.feature_stage_.apply(matrix)))
         merged = combine_moments([self.solver_info_["moments"], new])
@@ -327,7 +327,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
 
     def check_updatable(self) -> None:
         """Raise unless :meth:`update` can fold new data into this model exactly (reads nothing)."""
-        self._check_fitted()
+        self.check_fitted()
         if self.solver_info_.get("moments") is None:
             raise InputError(
                 f"this model was fitted with solver={self.solver_!r}, which keeps no sufficient "
@@ -435,9 +435,9 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             ``X`` (the pass's tasks: tiny storage chunks are grouped, see
             :mod:`daskpca.solvers._geometry`), one pass when computed. Input's floating dtype.
         """
-        self._check_fitted()
+        self.check_fitted()
         check_nan_policy(nan)
-        matrix, kind = self._model_input(X)
+        matrix, kind = self.model_input(X)
         scaling, factors = self._score_factors(scaling)
         Z = self.feature_stage_.apply(matrix)
         scores = Z.rechunk({1: -1}).map_blocks(  # mean and basis: one shared key each
@@ -475,7 +475,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             stage's factor), NaN at masked features. A labeled model returns the field with its
             original dims and coords.
         """
-        self._check_fitted()
+        self.check_fitted()
         if self.layout_ is not None:
             given = labeled.scores_from_xarray(X, modes, self.n_components_)
             matrix, index, lazy = given.matrix, given.modes, given.lazy
@@ -498,9 +498,10 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             rows = rows.compute()
         return labeled.field_from_rows(self.layout_, rows, given) if self.layout_ is not None else rows
 
-    def _model_input(self, X):
-        """``(matrix, kind)`` of data for a fitted model: labeled as at fit time, or a matrix
-        with the input's number of features."""
+    def model_input(self, X):
+        """``(matrix, kind)`` of data for a fitted model (lazy, regrouped; the feature stage not
+        applied): labeled as at fit time, or a matrix with the input's number of features. The
+        one road back into the model, for transforms here and readers such as the bootstrap."""
         if self.layout_ is not None:
             if not labeled.is_labeled(X):
                 raise InputTypeError(
@@ -560,7 +561,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         ``north_error`` (λ·√(2/n)), ``north_error_percent`` (mode); attrs with parameters (JSON),
         solver, passes and library version. See :mod:`daskpca.labeled`.
         """
-        self._check_fitted()
+        self.check_fitted()
         return labeled.results_dataset(self)
 
     def component_maps(self, X, *, kind="correlation", modes=None):
@@ -568,27 +569,26 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
 
         See :func:`daskpca.labeled.component_maps` for the formulas.
         """
-        self._check_fitted()
+        self.check_fitted()
         return labeled.component_maps(self, X, kind=kind, modes=modes)
 
     def north_errors(self) -> np.ndarray:
         """North et al. (1982) typical eigenvalue errors ``explained_variance_ · √(2 / n_samples_)``."""
-        self._check_fitted()
+        self.check_fitted()
         return self.explained_variance_ * np.sqrt(2.0 / self.n_samples_)
 
     @property
     def n_iter_(self) -> int:
         """Iterations the solver made (see the class docstring for each solver's meaning)."""
-        self._check_fitted()
+        self.check_fitted()
         # Each iterative solver reports its own count (no branching on solver names here).
         return int(self.solver_info_.get("n_iter", 1))
 
-    def _check_fitted(self) -> None:
+    def check_fitted(self) -> None:
+        """Raise :class:`~daskpca.exceptions.NotFittedError` unless ``fit`` has run."""
         if not hasattr(self, "components_"):
-            raise NotFittedError(
-                f"This {type(self).__name__} instance is not fitted yet. Call fit(X) before "
-                "transform or inverse_transform."
-            )
+            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet. Call fit(X) before "
+                                 "transform or inverse_transform.")
 
 
 def _reconstruct_block(scores: np.ndarray, basis: np.ndarray, mean: np.ndarray, stage: FeatureStage) -> np.ndarray:

@@ -291,7 +291,7 @@ def bootstrap(pca, X, *, n_replicates: int = 1000, block_length: int | None = No
     stationary data", in *Exploring the Limits of Bootstrap*, Wiley (1992) 263–270.
     """
     plan = _check_bootstrap(pca, n_replicates, block_length, confidence, n_modes, n_basis, interval)
-    matrix, _ = pca._model_input(X)
+    matrix, _ = pca.model_input(X)
     if matrix.shape[0] != pca.n_samples_:
         raise InputError(f"X has {matrix.shape[0]} samples but the model was fitted on {pca.n_samples_}: "
                          "pass the data the model was fitted on.")
@@ -394,7 +394,7 @@ def _check_bootstrap(pca, n_replicates, block_length, confidence, n_modes, n_bas
     if not isinstance(pca, PCA):
         raise InputTypeError(f"bootstrap needs a fitted daskpca PCA, not {type(pca).__name__} (for a rotated "
                         "model, bootstrap the PCA it rotates).")
-    pca._check_fitted()
+    pca.check_fitted()
     if np.iscomplexobj(pca.components_):
         raise InputError("bootstrap resamples real PCA models; this model has complex (Hilbert) components.")
     n, k = pca.n_samples_, pca.n_components_

@@ -334,7 +334,7 @@ class MCA(SavedModelMixin, ParamsMixin):
         labeled model. Either may be ``None`` to score one field only. ``nan``: as for
         :meth:`daskpca.PCA.transform` (``"raise"`` names the first NaN/±inf inside the task).
         """
-        self._check_fitted()
+        self.check_fitted()
         return tuple(None if data is None else
                      project(name, data, stage, layout, mean, components.T, estimator="MCA", scaling="none", nan=nan)
                      for (name, components, mean, stage, layout), data in zip(self._per_field(), (X, Y)))
@@ -355,7 +355,7 @@ class MCA(SavedModelMixin, ParamsMixin):
             arrays (NaN at masked features), or labeled over each field's feature dims with
             ``mode`` for a labeled model.
         """
-        self._check_fitted()
+        self.check_fitted()
         (_, _, _, stage_x, layout_x), (_, _, _, stage_y, layout_y) = self._per_field()
         matrix_x, _ = model_matrix("X", X, stage_x, layout_x, "MCA")
         matrix_y, _ = model_matrix("Y", Y, stage_y, layout_y, "MCA")
@@ -389,7 +389,7 @@ class MCA(SavedModelMixin, ParamsMixin):
         because the fields may have different grids under the same dim names."""
         import xarray as xr
 
-        self._check_fitted()
+        self.check_fitted()
         k = self.n_components_
         root = xr.Dataset(coords={labeled.MODE: (labeled.MODE, np.arange(1, k + 1))})
         for name, doc in (("singular_values", "σ of the cross-covariance (ddof=1)"),
@@ -422,7 +422,7 @@ class MCA(SavedModelMixin, ParamsMixin):
         yield "X", self.components_x_, self.mean_x_, self.feature_stage_x_, self.layout_x_
         yield "Y", self.components_y_, self.mean_y_, self.feature_stage_y_, self.layout_y_
 
-    def _check_fitted(self) -> None:
+    def check_fitted(self) -> None:
         if not hasattr(self, "components_x_"):
             raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet. Call fit(X, Y) first.")
 
@@ -435,7 +435,7 @@ class MCA(SavedModelMixin, ParamsMixin):
         ``__x`` / ``__y`` (the two grids may share dim names)."""
         import xarray as xr
 
-        self._check_fitted()
+        self.check_fitted()
         ds = xr.Dataset()
         for name in ("singular_values_", "squared_covariance_fraction_", "covariance_fraction_"):
             ds[f"model_{name.rstrip('_')}"] = xr.DataArray(getattr(self, name), dims=("mode",))

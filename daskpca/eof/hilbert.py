@@ -204,7 +204,7 @@ class HilbertPCA(PCA):
 
     def check_updatable(self) -> None:
         """Always raises: Hilbert EOFs cannot be updated with new samples (reads nothing)."""
-        self._check_fitted()
+        self.check_fitted()
         raise InputError(
             "a HilbertPCA model cannot be updated: the Hilbert transform runs along each feature's whole "
             "series, so new samples change the analytic signal (and the Gram matrix) of the old ones, and "
@@ -224,9 +224,9 @@ class HilbertPCA(PCA):
         """
         import dask.array as da
 
-        self._check_fitted()
+        self.check_fitted()
         check_nan_policy(nan)
-        matrix, kind = self._model_input(X)
+        matrix, kind = self.model_input(X)
         if self.layout_ is not None:
             labeled.check_time_axis(X, self.layout_.sample_dims, "Hilbert scores")
         scaling, factors = self._score_factors(scaling)
@@ -240,7 +240,7 @@ class HilbertPCA(PCA):
 
     def inverse_transform(self, X, *, modes=None, scaling=None):
         """The real field ``Re(scores·vᴴ) + mean_`` from complex scores (see :meth:`PCA.inverse_transform`)."""
-        self._check_fitted()
+        self.check_fitted()
         # PCA reconstructs scores·components_; with the conjugate components that is scores·vᴴ.
         conjugate = copy.copy(self)
         conjugate.components_ = np.conj(self.components_)

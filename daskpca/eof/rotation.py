@@ -199,7 +199,7 @@ class Rotator(ParamsMixin):
         Plain input gives an array (n_samples, n_modes); a labeled model gives a DataArray
         ``(*sample_dims, "mode")`` with modes numbered from 1 in sorted order.
         """
-        self._check_fitted()
+        self.check_fitted()
         m = self.components_.shape[0]
         unit = self.model_.transform(X, scaling="unit")
         if hasattr(unit, "dims"):
@@ -214,7 +214,7 @@ class Rotator(ParamsMixin):
         """Rotated patterns over the model's feature dims (NaN at masked features) and variances."""
         import xarray as xr
 
-        self._check_fitted()
+        self.check_fitted()
         model = self.model_
         m = self.components_.shape[0]
         modes = np.arange(1, m + 1)
@@ -247,7 +247,7 @@ class Rotator(ParamsMixin):
 
         from .. import io
 
-        self._check_fitted()
+        self.check_fitted()
         ds = self.model_.to_dataset()
         ds["rotation_matrix"] = xr.DataArray(self.rotation_matrix_, dims=("rotation_m", "rotation_n"))
         ds.attrs["rotation"] = json.dumps(self.get_params())
@@ -297,6 +297,6 @@ class Rotator(ParamsMixin):
             raise InvalidParameterError(f"normalize={self.normalize!r}: expected True or False.")
         return int(m)
 
-    def _check_fitted(self) -> None:
+    def check_fitted(self) -> None:
         if not hasattr(self, "components_"):
             raise NotFittedError("This Rotator is not fitted yet. Call fit(pca) first.")

@@ -32,7 +32,7 @@ from scipy.linalg import blas, svd
 
 from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from ._moments import MERGE_SPLIT_EVERY, center_block
-from .krylov import DEFLATION_RTOL, ROUNDOFF_RESIDUAL, _orthonormal_extension
+from .krylov import DEFLATION_RTOL, ROUNDOFF_RESIDUAL, orthonormal_extension
 from .._validation import NonFinite
 
 
@@ -203,8 +203,8 @@ def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: 
     Memory on the client: U, V and their images, 2·(dx + dy)·ℓ·passes float64.
     """
     size = block
-    U = _orthonormal_extension(np.zeros((dx, 0)), rng.standard_normal((dx, size)))
-    V = _orthonormal_extension(np.zeros((dy, 0)), rng.standard_normal((dy, size)))
+    U = orthonormal_extension(np.zeros((dx, 0)), rng.standard_normal((dx, size)))
+    V = orthonormal_extension(np.zeros((dy, 0)), rng.standard_normal((dy, size)))
     basis_u, basis_v = np.zeros((dx, 0)), np.zeros((dy, 0))
     images_v, images_u = np.zeros((dx, 0)), np.zeros((dy, 0))  # C·basis_v, Cᵀ·basis_u
     bounds, answer = [], None
@@ -216,8 +216,8 @@ def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: 
         bounds.append(answer[3])
         if tol is not None and answer[3] <= tol:
             break
-        U = _orthonormal_extension(basis_u, P)
-        V = _orthonormal_extension(basis_v, Q)
+        U = orthonormal_extension(basis_u, P)
+        V = orthonormal_extension(basis_v, Q)
         if U.shape[1] == 0 and V.shape[1] == 0:
             break  # both spans are invariant: the answer is exact
     left, right, values, bound = answer

@@ -40,7 +40,7 @@ from ._iterative import as_generator
 from ._moments import MERGE_SPLIT_EVERY
 from .._validation import raise_if_nonfinite
 from .hilbert import COMPLEX128, PADDINGS, gram_graph, strip_bytes, strip_products
-from .krylov import BASIS_BYTES, Basis, _orthonormal_extension, _plain_ritz, check_accuracy_options, pass_budget
+from .krylov import BASIS_BYTES, Basis, orthonormal_extension, _plain_ritz, check_accuracy_options, pass_budget
 
 OPTIONS = ("padding", "decay_factor", "tol", "max_passes")
 #: Block size ℓ = k + N_OVERSAMPLES (as the real Krylov solver's default).
@@ -141,7 +141,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
         passes.bound(bound)
         if bound <= target or len(history) + 1 >= budget:
             break
-        block = _orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:])
+        block = orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:])
         if block.shape[1] == 0:  # span V is invariant under G: the Ritz vectors are exact
             break
         if 2 * COMPLEX128 * n_samples * (basis.size + block.shape[1]) > BASIS_BYTES:

@@ -221,7 +221,7 @@ def _h(a: np.ndarray) -> np.ndarray:
     return a.conj().T if np.iscomplexobj(a) else a.T
 
 
-def _orthonormal_extension(V: np.ndarray, block: np.ndarray) -> np.ndarray:
+def orthonormal_extension(V: np.ndarray, block: np.ndarray) -> np.ndarray:
     """Orthonormal columns spanning ``(I − VVᴴ)·block``, without directions already in span V.
 
     Projected twice (block CGS2), then a rank-revealing factorisation (thin QR, SVD of its ℓ×ℓ
@@ -458,7 +458,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
         passes.bound(history[-1])
         if result.certified(tol) <= target or done + n_passes >= budget:
             break
-        block = _orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:])
+        block = orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:])
         if block.shape[1] == 0:  # span V is invariant under C: the projection is exact
             invariant = True
             break

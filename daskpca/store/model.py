@@ -45,7 +45,7 @@ class SavedModelMixin:
         dropping that update. A model fitted here (``fit`` also ends a loaded model's tie to its
         store) replaces whatever is there when ``overwrite=True``.
         """
-        self._check_fitted()
+        self.check_fitted()
         origin, version = getattr(self, "_loaded_from", (None, None))
         replaces = version if overwrite and origin == _store_identity(store) else None
         written = io.write_dataset(self.to_dataset(), store, overwrite=overwrite,
@@ -90,7 +90,7 @@ class SavedModelMixin:
         """
         import xarray as xr
 
-        self._check_fitted()
+        self.check_fitted()
         ds = self.to_xarray()
         dims = {"components_": ("mode", "feature_kept"), "mean_": ("feature_kept",)}
         for name in _MODEL_ARRAYS:

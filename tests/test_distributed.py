@@ -105,7 +105,14 @@ def test_a_pass_graph_stays_small_whatever_d(client, tmp_path, solver):
             local = make().fit(data)
             np.testing.assert_allclose(scores, local.transform(data).compute(), rtol=1e-5, atol=1e-4)
             np.testing.assert_allclose(likelihood, local.score_samples(data).compute(), rtol=1e-9)
-        np.testing.assert_allclose(pca.components_, local.components_, rtol=1e-9, atol=1e-12)
+        # The same subspace, not the same bits: workers run BLAS on one thread (distributed pins
+        # it) and the threaded scheduler on several, so sums round differently in the last bits,
+        # and an unconverged 3-pass Krylov basis carries that into its smallest entries (~1e-6
+        # relative on entries of 1e-6, 7e-12 absolute). Subspace and spectrum must agree far
+        # below any error the fit reports.
+        assert sin_theta(pca.components_, local.components_) <= 1e-8
+        np.testing.assert_allclose(pca.explained_variance_, local.explained_variance_, rtol=1e-9)
+        np.testing.assert_allclose(pca.components_, local.components_, rtol=0, atol=1e-9)
     assert largest[16_000] < 64 * 2**10, largest
     assert largest[16_000] < 1.5 * largest[2_000], largest
 

@@ -18,7 +18,7 @@ from .pca import PCA
 from .eof.rotation import Rotator
 from .solvers import SOLVERS
 from .solvers._progress import progress
-from .store.model import load
+from .models import load
 
 __all__ = ["CCA", "HilbertPCA", "MCA", "PCA", "NotFittedError", "Rotator", "SOLVERS", "lag_embed", "load", "progress",
            "__version__"]

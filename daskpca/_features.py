@@ -31,6 +31,7 @@ weighted columns; with ``standardize`` the extra read, see
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
 import dask
@@ -42,6 +43,7 @@ from .solvers._graph import SizedByArrays, map_row_blocks, share, tree_reduce
 from .solvers._base import ComponentRequest, SolverResult
 from .solvers._progress import Passes
 from .solvers._iterative import ColumnMoments, column_moments, combine_column_moments
+from .store.checkpoint import CheckpointFile
 
 
 @dataclass(frozen=True)
@@ -221,8 +223,12 @@ def solve(module, X, request: ComponentRequest, spec: FeatureSpec | None, *, ran
     """Run solver ``module`` on ``X`` through the feature stage ``spec`` (None: a plain fit).
 
     The one place a solver is called from. Returns the solver's result with ``features`` set
-    (None for a plain fit) and ``n_passes`` counting every read, the generic one included.
+    (None for a plain fit) and ``n_passes`` counting every read, the generic one included. A
+    ``checkpoint`` path is opened here (:class:`daskpca.store.checkpoint.CheckpointFile`, checked
+    before any read): solvers write their state through that interface, never importing the store.
     """
+    if isinstance(options.get("checkpoint"), (str, os.PathLike)):
+        options["checkpoint"] = CheckpointFile(options["checkpoint"])
     if spec is None:
         return _checked(module, X, request, random_state=random_state, **options)
     if not extra_reads(module, spec):

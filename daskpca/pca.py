@@ -1,45 +1,464 @@
-"""The PCA estimator: parameters, the one fit road, projections, and the saved model.
+"""The PCA family: the one fit road, projections and results shared by PCA and HilbertPCA, and PCA.
 
 Every fit — plain, weighted, standardized or labeled — takes the same road, in
-:meth:`PCA._fit`::
+:meth:`BasePCA._fit`::
 
     source ─▶ matrix ─▶ feature stage ─▶ plan ─▶ solver passes ─▶ small local solve ─▶ model
 
 ``as_dask_matrix`` (or the labeled layer, :mod:`daskpca.labeled`, for xarray input) gives the
 matrix and the feature weights; the planner (:mod:`daskpca._plan`) picks the solver;
 :func:`daskpca._features.solve` runs it with the feature stage fused into its first pass where it
-can; :meth:`PCA._set_fitted` turns the small result into fitted attributes, and this is the only
-place that warns about the result. Transforms take the same stage and layout back.
+can; :meth:`BasePCA._set_fitted` turns the small result into fitted attributes, and this is the
+only place that warns about the result. Transforms take the same stage and layout back
+(:func:`daskpca.models.project`, :func:`daskpca.models.reconstruct`).
+
+:class:`BasePCA` holds what the family shares (scikit-learn's ``_BasePCA``); :class:`PCA` adds
+what only real PCA has — exact updates and probabilistic PCA's likelihood — and
+:class:`daskpca.HilbertPCA` its own solvers and complex scores. Neither switches anything off.
 """
 
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import replace
+from numbers import Integral, Real
 
 import dask
 import numpy as np
 
 from . import _features, _plan, labeled
 from ._features import FeatureSpec, FeatureStage, matrix_weights
-from .solvers._graph import share, shared
-from .solvers._linalg import flip_signs, one_blas_thread_per_task
-from .solvers._progress import PassClock
-from .store.model import SavedModelMixin
-from .solvers._moments import combine_moments
-from ._params import ParamsMixin, check_knobs, check_params
-from ._probabilistic import ProbabilisticMixin, project_block
-from ._validation import as_dask_matrix, check_n_features, check_nan_policy
-from .exceptions import InputError, InputTypeError, NonFiniteInputError, NotFittedError
+from ._probabilistic import ProbabilisticMixin
+from ._validation import NonFinite, as_dask_matrix, check_nan_policy
+from .exceptions import InputError, InputTypeError, NonFiniteInputError
+from .models import _format
+from .models._base import Estimator, model_matrix, positions, project_matrix, reconstruct, scores_out
+from .models._constraints import ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Interval, Options
 from .solvers import SOLVERS, covariance
 from .solvers._base import ComponentRequest, SolverResult
 from .solvers._geometry import geometry_of, regroup
+from .solvers._linalg import flip_signs, one_blas_thread_per_task
+from .solvers._moments import Moments, combine_moments
+from .solvers._progress import PassClock
 
 #: Score scalings of ``transform`` / ``inverse_transform`` (see :mod:`daskpca.labeled`).
 SCALINGS = ("none", "unit", "sqrt_lambda")
 
 
-class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
+class BasePCA(Estimator):
+    """What the PCA family shares: the fit road, ``plan``, projection and reconstruction through
+    the feature stage and the layout, the labeled results and the saved model. Not used alone: a
+    member declares its parameters, its solvers (``_solver_modules``) and its plan (``_make_plan``).
+    """
+
+    _abstract = True
+    #: The solvers ``solver=`` names, name → module.
+    _solver_modules = SOLVERS
+
+    # ------------------------------------------------------------------ fitting
+
+    def fit(self, X, y=None, *, sample_dims=None):
+        """Fit the model to ``X``.
+
+        Parameters
+        ----------
+        X : array of shape (n_samples, n_features), or xarray DataArray / Dataset
+            NumPy or dask array, ``zarr.Array``, or the path/URL of a zarr array; or a labeled
+            xarray object (lazy or not), see :mod:`daskpca.labeled`.
+        y : ignored
+            For scikit-learn's ``Pipeline``.
+        sample_dims : str or sequence of str, optional
+            Labeled input only (and required there): the dimension(s) indexing samples, e.g.
+            ``"time"`` or ``("time", "member")``; every other dimension is a feature dimension.
+            Features that are NaN for every sample are dropped and restored as NaN on output.
+
+        Returns
+        -------
+        self
+        """
+        self._fit(X, sample_dims)
+        return self
+
+    def fit_transform(self, X, y=None, *, sample_dims=None, scaling=None):
+        """Fit, then return the scores of ``X`` (lazy for dask/zarr input; one more pass)."""
+        return self.fit(X, sample_dims=sample_dims).transform(X, scaling=scaling)
+
+    def _fit(self, X, sample_dims) -> None:
+        """The one fit road: matrix → feature stage → plan → solver → fitted attributes."""
+        self.validate_params()
+        self.__dict__.pop("_loaded_from", None)  # a new fit replaces, it does not modify, a loaded model
+        matrix, layout, spec = self._fit_input(X, sample_dims)
+        request = self._request(matrix)
+        plan = self._fit_plan = self._make_plan(matrix, request, spec)  # shown by _repr_html_
+        name, reason, module = plan.solver, plan.reason, self._solver_modules[plan.solver]
+        if spec is not None:
+            spec = replace(spec, missing_ok=getattr(module, "ACCEPTS_MISSING", False))
+        options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
+        try:
+            with one_blas_thread_per_task(), PassClock() as clock:
+                result = _features.solve(module, matrix, request, spec, random_state=self.random_state, **options)
+        except NonFiniteInputError as error:
+            if layout is None:
+                raise
+            raise labeled.located(error, matrix, layout, X) from error
+        self._set_fitted(result, name, reason, layout)
+        self.pass_seconds_, self.fit_seconds_ = np.array(clock.passes), clock.seconds
+        if spec is not None:
+            self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
+        unasked = self.solver == "auto" and not getattr(module, "ACCEPTS_MISSING", False)  # ppca: NaN chose it
+        for message, category in _plan.fit_warnings(self, module, name, chosen_by_planner=unasked):
+            warnings.warn(message, category, stacklevel=3)
+
+    def _fit_input(self, X, sample_dims):
+        """``(matrix, layout, spec)``: the input as a lazy matrix, its labeled layout (or None)
+        and the feature stage asked for (None for a plain fit). Reads no data."""
+        if labeled.is_labeled(X):
+            source = labeled.from_xarray(X, sample_dims, self.weights)
+            return source.matrix, source.layout, FeatureSpec(source.weights, bool(self.standardize))
+        if sample_dims is not None:
+            raise InputTypeError(
+                f"sample_dims={sample_dims!r} applies to xarray input only; a plain matrix already has "
+                "samples as rows."
+            )
+        matrix = regroup(as_dask_matrix(X)[0])
+        if self.weights is None and not self.standardize:
+            return matrix, None, None
+        return matrix, None, FeatureSpec(matrix_weights(self.weights, matrix.shape[1]), bool(self.standardize))
+
+    def plan(self, X, *, sample_dims=None) -> _plan.Plan:
+        """What ``fit(X)`` would do, without reading any data (``X``, ``sample_dims``: as for :meth:`fit`).
+
+        Returns
+        -------
+        Plan
+            The solver ``fit`` would run and why (the one asked for, or the planner's choice), its
+            passes (``plan.passes``, the feature stage's read included; ``plan.most_passes`` the
+            most reads of one that stops on convergence), flops, peak memory per task against the
+            budget (the ``distributed`` workers' limits when a client runs), the runner-up, and
+            every solver's estimate. ``print(plan)`` shows a table. Raises what ``fit`` raises
+            before any read (a knob the solver ignores: :meth:`~daskpca.models.Estimator.refuse_ignored_knobs`).
+        """
+        self.validate_params()
+        matrix, _, spec = self._fit_input(X, sample_dims)
+        return self._make_plan(matrix, self._request(matrix), spec)
+
+    def _request(self, array) -> ComponentRequest:
+        request = ComponentRequest(self.n_components, *array.shape)
+        request.validate()
+        return request
+
+    def _reads(self, module, spec) -> tuple[int, int | None]:
+        """``(the feature stage's reads before module's own, its most reads or None)`` for the plan."""
+        most = getattr(module, "most_passes", None)
+        options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
+        return _features.extra_reads(module, spec), None if most is None else most(options)
+
+    def _set_fitted(self, result: SolverResult, solver: str, reason: str, layout) -> None:
+        signs = flip_signs(result.components)
+        k = len(result.explained_variance)
+        n_samples, n_features = result.n_samples, result.mean.shape[0]
+        kept = float(np.sum(result.explained_variance))
+        n_discarded = min(n_samples, n_features) - k
+        self.components_ = result.components * signs[:, None]
+        self.explained_variance_ = result.explained_variance
+        total = result.total_variance
+        self.explained_variance_ratio_ = result.explained_variance / total if total > 0 else np.zeros(k)
+        self.singular_values_ = np.sqrt(result.explained_variance * max(n_samples - 1, 1))
+        self.mean_ = result.mean
+        self.n_components_, self.n_samples_, self.n_features_in_ = k, n_samples, n_features
+        self.total_variance_ = total
+        self.distortion_ = max(total - kept, 0.0)
+        self.noise_variance_ = (float(result.info["noise_variance"]) if "noise_variance" in result.info
+                                else self.distortion_ / n_discarded if n_discarded > 0 else 0.0)
+        self.solver_, self.solver_reason_ = solver, reason
+        self.n_passes_ = result.n_passes
+        self.solver_info_ = dict(result.info)
+        self.error_bound_ = _plan.error_bound(self.solver_info_)
+        self.feature_stage_ = result.features if result.features is not None else FeatureStage.identity(n_features)
+        self.layout_ = layout
+        self._spectrum = result.spectrum
+
+    # ------------------------------------------------------------------ projecting
+
+    def transform(self, X, *, scaling=None, nan="raise"):
+        """Scores of ``X``: ``(z − mean_) @ components_.T`` with ``z`` the input through the
+        feature stage (divided by √λ when whitening).
+
+        Parameters
+        ----------
+        X : array of shape (n_samples, n_features), or xarray object for a labeled model
+            A labeled model returns a DataArray ``(*sample_dims, "mode")``, modes from 1.
+        scaling : {"none", "unit", "sqrt_lambda"}, optional
+            Scores as projections (variance λ), divided by √λ (unit variance), or multiplied by
+            √λ. Default ``"unit"`` if ``whiten`` else ``"none"``.
+        nan : {"raise", "propagate"}, default="raise"
+            ``"raise"``: NaN/±inf in ``X`` raise a ``ValueError`` naming the first one (row and
+            column, or coordinates for a labeled model). The check runs inside the projection
+            tasks — no extra pass: a lazy result raises when it is computed. ``"propagate"``:
+            the samples holding them get NaN scores. (Features masked at fit time, NaN
+            everywhere, are dropped before and never count.)
+
+        Returns
+        -------
+        scores : array of shape (n_samples, n_components_)
+            NumPy for NumPy input; otherwise a lazy dask array in row blocks of whole chunks of
+            ``X`` (the pass's tasks: tiny storage chunks are grouped, see
+            :mod:`daskpca.solvers._geometry`), one pass when computed. Input's floating dtype.
+        """
+        self.check_fitted()
+        check_nan_policy(nan)
+        matrix, kind = self.model_input(X)
+        scaling, factors = self._score_factors(scaling)
+        stage, layout = self.feature_stage_, self.layout_
+        scores = project_matrix(matrix, stage, self.mean_, self.components_.T * factors[None, :], nan,
+                                positions(stage, layout, X))
+        return scores_out(scores, kind, X, layout, scaling)
+
+    def inverse_transform(self, X, *, modes=None, scaling=None):
+        """Reconstruction ``scores @ components_ + mean_`` in the original feature space.
+
+        Parameters
+        ----------
+        X : array of shape (n_samples, n_components_)
+            Scores as returned by ``transform`` (whitened if ``whiten=True``); for a labeled
+            model the DataArray ``transform`` returned (its ``attrs["scaling"]`` is read back).
+        modes : sequence of int, optional
+            Components to use, numbered from 1 (e.g. ``[1, 2, 5]``); the scores hold either
+            every component or one column per selected mode.
+        scaling : {"none", "unit", "sqrt_lambda"}, optional
+            How the scores were scaled (see :meth:`transform`).
+
+        Returns
+        -------
+        X_original : array of shape (n_samples, n_features)
+            NumPy for NumPy input, else lazy dask array; un-weighted (divided by the feature
+            stage's factor), NaN at masked features. A labeled model returns the field with its
+            original dims and coords.
+        """
+        self.check_fitted()
+        if self.layout_ is not None:
+            given = labeled.scores_from_xarray(X, modes, self.n_components_)
+            matrix, index, lazy = given.matrix, given.modes, given.lazy
+            scaling = scaling or given.scaling
+        else:
+            if labeled.is_labeled(X):
+                raise InputTypeError(f"this {type(self).__name__} was fitted on a plain matrix; pass the scores matrix, not an xarray object.")
+            matrix, kind = as_dask_matrix(X, name="scores")
+            matrix, index = self._select_modes(matrix, modes)
+            lazy = kind != "numpy"
+        _, factors = self._score_factors(scaling)
+        with np.errstate(divide="ignore"):
+            unscale = np.where(factors[index] != 0, 1.0 / factors[index], 0.0)
+        basis = self._reconstruction_basis()[index] * unscale[:, None]
+        rows = self._field_values(reconstruct(matrix, basis, self.mean_, self.feature_stage_, lazy=lazy))
+        return labeled.field_from_rows(self.layout_, rows, given) if self.layout_ is not None else rows
+
+    def _reconstruction_basis(self) -> np.ndarray:
+        """The (k, d_kept) basis scores are multiplied by to reconstruct: the components."""
+        return self.components_
+
+    def _field_values(self, rows):
+        """The reconstructed rows as the family member returns them (PCA: as they are)."""
+        return rows
+
+    def model_input(self, X):
+        """``(matrix, kind)`` of data for a fitted model (lazy, regrouped; the feature stage not
+        applied): labeled as at fit time, or a matrix with the input's number of features. The
+        one road back into the model, for transforms here and readers such as the bootstrap."""
+        return model_matrix(X, self.feature_stage_, self.layout_, estimator=type(self).__name__)
+
+    def _select_modes(self, scores, modes):
+        """``(scores, index)``: the columns for ``modes`` (numbered from 1) and their 0-based index."""
+        k = self.n_components_
+        if modes is None:
+            if scores.shape[1] != k:
+                raise InputError(
+                    f"scores have {scores.shape[1]} columns, but this {type(self).__name__} has {k} components. "
+                    "Pass the output of transform()."
+                )
+            return scores, np.arange(k)
+        index = np.atleast_1d(np.asarray(modes, dtype=int)) - 1
+        if scores.shape[1] == k:
+            scores = scores[:, index]
+        if scores.shape[1] != len(index) or index.min() < 0 or index.max() >= k:
+            raise InputError(
+                f"scores have {scores.shape[1]} columns; expected {k} (all modes) or one "
+                f"per selected mode (modes are numbered 1..{k})."
+            )
+        return scores, index
+
+    def _score_factors(self, scaling: str | None) -> tuple[str, np.ndarray]:
+        """``(scaling, factors)``: the per-mode factor turning projections into the scores asked
+        for (a zero-variance component scores 0 under "unit", not ∞)."""
+        if scaling is None:
+            scaling = "unit" if self.whiten else "none"
+        if scaling not in SCALINGS:
+            raise InputError(f"scaling={scaling!r} is not one of {SCALINGS}.")
+        root = np.sqrt(self.explained_variance_)
+        if scaling == "none":
+            return scaling, np.ones_like(root)
+        if scaling == "unit":
+            with np.errstate(divide="ignore"):
+                return scaling, np.where(root > 0, 1.0 / root, 0.0)
+        return scaling, root
+
+    # ------------------------------------------------------------------ EOF conventions
+
+    def to_xarray(self):
+        """Fitted results as an ``xarray.Dataset`` (modes numbered from 1).
+
+        ``components`` (mode × feature dims, NaN at masked features), ``mean`` and
+        ``feature_scale`` (feature dims) for labeled fits; ``explained_variance``,
+        ``explained_variance_ratio``, ``variance_fraction_percent``, ``singular_values``,
+        ``north_error`` (λ·√(2/n)), ``north_error_percent`` (mode); attrs with parameters (JSON),
+        solver, passes and library version. See :mod:`daskpca.labeled`.
+        """
+        self.check_fitted()
+        return labeled.results_dataset(self)
+
+    def component_maps(self, X, *, kind="correlation", modes=None):
+        """Covariance or correlation of each PC with the field ``X`` (lazy; one pass over ``X``).
+
+        See :func:`daskpca.labeled.component_maps` for the formulas.
+        """
+        self.check_fitted()
+        return labeled.component_maps(self, X, kind=kind, modes=modes)
+
+    def north_errors(self) -> np.ndarray:
+        """North et al. (1982) typical eigenvalue errors ``explained_variance_ · √(2 / n_samples_)``."""
+        self.check_fitted()
+        return self.explained_variance_ * np.sqrt(2.0 / self.n_samples_)
+
+    @property
+    def n_iter_(self) -> int:
+        """Iterations the solver made (see the class docstring for each solver's meaning)."""
+        self.check_fitted()
+        # Each iterative solver reports its own count (no branching on solver names here).
+        return int(self.solver_info_.get("n_iter", 1))
+    # ------------------------------------------------------------------ the saved model
+
+    #: Fitted arrays and scalars a saved model holds (with the type each scalar is read back as).
+    _MODEL_ARRAYS = ("components_", "explained_variance_", "explained_variance_ratio_", "singular_values_", "mean_")
+    _MODEL_SCALARS = {"n_components_": int, "n_samples_": int, "n_features_in_": int, "noise_variance_": float,
+                      "total_variance_": float, "distortion_": float, "solver_": str, "solver_reason_": str,
+                      "n_passes_": int}
+
+    def _format_write(self):
+        """The model's content in format 1 (see :mod:`daskpca.models._format` for the common part).
+
+        - ``model_components`` (mode, feature_kept), ``model_mean`` (feature_kept),
+          ``model_explained_variance`` / ``model_spectrum`` ...: the fitted arrays exactly (in the
+          solver's, i.e. weighted, space), so a reloaded model's ``transform`` is bit-identical;
+        - ``model_keep`` (feature_all, bool) and ``model_factor`` (feature_kept): the feature
+          stage, unless it is the identity;
+        - ``moments_mean``, ``moments_scatter`` and attr ``moments_count``: the covariance solver's
+          sufficient statistics of ``Z``, when present, for exact incremental updates;
+        - the labeled view of :meth:`to_xarray` (components / mean over the original feature dims
+          and coords, variances over ``mode``);
+        - attrs: fitted scalars, ``solver_info`` (JSON), the labeled layout (JSON).
+        """
+        import xarray as xr
+
+        ds = self.to_xarray()
+        dims = {"components_": ("mode", "feature_kept"), "mean_": ("feature_kept",)}
+        for name in self._MODEL_ARRAYS:
+            ds[f"model_{name.rstrip('_')}"] = xr.DataArray(np.asarray(getattr(self, name)), dims=dims.get(name, ("mode",)))
+        if self._spectrum is not None:
+            ds["model_spectrum"] = xr.DataArray(np.asarray(self._spectrum), dims=("spectrum",))
+        if not self.feature_stage_.is_identity:
+            ds["model_keep"] = xr.DataArray(self.feature_stage_.keep, dims=("feature_all",))
+            ds["model_factor"] = xr.DataArray(self.feature_stage_.factor, dims=("feature_kept",))
+        moments = self.solver_info_.get("moments")
+        if moments is not None:
+            ds["moments_mean"] = xr.DataArray(moments.mean, dims=("feature_kept",))
+            ds["moments_scatter"] = xr.DataArray(moments.symmetric_scatter(), dims=("feature_kept", "feature_kept_2"))
+            ds.attrs["moments_count"] = int(moments.count)
+        ds.attrs.update({name: convert(getattr(self, name)) for name, convert in self._MODEL_SCALARS.items()})
+        ds.attrs["solver_info"] = json.dumps({k: v for k, v in _format.listed(self.solver_info_).items()
+                                              if _format.is_json(v)})
+        if self.layout_ is not None:
+            ds.attrs["layout"] = json.dumps(self.layout_.to_json())
+        return ds
+
+    @classmethod
+    def _format_missing(cls, ds) -> list:
+        return ([name for name in cls._MODEL_SCALARS if name not in ds.attrs]
+                + [f"model_{n.rstrip('_')}" for n in cls._MODEL_ARRAYS if f"model_{n.rstrip('_')}" not in ds])
+
+    @classmethod
+    def _format_read(cls, ds):
+        attrs = ds.attrs
+        pca = cls(**_format.stored_params(cls, ds))
+        for name in cls._MODEL_ARRAYS:
+            setattr(pca, name, ds[f"model_{name.rstrip('_')}"].values)
+        for name, convert in cls._MODEL_SCALARS.items():
+            setattr(pca, name, convert(attrs[name]))
+        pca._spectrum = ds["model_spectrum"].values if "model_spectrum" in ds else None
+        pca.solver_info_ = json.loads(attrs.get("solver_info", "{}"))
+        pca.error_bound_ = _plan.error_bound(pca.solver_info_)
+        if "moments_mean" in ds:
+            pca.solver_info_["moments"] = Moments(
+                int(attrs["moments_count"]), ds["moments_mean"].values, ds["moments_scatter"].values, NonFinite()
+            )
+        if "model_keep" in ds:
+            pca.feature_stage_ = FeatureStage(ds["model_keep"].values.astype(bool), ds["model_factor"].values)
+        else:
+            pca.feature_stage_ = FeatureStage.identity(pca.n_features_in_)
+        pca.layout_ = labeled.Layout.from_json(json.loads(attrs["layout"]), ds) if "layout" in attrs else None
+        return pca
+
+    def _problem(self) -> str | None:
+        """The first fitted invariant this model breaks: one k everywhere, shapes that agree with
+        the feature stage, finite values, sorted non-negative variances, orthonormal components."""
+        k = self.n_components_
+        components = np.asarray(self.components_)
+        stage = self.feature_stage_
+        if components.ndim != 2:
+            return f"components_ has shape {components.shape}, not (k, n_features)"
+        shapes = {
+            "components_": (components.shape, (k, stage.n_kept)),
+            "explained_variance_": (np.shape(self.explained_variance_), (k,)),
+            "explained_variance_ratio_": (np.shape(self.explained_variance_ratio_), (k,)),
+            "singular_values_": (np.shape(self.singular_values_), (k,)),
+            "mean_": (np.shape(self.mean_), (stage.n_kept,)),
+            "feature_stage_.factor": (np.shape(stage.factor), (stage.n_kept,)),
+        }
+        for name, (shape, expected) in shapes.items():
+            if tuple(shape) != expected:
+                return (f"{name} has shape {tuple(shape)} but n_components_={k} and {stage.n_kept} analysed "
+                        f"features need {expected}")
+        if stage.n_kept != self.n_features_in_:
+            return f"the feature mask keeps {stage.n_kept} features but n_features_in_={self.n_features_in_}"
+        if not 1 <= k <= max(min(self.n_samples_, stage.n_kept), 1):
+            return f"n_components_={k} is impossible for {self.n_samples_} samples of {stage.n_kept} features"
+        for name in ("components_", "explained_variance_", "explained_variance_ratio_", "singular_values_", "mean_"):
+            if not np.all(np.isfinite(getattr(self, name))):
+                return f"{name} contains NaN or ±inf"
+        for name in ("noise_variance_", "total_variance_", "distortion_"):
+            if not np.isfinite(getattr(self, name)):
+                return f"{name}={getattr(self, name)} is not finite"
+        variance = np.asarray(self.explained_variance_)
+        scale = max(float(np.max(np.abs(variance), initial=0.0)), np.finfo(float).tiny)
+        if np.any(variance < -1e-9 * scale):
+            return "explained_variance_ has negative entries"
+        if np.any(np.diff(variance) > 1e-9 * scale):
+            return "explained_variance_ is not sorted in decreasing order"
+        gram = components @ components.conj().T  # Cᴴ: Hilbert EOFs are complex
+        error = float(np.max(np.abs(gram - np.eye(k)), initial=0.0))
+        if error > 1e-6:
+            return f"the rows of components_ are not orthonormal (|C·Cᴴ − I| = {error:.2g})"
+        moments = self.solver_info_.get("moments")
+        if moments is not None:
+            if np.shape(moments.mean) != (stage.n_kept,) or np.shape(moments.scatter) != (stage.n_kept, stage.n_kept):
+                return "the stored sufficient statistics do not match the analysed features"
+            if int(moments.count) != int(self.n_samples_):
+                return f"the stored sufficient statistics count {moments.count} samples, n_samples_={self.n_samples_}"
+        return None
+
+
+
+class PCA(ProbabilisticMixin, BasePCA):
     """Principal component analysis of arrays larger than memory, on Dask.
 
     Finds the k orthonormal directions of maximum variance of the centered data — equivalently
@@ -181,8 +600,26 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
     (10000, 5)
     """
 
-    #: The solvers ``solver=`` names, name → module.
-    _solver_modules = SOLVERS
+    #: Each parameter's allowed forms, checked before any read (shape-dependent limits later, and
+    #: ``n_components`` entirely by :class:`~daskpca.solvers._base.ComponentRequest`: its limit is min(n, d)).
+    _parameter_constraints = {
+        "solver": [Options(("auto", *SOLVERS))],
+        "whiten": [BOOL],
+        "standardize": [BOOL],
+        "random_state": [RANDOM_STATE],
+        "n_oversamples": [Interval(Integral, 0, None)],
+        "n_power_iter": [Options(("auto",)), Interval(Integral, 0, None)],
+        "max_iter": [NONE, Interval(Integral, 1, None)],
+        "tol": [NONE, Interval(Real, 0, None)],
+        "max_passes": [NONE, Interval(Integral, 1, None)],
+        "checkpoint": [NONE, PATH],
+        "weights": [WEIGHTS],
+        "init": [NONE, ARRAY],
+    }
+    #: Parameters that steer one solver's reads or iterations: given (not left at their default)
+    #: to a solver that does not take them (its module's ``OPTIONS``), they are refused.
+    #: ``checkpoint`` is a place, not a knob: a solver with no state between passes has none to save.
+    _solver_knobs = ("n_oversamples", "n_power_iter", "max_iter", "tol", "max_passes", "init")
 
     def __init__(
         self,
@@ -214,75 +651,6 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         self.checkpoint = checkpoint
         self.weights = weights
         self.standardize = standardize
-    # ------------------------------------------------------------------ fitting
-
-    def fit(self, X, y=None, *, sample_dims=None):
-        """Fit the model to ``X``.
-
-        Parameters
-        ----------
-        X : array of shape (n_samples, n_features), or xarray DataArray / Dataset
-            NumPy or dask array, ``zarr.Array``, or the path/URL of a zarr array; or a labeled
-            xarray object (lazy or not), see :mod:`daskpca.labeled`.
-        y : ignored
-            For scikit-learn's ``Pipeline``.
-        sample_dims : str or sequence of str, optional
-            Labeled input only (and required there): the dimension(s) indexing samples, e.g.
-            ``"time"`` or ``("time", "member")``; every other dimension is a feature dimension.
-            Features that are NaN for every sample are dropped and restored as NaN on output.
-
-        Returns
-        -------
-        self
-        """
-        self._fit(X, sample_dims)
-        return self
-
-    def fit_transform(self, X, y=None, *, sample_dims=None, scaling=None):
-        """Fit, then return the scores of ``X`` (lazy for dask/zarr input; one more pass)."""
-        return self.fit(X, sample_dims=sample_dims).transform(X, scaling=scaling)
-
-    def _fit(self, X, sample_dims) -> None:
-        """The one fit road: matrix → feature stage → plan → solver → fitted attributes."""
-        check_params(self, solvers=SOLVERS)
-        self.__dict__.pop("_loaded_from", None)  # a new fit replaces, it does not modify, a loaded model
-        matrix, layout, spec = self._fit_input(X, sample_dims)
-        request = self._request(matrix)
-        plan = self._fit_plan = self._make_plan(matrix, request, spec)  # shown by _repr_html_
-        name, reason, module = plan.solver, plan.reason, self._solver_modules[plan.solver]
-        if spec is not None:
-            spec = replace(spec, missing_ok=getattr(module, "ACCEPTS_MISSING", False))
-        options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
-        try:
-            with one_blas_thread_per_task(), PassClock() as clock:
-                result = _features.solve(module, matrix, request, spec, random_state=self.random_state, **options)
-        except NonFiniteInputError as error:
-            if layout is None:
-                raise
-            raise labeled.located(error, matrix, layout, X) from error
-        self._set_fitted(result, name, reason, layout)
-        self.pass_seconds_, self.fit_seconds_ = np.array(clock.passes), clock.seconds
-        if spec is not None:
-            self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
-        unasked = self.solver == "auto" and not getattr(module, "ACCEPTS_MISSING", False)  # ppca: NaN chose it
-        for message, category in _plan.fit_warnings(self, module, name, chosen_by_planner=unasked):
-            warnings.warn(message, category, stacklevel=3)
-
-    def _fit_input(self, X, sample_dims):
-        """``(matrix, layout, spec)``: the input as a lazy matrix, its labeled layout (or None)
-        and the feature stage asked for (None for a plain fit). Reads no data."""
-        if labeled.is_labeled(X):
-            source = labeled.from_xarray(X, sample_dims, self.weights)
-            return source.matrix, source.layout, FeatureSpec(source.weights, bool(self.standardize))
-        if sample_dims is not None:
-            raise InputTypeError(
-                f"sample_dims={sample_dims!r} applies to xarray input only; a plain matrix already has "
-                "samples as rows."
-            )
-        matrix = regroup(as_dask_matrix(X)[0])
-        if self.weights is None and not self.standardize:
-            return matrix, None, None
-        return matrix, None, FeatureSpec(matrix_weights(self.weights, matrix.shape[1]), bool(self.standardize))
 
     def update(self, X):
         """Fold new samples into the fitted model exactly, reading only the new data (one pass).
@@ -340,37 +708,9 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
                 "with the new data. Refit on all the data."
             )
 
-    def plan(self, X, *, sample_dims=None) -> _plan.Plan:
-        """What ``fit(X)`` would do, without reading any data (``X``, ``sample_dims``: as for :meth:`fit`).
-
-        Returns
-        -------
-        Plan
-            The solver ``fit`` would run and why (the one asked for, or the planner's choice), its
-            passes (``plan.passes``, the feature stage's read included; ``plan.most_passes`` the
-            most reads of one that stops on convergence), flops, peak memory per task against the
-            budget (the ``distributed`` workers' limits when a client runs), the runner-up, and
-            every solver's estimate. ``print(plan)`` shows a table. Raises what ``fit`` raises
-            before any read (a knob the solver ignores: :func:`~daskpca._params.check_knobs`).
-        """
-        check_params(self, solvers=SOLVERS)
-        matrix, _, spec = self._fit_input(X, sample_dims)
-        return self._make_plan(matrix, self._request(matrix), spec)
-
-    def _request(self, array) -> ComponentRequest:
-        request = ComponentRequest(self.n_components, *array.shape)
-        request.validate()
-        return request
-
-    def _reads(self, module, spec) -> tuple[int, int | None]:
-        """``(the feature stage's reads before module's own, its most reads or None)`` for the plan."""
-        most = getattr(module, "most_passes", None)
-        options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
-        return _features.extra_reads(module, spec), None if most is None else most(options)
-
     def _make_plan(self, array, request: ComponentRequest, spec) -> _plan.Plan:
         """The plan ``fit`` runs: the solver asked for (or the planner's choice) with every read
-        counted; its knobs checked (:func:`~daskpca._params.check_knobs`). Reads no data."""
+        counted; its knobs checked (:meth:`~daskpca.models.Estimator.refuse_ignored_knobs`). Reads no data."""
         k = request.upper_bound if request.needs_spectrum else request.fixed()
         plan = _plan.make_plan(
             *array.shape, k, array.chunks, array.dtype.itemsize,
@@ -380,221 +720,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             requested=None if self.solver == "auto" else self.solver,
             reads={name: self._reads(module, spec) for name, module in SOLVERS.items()},
         )
-        check_knobs(self, SOLVERS[plan.solver], plan.solver, solvers=SOLVERS)
+        module = SOLVERS[plan.solver]
+        self.refuse_ignored_knobs(plan.solver, getattr(module, "OPTIONS", ()), exact=getattr(module, "EXACT", False),
+                                  users={name: getattr(m, "OPTIONS", ()) for name, m in SOLVERS.items()})
         return plan
 
-    def _set_fitted(self, result: SolverResult, solver: str, reason: str, layout) -> None:
-        signs = flip_signs(result.components)
-        k = len(result.explained_variance)
-        n_samples, n_features = result.n_samples, result.mean.shape[0]
-        kept = float(np.sum(result.explained_variance))
-        n_discarded = min(n_samples, n_features) - k
-        self.components_ = result.components * signs[:, None]
-        self.explained_variance_ = result.explained_variance
-        total = result.total_variance
-        self.explained_variance_ratio_ = result.explained_variance / total if total > 0 else np.zeros(k)
-        self.singular_values_ = np.sqrt(result.explained_variance * max(n_samples - 1, 1))
-        self.mean_ = result.mean
-        self.n_components_, self.n_samples_, self.n_features_in_ = k, n_samples, n_features
-        self.total_variance_ = total
-        self.distortion_ = max(total - kept, 0.0)
-        self.noise_variance_ = (float(result.info["noise_variance"]) if "noise_variance" in result.info
-                                else self.distortion_ / n_discarded if n_discarded > 0 else 0.0)
-        self.solver_, self.solver_reason_ = solver, reason
-        self.n_passes_ = result.n_passes
-        self.solver_info_ = dict(result.info)
-        self.error_bound_ = _plan.error_bound(self.solver_info_)
-        self.feature_stage_ = result.features if result.features is not None else FeatureStage.identity(n_features)
-        self.layout_ = layout
-        self._spectrum = result.spectrum
-
-    # ------------------------------------------------------------------ projecting
-
-    def transform(self, X, *, scaling=None, nan="raise"):
-        """Scores of ``X``: ``(z − mean_) @ components_.T`` with ``z`` the input through the
-        feature stage (divided by √λ when whitening).
-
-        Parameters
-        ----------
-        X : array of shape (n_samples, n_features), or xarray object for a labeled model
-            A labeled model returns a DataArray ``(*sample_dims, "mode")``, modes from 1.
-        scaling : {"none", "unit", "sqrt_lambda"}, optional
-            Scores as projections (variance λ), divided by √λ (unit variance), or multiplied by
-            √λ. Default ``"unit"`` if ``whiten`` else ``"none"``.
-        nan : {"raise", "propagate"}, default="raise"
-            ``"raise"``: NaN/±inf in ``X`` raise a ``ValueError`` naming the first one (row and
-            column, or coordinates for a labeled model). The check runs inside the projection
-            tasks — no extra pass: a lazy result raises when it is computed. ``"propagate"``:
-            the samples holding them get NaN scores. (Features masked at fit time, NaN
-            everywhere, are dropped before and never count.)
-
-        Returns
-        -------
-        scores : array of shape (n_samples, n_components_)
-            NumPy for NumPy input; otherwise a lazy dask array in row blocks of whole chunks of
-            ``X`` (the pass's tasks: tiny storage chunks are grouped, see
-            :mod:`daskpca.solvers._geometry`), one pass when computed. Input's floating dtype.
-        """
-        self.check_fitted()
-        check_nan_policy(nan)
-        matrix, kind = self.model_input(X)
-        scaling, factors = self._score_factors(scaling)
-        Z = self.feature_stage_.apply(matrix)
-        scores = Z.rechunk({1: -1}).map_blocks(  # mean and basis: one shared key each
-            project_block, *shared((self.mean_, self.components_.T * factors[None, :])), nan, self._positions(X),
-            dtype=Z.dtype, chunks=(Z.chunks[0], (self.n_components_,)),
-        ).astype(matrix.dtype, copy=False)  # the input's precision (the stage computes in float64)
-        return self._scores_out(scores, kind, X, scaling)
-
-    def _scores_out(self, scores, kind: str, X, scaling: str):
-        """Scores as ``transform`` returns them: computed for NumPy input, labeled for a labeled model."""
-        if kind == "numpy":
-            scores = scores.compute()
-        if self.layout_ is not None:
-            return labeled.scores_to_xarray(self.layout_, scores, X, self.n_components_, scaling)
-        return scores
-
-    def inverse_transform(self, X, *, modes=None, scaling=None):
-        """Reconstruction ``scores @ components_ + mean_`` in the original feature space.
-
-        Parameters
-        ----------
-        X : array of shape (n_samples, n_components_)
-            Scores as returned by ``transform`` (whitened if ``whiten=True``); for a labeled
-            model the DataArray ``transform`` returned (its ``attrs["scaling"]`` is read back).
-        modes : sequence of int, optional
-            Components to use, numbered from 1 (e.g. ``[1, 2, 5]``); the scores hold either
-            every component or one column per selected mode.
-        scaling : {"none", "unit", "sqrt_lambda"}, optional
-            How the scores were scaled (see :meth:`transform`).
-
-        Returns
-        -------
-        X_original : array of shape (n_samples, n_features)
-            NumPy for NumPy input, else lazy dask array; un-weighted (divided by the feature
-            stage's factor), NaN at masked features. A labeled model returns the field with its
-            original dims and coords.
-        """
-        self.check_fitted()
-        if self.layout_ is not None:
-            given = labeled.scores_from_xarray(X, modes, self.n_components_)
-            matrix, index, lazy = given.matrix, given.modes, given.lazy
-            scaling = scaling or given.scaling
-        else:
-            if labeled.is_labeled(X):
-                raise InputTypeError("this PCA was fitted on a plain matrix; pass the scores matrix, not an xarray object.")
-            matrix, kind = as_dask_matrix(X, name="scores")
-            matrix, index = self._select_modes(matrix, modes)
-            lazy = kind != "numpy"
-        _, factors = self._score_factors(scaling)
-        with np.errstate(divide="ignore"):
-            unscale = np.where(factors[index] != 0, 1.0 / factors[index], 0.0)
-        stage = self.feature_stage_
-        rows = matrix.rechunk({1: -1}).map_blocks(
-            _reconstruct_block, *shared((self.components_[index] * unscale[:, None], self.mean_)), share(stage),
-            dtype=np.result_type(matrix.dtype, np.float32), chunks=(matrix.chunks[0], (stage.n_input,)),
-        )
-        if not lazy:
-            rows = rows.compute()
-        return labeled.field_from_rows(self.layout_, rows, given) if self.layout_ is not None else rows
-
-    def model_input(self, X):
-        """``(matrix, kind)`` of data for a fitted model (lazy, regrouped; the feature stage not
-        applied): labeled as at fit time, or a matrix with the input's number of features. The
-        one road back into the model, for transforms here and readers such as the bootstrap."""
-        if self.layout_ is not None:
-            if not labeled.is_labeled(X):
-                raise InputTypeError(
-                    f"this PCA was fitted on labeled data (sample_dims {list(self.layout_.sample_dims)}); "
-                    f"pass an xarray object, not {type(X).__name__}."
-                )
-            return labeled.to_matrix(self.layout_, X)
-        if labeled.is_labeled(X):
-            raise InputTypeError("this PCA was fitted on a plain matrix; pass a matrix (e.g. X.data), not an xarray object.")
-        matrix, kind = as_dask_matrix(X)
-        check_n_features(matrix, self.feature_stage_.n_input)
-        return regroup(matrix), kind
-
-    def _select_modes(self, scores, modes):
-        """``(scores, index)``: the columns for ``modes`` (numbered from 1) and their 0-based index."""
-        k = self.n_components_
-        if modes is None:
-            if scores.shape[1] != k:
-                raise InputError(
-                    f"scores have {scores.shape[1]} columns, but this PCA has {k} components. "
-                    "Pass the output of transform()."
-                )
-            return scores, np.arange(k)
-        index = np.atleast_1d(np.asarray(modes, dtype=int)) - 1
-        if scores.shape[1] == k:
-            scores = scores[:, index]
-        if scores.shape[1] != len(index) or index.min() < 0 or index.max() >= k:
-            raise InputError(
-                f"scores have {scores.shape[1]} columns; expected {k} (all modes) or one "
-                f"per selected mode (modes are numbered 1..{k})."
-            )
-        return scores, index
-
-    def _score_factors(self, scaling: str | None) -> tuple[str, np.ndarray]:
-        """``(scaling, factors)``: the per-mode factor turning projections into the scores asked
-        for (a zero-variance component scores 0 under "unit", not ∞)."""
-        if scaling is None:
-            scaling = "unit" if self.whiten else "none"
-        if scaling not in SCALINGS:
-            raise InputError(f"scaling={scaling!r} is not one of {SCALINGS}.")
-        root = np.sqrt(self.explained_variance_)
-        if scaling == "none":
-            return scaling, np.ones_like(root)
-        if scaling == "unit":
-            with np.errstate(divide="ignore"):
-                return scaling, np.where(root > 0, 1.0 / root, 0.0)
-        return scaling, root
-
-    # ------------------------------------------------------------------ EOF conventions
-
-    def to_xarray(self):
-        """Fitted results as an ``xarray.Dataset`` (modes numbered from 1).
-
-        ``components`` (mode × feature dims, NaN at masked features), ``mean`` and
-        ``feature_scale`` (feature dims) for labeled fits; ``explained_variance``,
-        ``explained_variance_ratio``, ``variance_fraction_percent``, ``singular_values``,
-        ``north_error`` (λ·√(2/n)), ``north_error_percent`` (mode); attrs with parameters (JSON),
-        solver, passes and library version. See :mod:`daskpca.labeled`.
-        """
-        self.check_fitted()
-        return labeled.results_dataset(self)
-
-    def component_maps(self, X, *, kind="correlation", modes=None):
-        """Covariance or correlation of each PC with the field ``X`` (lazy; one pass over ``X``).
-
-        See :func:`daskpca.labeled.component_maps` for the formulas.
-        """
-        self.check_fitted()
-        return labeled.component_maps(self, X, kind=kind, modes=modes)
-
-    def north_errors(self) -> np.ndarray:
-        """North et al. (1982) typical eigenvalue errors ``explained_variance_ · √(2 / n_samples_)``."""
-        self.check_fitted()
-        return self.explained_variance_ * np.sqrt(2.0 / self.n_samples_)
-
-    @property
-    def n_iter_(self) -> int:
-        """Iterations the solver made (see the class docstring for each solver's meaning)."""
-        self.check_fitted()
-        # Each iterative solver reports its own count (no branching on solver names here).
-        return int(self.solver_info_.get("n_iter", 1))
-
-    def check_fitted(self) -> None:
-        """Raise :class:`~daskpca.exceptions.NotFittedError` unless ``fit`` has run."""
-        if not hasattr(self, "components_"):
-            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet. Call fit(X) before "
-                                 "transform or inverse_transform.")
-
-
-def _reconstruct_block(scores: np.ndarray, basis: np.ndarray, mean: np.ndarray, stage: FeatureStage) -> np.ndarray:
-    """``scores @ basis + mean`` in float64, un-weighted and put back on every input feature
-    (NaN at masked ones), returned in the scores' floating dtype."""
-    z = np.asarray(scores, dtype=np.result_type(scores.dtype, np.float64)) @ basis + mean  # complex stays complex
-    if not stage.is_identity:
-        z = stage.restore(z / stage.factor)
-    return z.astype(np.result_type(scores.dtype, np.float32), copy=False)

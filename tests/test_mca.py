@@ -199,7 +199,7 @@ def test_save_load_round_trip_returns_an_mca(tmp_path):
     PCA(2).fit(np.random.default_rng(0).standard_normal((50, 4))).save(tmp_path / "pca.zarr")
     with pytest.raises(DamagedModelError, match="holds a PCA model, not an MCA"):
         MCA.load(tmp_path / "pca.zarr")
-    with pytest.raises(DamagedModelError, match=r"holds a MCA model, not a PCA: load it with daskpca.load\(\)"):
+    with pytest.raises(DamagedModelError, match=r"holds an MCA model, not a PCA: load it with daskpca.load\(\)"):
         PCA.load(tmp_path / "mca.zarr")
 
 

@@ -11,6 +11,7 @@ from sklearn.utils.extmath import randomized_svd
 from daskpca.exceptions import AccuracyWarning
 from daskpca.solvers import krylov, randomized
 from daskpca.solvers._base import ComponentRequest
+from daskpca.store.checkpoint import CheckpointFile
 
 from _helpers import reference_pca, sin_theta, write_zarr
 from test_solver_randomized import _slow_decay  # σ_i = i^(-1/2)
@@ -206,7 +207,7 @@ def test_an_invariant_krylov_space_stops_with_the_exact_answer():
 def test_resume_from_a_checkpoint_equals_the_uninterrupted_fit(tmp_path, monkeypatch):
     X = da.from_array(hard_spectrum(400, 50, 3, 1.5, seed=6), chunks=(100, 50), name="krylov-checkpoint-test")
     request, path = ComponentRequest(3, *X.shape), tmp_path / "job.npz"
-    full = krylov.solve(X, request, random_state=0, tol=1e-8, checkpoint=path)
+    full = krylov.solve(X, request, random_state=0, tol=1e-8, checkpoint=CheckpointFile(path))
     assert not path.exists()
     calls = []
 
@@ -219,9 +220,9 @@ def test_resume_from_a_checkpoint_equals_the_uninterrupted_fit(tmp_path, monkeyp
     with monkeypatch.context() as patch:
         patch.setattr(krylov, "run_pass", dying_pass)
         with pytest.raises(KeyboardInterrupt):
-            krylov.solve(X, request, random_state=0, tol=1e-8, checkpoint=path)
+            krylov.solve(X, request, random_state=0, tol=1e-8, checkpoint=CheckpointFile(path))
     assert path.exists()
-    resumed = krylov.solve(X, request, random_state=0, tol=1e-8, checkpoint=path)
+    resumed = krylov.solve(X, request, random_state=0, tol=1e-8, checkpoint=CheckpointFile(path))
     assert resumed.info["resumed_from_pass"] == 2 and resumed.n_passes == full.n_passes - 2
     assert resumed.info["total_passes"] == full.n_passes
     np.testing.assert_array_equal(resumed.components, full.components)

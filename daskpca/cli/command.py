@@ -262,12 +262,11 @@ def _embedded(data, n_lags: int, lag_step: int, sample_dims):
 def _load_model(path, *, coupled: bool = False, verify: bool = True):
     """The model at ``path``, with its rotation when it was saved with one (one read, verified);
     ``coupled``: an MCA/CCA store loads as its own class (else PCA's reader refuses it by name)."""
-    from .. import PCA, Rotator
-    from ..store.model import ESTIMATORS, read_model_dataset
+    from .. import PCA
+    from ..models._format import ROTATION, from_dataset, read_model_dataset
 
     ds = read_model_dataset(path, verify=verify)
-    cls = ESTIMATORS.get(ds.attrs.get("estimator"), PCA) if coupled else PCA
-    return (Rotator if "rotation" in ds.attrs else cls).from_dataset(ds, source=os.fspath(path))
+    return from_dataset(ds, None if coupled or ROTATION in ds.attrs else PCA, source=os.fspath(path))
 
 
 def _as_fitted(data, model):
@@ -389,8 +388,8 @@ def cmd_update(args) -> dict:
             pca.update(data)
             elapsed = time.perf_counter() - start
         if model is not pca:
-            model = type(model)(**model.get_params()).fit(pca)
-        model.save(args.model, overwrite=True)  # the replaced model goes to the history
+            model.fit(pca)  # the same rotation of the updated model, still tied to the version it was loaded from
+        model.save(args.model, overwrite=True)  # the replaced model goes to the history (for every kind of model)
     _say(args, f"folded {pca.n_samples_ - n_before} new samples into {args.model} "
                f"({pca.n_samples_} in all; {passes_text(pca.n_passes_)} over the new data; the previous "
                "model is in `daskpca history`)")

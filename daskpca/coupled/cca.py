@@ -30,19 +30,22 @@ like (kx + ky)/n). Also kx ≤ min(n − 1, dx) and ky ≤ min(n − 1, dy), and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral
 
 import dask
 import numpy as np
 from scipy.linalg import svd
 
 from .. import _plan
-from .._params import ParamsMixin
-from ..exceptions import InputError, InvalidParameterError, NotFittedError
+from ..exceptions import InputError
+from ..models import _format
+from ..models._base import Estimator, project
+from ..models._constraints import BOOL, WEIGHTS, Interval, Options, PerField
 from ..pca import PCA
 from ..solvers._linalg import eigh_descending, flip_signs, one_blas_thread_per_task
 from ..solvers.covariance import moments_graph
 from ..solvers.cross_covariance import joint_rows
-from .fields import Field, fields, pair, project, resolve
+from .fields import Field, fields, pair, resolve
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ class CCAPlan:
                 f"{_plan.format_bytes(self.task_bytes)} of a {_plan.format_bytes(self.budget)} budget")
 
 
-class CCA(ParamsMixin):
+class CCA(Estimator):
     """Canonical correlation analysis of two fields on their leading PCs, on Dask.
 
     Parameters
@@ -83,6 +86,16 @@ class CCA(ParamsMixin):
     mean_x_, mean_y_, feature_stage_x_, feature_stage_y_, layout_x_, layout_y_
     n_components_, n_samples_, n_passes_, solver_, solver_reason_
     """
+
+    _parameter_constraints = {
+        "n_components": [Interval(Integral, 1, None)],
+        "n_pca_modes": [PerField((Interval(Integral, 1, None),))],
+        "weights": [PerField((WEIGHTS,))],
+        "standardize": [PerField((BOOL,))],
+        "solver": [Options(("auto", "exact", "pca"))],
+    }
+    _fitted_attribute = "weights_x_"
+    _fit_call = "fit(X, Y)"
 
     def __init__(self, n_components=2, *, n_pca_modes=10, weights=None, standardize=False, solver="auto"):
         self.n_components = n_components
@@ -115,11 +128,11 @@ class CCA(ParamsMixin):
         self.layout_x_, self.layout_y_ = x.layout, y.layout
         self.n_components_, self.n_samples_, self.n_passes_ = len(rho), n, passes
         self.solver_, self.solver_reason_ = plan.path, plan.reason
+        self.__dict__.pop("_loaded_from", None)  # a new fit replaces, it does not modify, a loaded model
         return self
 
     def _fields(self, X, Y, sample_dims) -> tuple[Field, Field]:
-        if self.solver not in ("auto", "exact", "pca"):
-            raise InvalidParameterError(f"solver={self.solver!r} is not one of ('auto', 'exact', 'pca').")
+        self.validate_params()
         x, y = fields(X, Y, sample_dims, self.weights, self.standardize)
         n = x.matrix.shape[0]
         kx, ky = (int(m) for m in pair(self.n_pca_modes, "n_pca_modes"))
@@ -184,12 +197,64 @@ class CCA(ParamsMixin):
         """Canonical variates of each field: ``(z − mean)·weightsᵀ`` (unit variance on the fitting
         data); NumPy for NumPy input, lazy otherwise, labeled ``(*sample_dims, "mode")`` for a
         labeled model. ``nan``: as for :meth:`daskpca.PCA.transform`."""
-        if not hasattr(self, "weights_x_"):
-            raise NotFittedError("This CCA instance is not fitted yet. Call fit(X, Y) first.")
-        return tuple(project(name, data, stage, layout, mean, w.T, estimator="CCA", scaling="unit", nan=nan)
-                     for name, data, layout, stage, mean, w in (
-                         ("X", X, self.layout_x_, self.feature_stage_x_, self.mean_x_, self.weights_x_),
-                         ("Y", Y, self.layout_y_, self.feature_stage_y_, self.mean_y_, self.weights_y_)))
+        self.check_fitted()
+        return tuple(project(data, stage, layout, mean, w.T, name=name, estimator="CCA", scaling="unit", nan=nan)
+                     for name, data, layout, stage, mean, w in self._per_field(X, Y))
+
+    def _per_field(self, X=None, Y=None):
+        yield "X", X, self.layout_x_, self.feature_stage_x_, self.mean_x_, self.weights_x_
+        yield "Y", Y, self.layout_y_, self.feature_stage_y_, self.mean_y_, self.weights_y_
+
+    # ------------------------------------------------------------------ the saved model
+
+    def _format_write(self):
+        """The model's content (estimator ``"CCA"``): ``model_canonical_correlations`` (mode),
+        each field's canonical weights and mean exactly (``model_weights_x``, ``model_mean_x`` ...)
+        with its feature stage and labeled layout (:func:`daskpca.models._format.write_field`),
+        and the fitted scalars."""
+        import xarray as xr
+
+        ds = xr.Dataset({"model_canonical_correlations": xr.DataArray(self.canonical_correlations_, dims=("mode",))})
+        for name, _, layout, stage, mean, weights in self._per_field():
+            tag = name.lower()
+            ds[f"model_weights_{tag}"] = xr.DataArray(weights, dims=("mode", f"feature_kept_{tag}"))
+            ds[f"model_mean_{tag}"] = xr.DataArray(mean, dims=(f"feature_kept_{tag}",))
+            ds = _format.write_field(ds, tag, stage, layout)
+        ds.attrs.update({"n_samples": self.n_samples_, "n_passes": self.n_passes_, "solver": self.solver_,
+                         "solver_reason": self.solver_reason_})
+        return ds
+
+    @classmethod
+    def _format_missing(cls, ds) -> list:
+        return [name for name in ("n_samples", "n_passes", "solver", "solver_reason") if name not in ds.attrs]
+
+    @classmethod
+    def _format_read(cls, ds):
+        model = cls(**_format.stored_params(cls, ds))
+        model.canonical_correlations_ = ds["model_canonical_correlations"].values
+        for tag in ("x", "y"):
+            stage, layout = _format.read_field(ds, tag)
+            setattr(model, f"feature_stage_{tag}_", stage)
+            setattr(model, f"layout_{tag}_", layout)
+            setattr(model, f"weights_{tag}_", ds[f"model_weights_{tag}"].values)
+            setattr(model, f"mean_{tag}_", ds[f"model_mean_{tag}"].values)
+        model.n_components_ = len(model.canonical_correlations_)
+        model.n_samples_, model.n_passes_ = int(ds.attrs["n_samples"]), int(ds.attrs["n_passes"])
+        model.solver_, model.solver_reason_ = str(ds.attrs["solver"]), str(ds.attrs["solver_reason"])
+        return model
+
+    def _problem(self) -> str | None:
+        """The first fitted invariant this model breaks (None when it keeps all)."""
+        k = self.n_components_
+        for name, _, _, stage, mean, weights in self._per_field():
+            if weights.shape != (k, stage.n_kept) or mean.shape != (stage.n_kept,):
+                return f"the {name} weights have shape {weights.shape}, expected ({k}, {stage.n_kept})"
+            if not (np.all(np.isfinite(weights)) and np.all(np.isfinite(mean))):
+                return f"the {name} weights or mean contain NaN or ±inf"
+        rho = self.canonical_correlations_
+        if not np.all(np.isfinite(rho)) or np.any(rho < 0) or np.any(rho > 1) or np.any(np.diff(rho) > 1e-12):
+            return "the canonical correlations are not in [0, 1] and decreasing"
+        return None
 
 
 def _leading(covariance: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:

@@ -4,7 +4,8 @@ Reads no data. Labeled fields are aligned by sample coordinate (the same samples
 are paired by coordinate; samples present in one field only are refused, named); matrices are
 paired by row. Per-field parameters (``weights``, ``standardize``) are one value for both fields
 or a pair. :func:`resolve` turns a field's spec into its stage once its statistics are read, with
-errors that name the field.
+errors that name the field. The road back into a fitted coupled model (each field's matrix,
+its scores) is every estimator's: :func:`daskpca.models.model_matrix`, :func:`daskpca.models.project`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ import numpy as np
 
 from .. import labeled
 from .._features import FeatureSpec, FeatureStage, matrix_weights
-from .._probabilistic import project_block
-from .._validation import Positions, as_dask_matrix, check_n_features, check_nan_policy
+from .._validation import as_dask_matrix
 from ..solvers._geometry import regroup
 from ..exceptions import InputError, InputTypeError, InvalidParameterError, NonFiniteInputError
 
@@ -115,43 +115,3 @@ def fields(X, Y, sample_dims, weights, standardize) -> tuple[Field, Field]:
                          "analysis pairs the samples of two fields, so they must have the same ones. Select the "
                          "common period of both first.")
     return x, y
-
-
-def model_matrix(name: str, data, stage: FeatureStage, layout, estimator: str):
-    """``(matrix, kind)`` of one field for a fitted coupled model: labeled as at fit time
-    (variables, dims, coords checked), or a matrix with the fitted number of features."""
-    if layout is not None:
-        if not labeled.is_labeled(data):
-            raise InputTypeError(f"this {estimator} was fitted on labeled {name}; pass an xarray object, not "
-                            f"{type(data).__name__}.")
-        return labeled.to_matrix(layout, data)
-    if labeled.is_labeled(data):
-        raise InputTypeError(f"this {estimator} was fitted on a plain matrix {name}; pass a matrix, not an xarray object.")
-    matrix, kind = as_dask_matrix(data, name=name)
-    check_n_features(matrix, stage.n_input, name=name, estimator=estimator)
-    return regroup(matrix), kind
-
-
-def project(name: str, data, stage: FeatureStage, layout, mean, basis, *, estimator: str, scaling: str, nan: str):
-    """Scores ``(z − mean)·basis`` of one field (basis: d_kept × k), computed in float64 and given
-    in the analysed field's floating dtype (as :meth:`daskpca.PCA.transform`): NumPy for NumPy
-    input, lazy (one pass when computed) otherwise, a DataArray ``(*sample_dims, "mode")`` for a
-    labeled model.
-
-    ``nan="raise"``: a NaN/±inf of the field raises inside the projection task (no extra pass),
-    naming its position — coordinates for labeled input; ``"propagate"``: NaN scores there.
-    """
-    import dask
-
-    check_nan_policy(nan)
-    matrix, kind = model_matrix(name, data, stage, layout, estimator)
-    columns = None if stage.keep.all() else np.flatnonzero(stage.keep)
-    positions = Positions(columns) if layout is None else labeled.LabeledPositions.of(layout, data, columns)
-    Z = stage.apply(matrix).rechunk({1: -1})
-    scores = Z.map_blocks(project_block, mean, basis, nan, dask.delayed(positions, pure=True),
-                          dtype=Z.dtype, chunks=(Z.chunks[0], (basis.shape[1],)))
-    if kind == "numpy":
-        scores = scores.compute()
-    if layout is not None:
-        scores = labeled.scores_to_xarray(layout, scores, data, basis.shape[1], scaling)
-    return scores

@@ -32,25 +32,28 @@ correlation patterns (:meth:`MCA.patterns`).
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 import dask
 import numpy as np
 from scipy.linalg import svd
 
-from .. import _plan, io, labeled
+from .. import _plan, labeled
 from .._features import FeatureStage, column_stats_graph
-from .._params import ParamsMixin
-from ..exceptions import AccuracyWarning, DamagedModelError, InputError, InvalidParameterError, NotFittedError
+from ..exceptions import AccuracyWarning, InputError, InvalidParameterError
+from ..models import _format
+from ..models._base import Estimator, model_matrix, project
+from ..models._constraints import BOOL, NONE, RANDOM_STATE, WEIGHTS, Interval, Options, PerField
 from ..solvers import cross_covariance as cc
 from ..solvers._linalg import flip_signs, one_blas_thread_per_task
 from ..solvers.krylov import check_accuracy_options
-from ..store.model import SavedModelMixin
-from .fields import Field, fields, model_matrix, project, resolve
+from .fields import Field, fields, resolve
 
 PATHS = ("auto", "exact", "krylov")
+#: The knobs each path takes (the others would be ignored there, so they are refused).
+PATH_KNOBS = {"exact": (), "krylov": ("tol", "max_passes", "n_oversamples")}
 #: Passes the Krylov path makes (its statistics pass included) when neither ``tol`` nor
 #: ``max_passes`` is given.
 DEFAULT_MAX_PASSES = 20
@@ -76,7 +79,7 @@ class CoupledPlan:
                 f"{_plan.format_bytes(self.budget)} budget ({self.budget_source})")
 
 
-class MCA(SavedModelMixin, ParamsMixin):
+class MCA(Estimator):
     """Maximum covariance analysis of two fields sharing their samples, on Dask.
 
     Parameters
@@ -140,6 +143,20 @@ class MCA(SavedModelMixin, ParamsMixin):
     ((2, 30), (2, 20), 1)
     """
 
+    _parameter_constraints = {
+        "n_components": [NONE, Interval(Integral, 1, None)],
+        "solver": [Options(PATHS)],
+        "weights": [PerField((WEIGHTS,))],
+        "standardize": [PerField((BOOL,))],
+        "tol": [NONE, Interval(Real, 0, None)],
+        "max_passes": [NONE, Interval(Integral, 1, None)],
+        "n_oversamples": [Interval(Integral, 0, None)],
+        "random_state": [RANDOM_STATE],
+    }
+    _solver_knobs = ("tol", "max_passes", "n_oversamples")
+    _fitted_attribute = "components_x_"
+    _fit_call = "fit(X, Y)"
+
     def __init__(self, n_components=None, *, solver="auto", weights=None, standardize=False, tol=None,
                  max_passes=None, n_oversamples=10, random_state=None):
         self.n_components = n_components
@@ -184,7 +201,7 @@ class MCA(SavedModelMixin, ParamsMixin):
 
     def _fields(self, X, Y, sample_dims) -> tuple[Field, Field]:
         """Both fields as matrices with their specs, checked as a pair (reads nothing)."""
-        self._check_params()
+        self.validate_params()
         x, y = fields(X, Y, sample_dims, self.weights, self.standardize)
         n, dx, dy = x.matrix.shape[0], x.matrix.shape[1], y.matrix.shape[1]
         bound = self._rank_bound(n, dx, dy)
@@ -199,23 +216,23 @@ class MCA(SavedModelMixin, ParamsMixin):
     def _rank_bound(n, dx, dy) -> int:
         return max(min(n - 1, dx, dy), 0)
 
-    def _check_params(self) -> None:
-        k = self.n_components
-        if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
-            raise InvalidParameterError(f"n_components={k!r}: expected an int ≥ 1 or None.")
-        if self.solver not in PATHS:
-            raise InvalidParameterError(f"solver={self.solver!r} is not one of {PATHS}.")
-        if not isinstance(self.n_oversamples, (int, np.integer)) or self.n_oversamples < 0:
-            raise InvalidParameterError(f"n_oversamples={self.n_oversamples!r}: expected an int ≥ 0.")
+    def _check_params_together(self) -> None:
         check_accuracy_options(self.tol, self.max_passes)
-        if self.solver == "krylov" and k is None:
+        if self.solver == "krylov" and self.n_components is None:
             raise InvalidParameterError("solver='krylov' computes the leading modes only: give n_components.")
 
     def plan(self, X, Y, *, sample_dims=None) -> CoupledPlan:
-        """What :meth:`fit` would do — path, passes, largest task against the budget — reading nothing."""
+        """What :meth:`fit` would do — path, passes, largest task against the budget — reading nothing.
+        Raises what ``fit`` raises before any read (a knob the path ignores, e.g. ``max_passes``
+        with ``solver="exact"``: :meth:`~daskpca.models.Estimator.refuse_ignored_knobs`)."""
         return self._plan(self._fields(X, Y, sample_dims))
 
     def _plan(self, fields) -> CoupledPlan:
+        plan = self._choose_path(fields)
+        self.refuse_ignored_knobs(plan.path, PATH_KNOBS[plan.path], users=PATH_KNOBS, exact=plan.path == "exact")
+        return plan
+
+    def _choose_path(self, fields) -> CoupledPlan:
         x, y = fields
         (n, dx), dy = x.matrix.shape, y.matrix.shape[1]
         itemsize = max(x.matrix.dtype.itemsize, y.matrix.dtype.itemsize)
@@ -336,7 +353,7 @@ class MCA(SavedModelMixin, ParamsMixin):
         """
         self.check_fitted()
         return tuple(None if data is None else
-                     project(name, data, stage, layout, mean, components.T, estimator="MCA", scaling="none", nan=nan)
+                     project(data, stage, layout, mean, components.T, name=name, estimator="MCA", scaling="none", nan=nan)
                      for (name, components, mean, stage, layout), data in zip(self._per_field(), (X, Y)))
 
     def patterns(self, X, Y):
@@ -357,8 +374,8 @@ class MCA(SavedModelMixin, ParamsMixin):
         """
         self.check_fitted()
         (_, _, _, stage_x, layout_x), (_, _, _, stage_y, layout_y) = self._per_field()
-        matrix_x, _ = model_matrix("X", X, stage_x, layout_x, "MCA")
-        matrix_y, _ = model_matrix("Y", Y, stage_y, layout_y, "MCA")
+        matrix_x, _ = model_matrix(X, stage_x, layout_x, name="X", estimator="MCA")
+        matrix_y, _ = model_matrix(Y, stage_y, layout_y, name="Y", estimator="MCA")
         if matrix_x.shape[0] != matrix_y.shape[0]:
             raise InputError(f"X has {matrix_x.shape[0]} samples and Y {matrix_y.shape[0]}: pass the same samples.")
         with one_blas_thread_per_task():
@@ -422,20 +439,14 @@ class MCA(SavedModelMixin, ParamsMixin):
         yield "X", self.components_x_, self.mean_x_, self.feature_stage_x_, self.layout_x_
         yield "Y", self.components_y_, self.mean_y_, self.feature_stage_y_, self.layout_y_
 
-    def check_fitted(self) -> None:
-        if not hasattr(self, "components_x_"):
-            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet. Call fit(X, Y) first.")
-
     # ------------------------------------------------------------------ the saved model
 
-    def to_dataset(self):
-        """The fitted model as one flat ``xarray.Dataset`` (format ``daskpca-model``, estimator
-        ``"MCA"``): the fitted arrays exactly (``model_components_x`` ...), each field's feature
-        stage, and each labeled field's layout (JSON) with its feature coords under names suffixed
-        ``__x`` / ``__y`` (the two grids may share dim names)."""
+    def _format_write(self):
+        """The model's content (estimator ``"MCA"``): the fitted arrays exactly
+        (``model_components_x`` ...), each field's feature stage and labeled layout
+        (:func:`daskpca.models._format.write_field`) and the fitted scalars."""
         import xarray as xr
 
-        self.check_fitted()
         ds = xr.Dataset()
         for name in ("singular_values_", "squared_covariance_fraction_", "covariance_fraction_"):
             ds[f"model_{name.rstrip('_')}"] = xr.DataArray(getattr(self, name), dims=("mode",))
@@ -443,62 +454,32 @@ class MCA(SavedModelMixin, ParamsMixin):
             tag = name.lower()
             ds[f"model_components_{tag}"] = xr.DataArray(components, dims=("mode", f"feature_kept_{tag}"))
             ds[f"model_mean_{tag}"] = xr.DataArray(mean, dims=(f"feature_kept_{tag}",))
-            ds[f"model_keep_{tag}"] = xr.DataArray(stage.keep, dims=(f"feature_all_{tag}",))
-            ds[f"model_factor_{tag}"] = xr.DataArray(stage.factor, dims=(f"feature_kept_{tag}",))
-            if layout is not None:
-                ds.attrs[f"layout_{tag}"] = json.dumps(layout.to_json())
-                suffix = f"__{tag}"
-                coords = layout.coords.to_dataset()
-                renames = {k: f"{k}{suffix}" for k in (*coords.variables, *coords.dims)}
-                ds = ds.merge(coords.rename(renames))
+            ds = _format.write_field(ds, tag, stage, layout)
         ds.attrs.update({
-            "estimator": "MCA", "daskpca_format": io.MODEL_FORMAT, "daskpca_format_version": io.FORMAT_VERSION,
-            "parameters": json.dumps(labeled.results.jsonable_params(self)), "n_samples": self.n_samples_,
-            "solver": self.solver_, "solver_reason": self.solver_reason_, "n_passes": self.n_passes_,
-            "error_bound": self.error_bound_, "total_squared_covariance": self.total_squared_covariance_,
+            "n_samples": self.n_samples_, "solver": self.solver_, "solver_reason": self.solver_reason_,
+            "n_passes": self.n_passes_, "error_bound": self.error_bound_,
+            "total_squared_covariance": self.total_squared_covariance_,
         })
         return ds
 
     @classmethod
-    def from_dataset(cls, ds, *, source: str = "the dataset"):
-        """The model :meth:`to_dataset` wrote, checked (``source`` names it in errors)."""
-        import xarray as xr
+    def _format_missing(cls, ds) -> list:
+        return [name for name in ("n_samples", "solver", "n_passes") if name not in ds.attrs]
 
-        if ds.attrs.get("estimator") != "MCA":
-            raise DamagedModelError(f"{source!r} holds a {ds.attrs.get('estimator', 'PCA')} model, not an MCA: "
-                                    "load it with daskpca.load().")
-        try:
-            params = json.loads(ds.attrs["parameters"])
-            model = cls(**{k: v for k, v in params.items() if k in cls._param_names()
-                           and not (isinstance(v, str) and v.startswith("<not JSON-able"))})
-            stages, layouts = [], []
-            for tag in ("x", "y"):
-                stages.append(FeatureStage(ds[f"model_keep_{tag}"].values.astype(bool), ds[f"model_factor_{tag}"].values))
-                if f"layout_{tag}" in ds.attrs:
-                    info = json.loads(ds.attrs[f"layout_{tag}"])
-                    suffix = f"__{tag}"
-                    names = [k for k in ds.variables if k.endswith(suffix)]
-                    coords = ds[names].rename({k: k[: -len(suffix)] for k in names})
-                    coords = coords.rename_dims({d: d[: -len(suffix)] for d in coords.dims if d.endswith(suffix)})
-                    layouts.append(labeled.Layout.from_json(info, xr.Dataset(coords=coords.variables)))
-                else:
-                    layouts.append(None)
-            attrs = ds.attrs
-            plan = CoupledPlan(str(attrs["solver"]), str(attrs["solver_reason"]), "", 0, 0, "", ())
-            model._set_fitted(
-                ds["model_components_x"].values, ds["model_components_y"].values, ds["model_singular_values"].values,
-                int(attrs["n_samples"]),
-                ds["model_mean_x"].values, ds["model_mean_y"].values, tuple(stages), tuple(layouts), plan,
-                n_passes=int(attrs["n_passes"]), error_bound=float(attrs["error_bound"]),
-                total_squared=float(attrs["total_squared_covariance"]), sum_values=np.nan, info={})
-            # The fractions are stored, not re-derived: bit-identical to the saved model's.
-            model.squared_covariance_fraction_ = ds["model_squared_covariance_fraction"].values
-            model.covariance_fraction_ = ds["model_covariance_fraction"].values
-        except (KeyError, ValueError, TypeError) as exc:
-            raise DamagedModelError(f"{source!r} is not a valid daskpca MCA model ({type(exc).__name__}: {exc}).") from None
-        problem = model._problem()
-        if problem:
-            raise DamagedModelError(f"{source!r} is not a valid daskpca MCA model: {problem}. Refusing to load it.")
+    @classmethod
+    def _format_read(cls, ds):
+        model = cls(**_format.stored_params(cls, ds))
+        (stage_x, layout_x), (stage_y, layout_y) = (_format.read_field(ds, tag) for tag in ("x", "y"))
+        attrs = ds.attrs
+        plan = CoupledPlan(str(attrs["solver"]), str(attrs["solver_reason"]), "", 0, 0, "", ())
+        model._set_fitted(
+            ds["model_components_x"].values, ds["model_components_y"].values, ds["model_singular_values"].values,
+            int(attrs["n_samples"]), ds["model_mean_x"].values, ds["model_mean_y"].values, (stage_x, stage_y),
+            (layout_x, layout_y), plan, n_passes=int(attrs["n_passes"]), error_bound=float(attrs["error_bound"]),
+            total_squared=float(attrs["total_squared_covariance"]), sum_values=np.nan, info={})
+        # The fractions are stored, not re-derived: bit-identical to the saved model's.
+        model.squared_covariance_fraction_ = ds["model_squared_covariance_fraction"].values
+        model.covariance_fraction_ = ds["model_covariance_fraction"].values
         return model
 
     def _problem(self) -> str | None:

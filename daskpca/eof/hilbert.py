@@ -17,22 +17,25 @@ complex values where the analysis is complex:
   variances add), as in xeofs's ``HilbertEOF``.
 
 ``to_xarray()`` adds ``components_amplitude`` and ``components_phase`` for labeled models.
-``update`` is refused (no sufficient statistics), and ``score``-type likelihoods (those of real
-probabilistic PCA) raise ``NotImplementedError``.
+HilbertPCA derives from the family's base (:class:`daskpca.pca.BasePCA`), not from PCA: it has no
+``update`` (the Hilbert transform of a longer series changes the old samples' analytic signal,
+and no statistics are kept to fold new ones into) and no ``score`` / ``score_samples`` /
+``get_covariance`` / ``get_precision`` (probabilistic PCA's likelihood is that of real data).
 """
 
 from __future__ import annotations
 
-import copy
+from numbers import Integral, Real
 
 import numpy as np
 
 from .. import _plan, labeled
-from .._params import check_knobs
+from ..models._base import scores_out
+from ..models._constraints import BOOL, NONE, RANDOM_STATE, WEIGHTS, Interval, Options
 from ..solvers._graph import map_column_blocks, tree_reduce
 from .._validation import check_nan_policy, find_nonfinite
 from ..exceptions import InputError, InvalidParameterError, NonFiniteInputError
-from ..pca import PCA
+from ..pca import BasePCA
 from ..solvers import hilbert as hilbert_solver
 from ..solvers import hilbert_krylov
 from ..solvers import krylov as krylov_solver
@@ -40,11 +43,9 @@ from ..solvers import krylov as krylov_solver
 SOLVER, KRYLOV = "hilbert", "hilbert-krylov"
 #: ``solver=`` → (the fitted ``solver_`` name, the solver module).
 HILBERT_SOLVERS = {"gram": (SOLVER, hilbert_solver), "krylov": (KRYLOV, hilbert_krylov)}
-_NO_LIKELIHOOD = ("HilbertPCA has complex components: probabilistic PCA's Gaussian likelihood (score, "
-                  "score_samples, get_covariance, get_precision) is defined for real data. Use PCA for it.")
 
 
-class HilbertPCA(PCA):
+class HilbertPCA(BasePCA):
     """Complex (Hilbert) EOF analysis, out of core: PCA of the analytic signal along the samples.
 
     Parameters
@@ -84,6 +85,18 @@ class HilbertPCA(PCA):
     """
 
     _solver_modules = dict(HILBERT_SOLVERS.values())
+    _parameter_constraints = {
+        "solver": [Options(("auto", *HILBERT_SOLVERS))],
+        "tol": [NONE, Interval(Real, 0, 1, "neither")],
+        "max_passes": [NONE, Interval(Integral, 1, None)],
+        "padding": [Options(hilbert_solver.PADDINGS)],
+        "decay_factor": [Interval(Real, 0, 1, "right")],
+        "whiten": [BOOL],
+        "standardize": [BOOL],
+        "weights": [WEIGHTS],
+        "random_state": [RANDOM_STATE],
+    }
+    _solver_knobs = ("tol", "max_passes")
 
     def __init__(self, n_components=None, *, solver="auto", tol=None, max_passes=None, padding="exp",
                  decay_factor=0.2, whiten=False, weights=None, standardize=False, random_state=None):
@@ -98,33 +111,16 @@ class HilbertPCA(PCA):
         self.standardize = standardize
         self.random_state = random_state
 
-    def _fit(self, X, sample_dims) -> None:
-        self._check_hilbert_params()
-        super()._fit(X, sample_dims)
-
     def _fit_input(self, X, sample_dims):
         if labeled.is_labeled(X) and sample_dims is not None:  # rows must be consecutive times
             labeled.check_time_axis(X, labeled.normalize_sample_dims(sample_dims), "Hilbert EOFs")
         return super()._fit_input(X, sample_dims)
 
-    def plan(self, X, *, sample_dims=None) -> _plan.Plan:
-        """What ``fit(X)`` would do, without reading any data (see :meth:`PCA.plan`): the exact
-        and the Krylov solver's passes and task memory, and which one ``fit`` runs."""
-        self._check_hilbert_params()
-        return super().plan(X, sample_dims=sample_dims)
-
-    def _check_hilbert_params(self) -> None:
-        if not (isinstance(self.solver, str) and (self.solver in HILBERT_SOLVERS or self.solver == "auto")):
-            raise InvalidParameterError(f"solver={self.solver!r}: HilbertPCA takes 'auto', 'gram' (exact, the n×n "
-                                        "Hermitian Gram matrix) or 'krylov' (block Krylov, any n, with an error bound).")
+    def _check_params_together(self) -> None:
         try:  # tol bounds sin θ here (PCA's tol also serves ALS's stopping rule); before any read
             hilbert_krylov.check_read_budget(self.tol, self.max_passes)
         except ValueError as error:
             raise InvalidParameterError(str(error)) from None
-        if self.padding not in hilbert_solver.PADDINGS:
-            raise InvalidParameterError(f"padding={self.padding!r}: expected one of {hilbert_solver.PADDINGS}.")
-        if isinstance(self.decay_factor, bool) or not isinstance(self.decay_factor, (int, float)) or not 0 < self.decay_factor <= 1:
-            raise InvalidParameterError(f"decay_factor={self.decay_factor!r}: expected a float in (0, 1] (0.05–0.2 usual).")
 
     def _make_plan(self, array, request, spec) -> _plan.Plan:
         """The plan ``fit`` runs (the solver asked for, or the exact one where it fits), every
@@ -171,7 +167,9 @@ class HilbertPCA(PCA):
         plan = _plan.Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, self.tol)
         if not plan.estimate(solver).feasible:
             raise InputError(self._strip_advice(plan, array, solver))
-        check_knobs(self, self._solver_modules[solver], solver, solvers=self._solver_modules)
+        module = self._solver_modules[solver]
+        self.refuse_ignored_knobs(solver, getattr(module, "OPTIONS", ()), exact=getattr(module, "EXACT", False),
+                                  users={n: getattr(m, "OPTIONS", ()) for n, m in self._solver_modules.items()})
         return plan
 
     def _task_bytes(self, name, n, strip, itemsize, k, rechunked) -> int:
@@ -202,19 +200,6 @@ class HilbertPCA(PCA):
                 f"column strip of X holds {max(array.chunks[1])} features of all {n} samples, more than the "
                 f"budget of {_plan.format_bytes(budget)} ({plan.memory_source}). Fix: {fix}.")
 
-    def check_updatable(self) -> None:
-        """Always raises: Hilbert EOFs cannot be updated with new samples (reads nothing)."""
-        self.check_fitted()
-        raise InputError(
-            "a HilbertPCA model cannot be updated: the Hilbert transform runs along each feature's whole "
-            "series, so new samples change the analytic signal (and the Gram matrix) of the old ones, and "
-            "the model keeps no statistics to fold them into. Refit HilbertPCA on the whole series."
-        )
-
-    def update(self, X):
-        """Not offered (see :meth:`check_updatable`)."""
-        self.check_updatable()
-
     def transform(self, X, *, scaling=None, nan="raise"):
         """Complex scores of ``X`` (lazy for lazy input; one pass over column strips).
 
@@ -236,32 +221,15 @@ class HilbertPCA(PCA):
                                   self.decay_factor, nan)
         total = tree_reduce(parts, _sum, "hilbert-scores-merge")
         scores = da.from_delayed(total, shape=(Z.shape[0], self.n_components_), dtype=np.complex128)
-        return self._scores_out(scores, kind, X, scaling)
+        return scores_out(scores, kind, X, self.layout_, scaling)
 
-    def inverse_transform(self, X, *, modes=None, scaling=None):
-        """The real field ``Re(scores·vᴴ) + mean_`` from complex scores (see :meth:`PCA.inverse_transform`)."""
-        self.check_fitted()
-        # PCA reconstructs scores·components_; with the conjugate components that is scores·vᴴ.
-        conjugate = copy.copy(self)
-        conjugate.components_ = np.conj(self.components_)
-        field = PCA.inverse_transform(conjugate, X, modes=modes, scaling=scaling)
-        return field.map(np.real) if hasattr(field, "data_vars") else field.real
+    def _reconstruction_basis(self) -> np.ndarray:
+        """Complex scores reconstruct through vᴴ: the conjugate components."""
+        return np.conj(self.components_)
 
-    def score_samples(self, X, *, nan="raise"):
-        """Not offered: probabilistic PCA's likelihood is that of real data."""
-        raise NotImplementedError(_NO_LIKELIHOOD)
-
-    def score(self, X, y=None, *, nan="raise"):
-        """Not offered: probabilistic PCA's likelihood is that of real data."""
-        raise NotImplementedError(_NO_LIKELIHOOD)
-
-    def get_covariance(self):
-        """Not offered: see :meth:`score_samples`."""
-        raise NotImplementedError(_NO_LIKELIHOOD)
-
-    def get_precision(self):
-        """Not offered: see :meth:`score_samples`."""
-        raise NotImplementedError(_NO_LIKELIHOOD)
+    def _field_values(self, rows):
+        """The real field ``Re(scores·vᴴ) + mean_`` (see :meth:`BasePCA.inverse_transform`)."""
+        return rows.real
 
     def to_xarray(self):
         """As :meth:`PCA.to_xarray`, with ``components_amplitude`` and ``components_phase``."""

@@ -47,8 +47,9 @@ from numbers import Integral, Real
 import numpy as np
 
 from ..solvers._linalg import flip_signs
-from .._params import ParamsMixin
-from ..exceptions import ConvergenceWarning, InputError, InputTypeError, InvalidParameterError, NotFittedError
+from ..models._base import Estimator
+from ..models._constraints import BOOL, NONE, Interval
+from ..exceptions import ConvergenceWarning, InputTypeError, InvalidParameterError, NotFittedError
 from ..labeled import MODE
 
 
@@ -98,7 +99,7 @@ def promax(loadings: np.ndarray, *, power: int = 4, normalize: bool = True, max_
     return (A @ T) * scale, R @ T, inverse @ inverse.T, converged
 
 
-class Rotator(ParamsMixin):
+class Rotator(Estimator):
     """Varimax / promax rotation of the leading modes of a fitted :class:`daskpca.PCA`.
 
     Parameters
@@ -137,6 +138,15 @@ class Rotator(ParamsMixin):
     >>> rot.explained_variance_ratio_, rot.transform(X)        # doctest: +SKIP
     """
 
+    _parameter_constraints = {
+        "n_modes": [NONE, Interval(Integral, 2, None)],
+        "power": [Interval(Integral, 1, None)],
+        "normalize": [BOOL],
+        "max_iter": [Interval(Integral, 1, None)],
+        "rtol": [Interval(Real, 0, None, "neither")],
+    }
+    _fit_call = "fit(pca)"
+
     def __init__(self, n_modes=None, *, power=1, normalize=True, max_iter=1000, rtol=1e-12):
         self.n_modes = n_modes
         self.power = power
@@ -155,6 +165,7 @@ class Rotator(ParamsMixin):
         import copy
         import warnings
 
+        self.validate_params()
         if not hasattr(model, "components_"):
             raise NotFittedError("Rotator.fit needs a fitted PCA: call PCA(...).fit(X) first.")
         if np.iscomplexobj(model.components_):
@@ -238,65 +249,49 @@ class Rotator(ParamsMixin):
                         normalize=int(bool(self.normalize)), converged=int(self.converged_))
         return ds
 
-    def save(self, store, overwrite=False):
-        """Write the rotated model: the model's own store (:meth:`PCA.save`) plus this rotation's
-        parameters and matrix. ``daskpca.load`` of it gives the unrotated model back."""
+    # ------------------------------------------------------------------ the saved model
+
+    def _format_write(self):
+        """The rotated model's store (its own format, its class as ``estimator``) plus this
+        rotation's parameters (attr ``rotation``) and matrix (``rotation_matrix``): saved by the
+        one save path, so history and integrity are the model's. ``daskpca.load`` of it gives the
+        rotation back; the model's own ``load`` (e.g. ``PCA.load``) the unrotated model."""
         import json
 
         import xarray as xr
 
-        from .. import io
-
-        self.check_fitted()
         ds = self.model_.to_dataset()
         ds["rotation_matrix"] = xr.DataArray(self.rotation_matrix_, dims=("rotation_m", "rotation_n"))
         ds.attrs["rotation"] = json.dumps(self.get_params())
-        return io.write_dataset(ds, store, overwrite=overwrite, marker={"format": io.MODEL_FORMAT, "note": "rotated"})
+        return ds
 
     @classmethod
-    def load(cls, store, *, verify: bool = True):
-        """The rotation :meth:`save` wrote, fitted again on the stored model (reads no data) and
-        checked against the stored rotation matrix (``verify`` as for :meth:`daskpca.PCA.load`)."""
-        import os
-
-        from ..store.model import read_model_dataset
-
-        return cls.from_dataset(read_model_dataset(store, verify=verify), source=os.fspath(store))
+    def _format_missing(cls, ds) -> list:
+        return [] if "rotation_matrix" in ds else ["rotation_matrix"]
 
     @classmethod
-    def from_dataset(cls, ds, *, source: str = "the dataset"):
-        """The rotation :meth:`save` wrote into ``ds`` (a model store read into memory)."""
+    def _format_read(cls, ds):
+        """The rotation fitted again on the stored model (reads no data), checked against the
+        stored rotation matrix."""
         import json
 
-        from ..exceptions import DamagedModelError
-        from ..pca import PCA
+        from ..models import _format
 
-        if "rotation" not in ds.attrs or "rotation_matrix" not in ds:
-            raise InputError(f"{source!r} holds a model without a rotation: load it with daskpca.load().")
-        rotator = cls(**json.loads(ds.attrs["rotation"])).fit(PCA.from_dataset(ds, source=source))
+        model = _format.from_dataset(ds, _format.ESTIMATORS[ds.attrs.get("estimator", "PCA")])
+        rotator = cls(**json.loads(ds.attrs["rotation"])).fit(model)
         if not np.allclose(rotator.rotation_matrix_, ds["rotation_matrix"].values, rtol=1e-10, atol=1e-12):
-            raise DamagedModelError(f"{source!r}: the stored rotation matrix differs from the rotation of the "
-                                    "stored model; the store was changed after it was written.")
+            raise ValueError("the stored rotation matrix differs from the rotation of the stored model; the store "
+                             "was changed after it was written")
         return rotator
 
     def _check(self, model) -> int:
+        """The number of modes to rotate (``n_modes`` ≤ the model's k, a limit known only now)."""
         k = model.n_components_
         m = k if self.n_modes is None else self.n_modes
-        if isinstance(m, bool) or not isinstance(m, Integral) or not 2 <= m <= k:
+        if not 2 <= m <= k:
             raise InvalidParameterError(
                 f"n_modes={self.n_modes!r}: expected an int in [2, {k}] (the model has {k} components; "
                 "rotating needs at least 2), or None for all of them."
             )
-        if isinstance(self.power, bool) or not isinstance(self.power, Integral) or self.power < 1:
-            raise InvalidParameterError(f"power={self.power!r}: expected an int >= 1 (1: varimax; 4: a usual promax).")
-        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, Integral) or self.max_iter < 1:
-            raise InvalidParameterError(f"max_iter={self.max_iter!r}: expected an int >= 1.")
-        if isinstance(self.rtol, bool) or not isinstance(self.rtol, Real) or not self.rtol > 0:
-            raise InvalidParameterError(f"rtol={self.rtol!r}: expected a float > 0 (e.g. 1e-8).")
-        if not isinstance(self.normalize, (bool, np.bool_)):
-            raise InvalidParameterError(f"normalize={self.normalize!r}: expected True or False.")
         return int(m)
 
-    def check_fitted(self) -> None:
-        if not hasattr(self, "components_"):
-            raise NotFittedError("This Rotator is not fitted yet. Call fit(pca) first.")

@@ -1,7 +1,23 @@
-"""The fitted model as a store: :meth:`PCA.save`, :meth:`PCA.load`, ``to_dataset`` / ``from_dataset``.
+"""The saved model: one format and one save / load path for every estimator.
 
-A mixin of the estimator (as ``ParamsMixin`` is): the model owns its format; :mod:`daskpca.io`
-only writes and reads complete stores atomically. No pickle: one zarr v3 group written by xarray.
+Format ``daskpca-model`` (version 1): one zarr v3 group written by xarray, no pickle. Every
+estimator — PCA, HilbertPCA, MCA, CCA, and a rotation of any of them — is written by
+:func:`save` and read by :func:`load`, so every one gets the same guarantees: atomic publishing
+with a completion marker recording each object's checksum, the replaced model kept in the store's
+history (``daskpca.io.history``), a refusal to overwrite a store another process saved since this
+model was loaded, the integrity record checked on load, and the fitted invariants checked on load.
+
+The common attributes: ``estimator`` (the class that wrote it, which :func:`load` returns),
+``daskpca_format``, ``daskpca_format_version``, ``parameters`` (JSON; array-valued parameters are
+not kept, their effect is). The rest is the estimator's: each class provides ``_format_write()``
+(its arrays and attributes as an ``xarray.Dataset``), ``_format_read(ds)`` (the model back) and
+``_problem()`` (the first fitted invariant a model breaks). A rotation is written as the rotated
+model's store plus the attrs ``rotation`` (its parameters, JSON) and the array
+``rotation_matrix``: ``daskpca.load`` returns the :class:`~daskpca.Rotator`, the estimator's own
+``load`` (e.g. ``PCA.load``) the unrotated model.
+
+:mod:`daskpca.io` writes and reads the bytes (claims, publishing, integrity); this module decides
+what the bytes mean. Nothing below the estimator layer imports it.
 """
 
 from __future__ import annotations
@@ -11,178 +27,170 @@ import os
 
 import numpy as np
 
-from .. import _plan, io, labeled
-from . import integrity
+from .. import io, labeled
 from .._features import FeatureStage
-from ..solvers._moments import Moments
-from .._validation import NonFinite
-from ..exceptions import DamagedModelError, IncompleteStoreError, NewerFormatError
+from ..exceptions import DamagedModelError, IncompleteStoreError, InputError, NewerFormatError
 
-
-#: Estimator classes by name, so a store records which class wrote it and ``daskpca.load``
-#: returns that class (e.g. ``HilbertPCA``); filled as subclasses are defined.
+#: Estimator classes by name, so a store records which class wrote it and :func:`load` returns
+#: that class; every subclass of :class:`daskpca.models.Estimator` is registered as it is defined.
 ESTIMATORS: dict = {}
+#: The attrs that mark a rotation of the stored model.
+ROTATION = "rotation"
 
 
-class SavedModelMixin:
-    """Saving and loading for :class:`daskpca.PCA` (format ``daskpca-model``, version 1)."""
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
+def register(cls) -> None:
+    """Record ``cls`` (by name) as a class a store may name (called as each estimator is defined)."""
+    if not cls.__name__.startswith("_") and not cls.__dict__.get("_abstract", False):
         ESTIMATORS[cls.__name__] = cls
 
-    def save(self, store, overwrite=False):
-        """Write the fitted model to a zarr group (local path or fsspec URL); no pickle.
 
-        Atomic: a completion marker is written last, recording every object's checksum, and
-        :meth:`load` checks it; an existing store is replaced only with ``overwrite=True``, and
-        the replaced model is kept in the store's history (``daskpca.io.history``, the last
-        ``daskpca.io.MODEL_HISTORY``). See :meth:`to_dataset` for the format.
-
-        A loaded model saved back where it was loaded from (``load`` → ``update`` → ``save``)
-        replaces only the version it was loaded from (or last saved there): if another process
-        saved there in between, :class:`~daskpca.exceptions.StoreChangedError` instead of silently
-        dropping that update. A model fitted here (``fit`` also ends a loaded model's tie to its
-        store) replaces whatever is there when ``overwrite=True``.
-        """
-        self.check_fitted()
-        origin, version = getattr(self, "_loaded_from", (None, None))
-        replaces = version if overwrite and origin == _store_identity(store) else None
-        written = io.write_dataset(self.to_dataset(), store, overwrite=overwrite,
-                                   marker={"format": io.MODEL_FORMAT, "note": f"{self.n_samples_} samples"},
-                                   keep_history=io.MODEL_HISTORY, replaces_version=replaces)
-        if hasattr(self, "_loaded_from"):  # its own save is the version a next save replaces
-            self._loaded_from = (_store_identity(store), io.store_version(store))
-        return written
-
-    @classmethod
-    def load(cls, store, *, verify: bool = True):
-        """Load a model written by :meth:`save` (local path or fsspec URL).
-
-        Refuses a store without its completion marker (:class:`~daskpca.exceptions.IncompleteStoreError`),
-        one written in a newer format (:class:`~daskpca.exceptions.NewerFormatError`), and a
-        damaged one (:class:`~daskpca.exceptions.DamagedModelError`): objects missing or changed
-        since they were written (checksums), attributes missing, or a model that breaks the
-        fitted invariants (one k everywhere, finite values, orthonormal components, sorted
-        non-negative variances). The returned model's ``transform`` is identical to the saved
-        model's. ``verify=False`` skips the checksums and the integrity record only (with a
-        warning): the escape hatch for a store whose record was lost, to be read at your own risk;
-        the fitted invariants are still checked.
-        """
-        return _load(store, cls, verify)
-
-    def to_dataset(self):
-        """The fitted model as one ``xarray.Dataset`` (format ``daskpca-model`` version 1).
-
-        - ``model_components`` (mode, feature_kept), ``model_mean`` (feature_kept),
-          ``model_explained_variance`` / ``model_spectrum`` ...: the fitted arrays exactly (in the
-          solver's, i.e. weighted, space), so a reloaded model's ``transform`` is bit-identical;
-        - ``model_keep`` (feature_all, bool) and ``model_factor`` (feature_kept): the feature
-          stage, unless it is the identity;
-        - ``moments_mean``, ``moments_scatter`` and attr ``moments_count``: the covariance solver's
-          sufficient statistics of ``Z``, when present, for exact incremental updates;
-        - the labeled view of :meth:`to_xarray` (components / mean over the original feature dims
-          and coords, variances over ``mode``);
-        - attrs: ``estimator`` (the class, e.g. ``"HilbertPCA"``, which ``load`` returns),
-          ``daskpca_format``, ``daskpca_format_version``, ``parameters`` (JSON; array-valued
-          parameters such as ``init`` are not kept, their effect is), fitted scalars, the labeled
-          layout (JSON).
-        """
-        import xarray as xr
-
-        self.check_fitted()
-        ds = self.to_xarray()
-        dims = {"components_": ("mode", "feature_kept"), "mean_": ("feature_kept",)}
-        for name in _MODEL_ARRAYS:
-            ds[f"model_{name.rstrip('_')}"] = xr.DataArray(np.asarray(getattr(self, name)), dims=dims.get(name, ("mode",)))
-        if self._spectrum is not None:
-            ds["model_spectrum"] = xr.DataArray(np.asarray(self._spectrum), dims=("spectrum",))
-        if not self.feature_stage_.is_identity:
-            ds["model_keep"] = xr.DataArray(self.feature_stage_.keep, dims=("feature_all",))
-            ds["model_factor"] = xr.DataArray(self.feature_stage_.factor, dims=("feature_kept",))
-        moments = self.solver_info_.get("moments")
-        if moments is not None:
-            ds["moments_mean"] = xr.DataArray(moments.mean, dims=("feature_kept",))
-            ds["moments_scatter"] = xr.DataArray(moments.symmetric_scatter(), dims=("feature_kept", "feature_kept_2"))
-            ds.attrs["moments_count"] = int(moments.count)
-        ds.attrs.update({name: convert(getattr(self, name)) for name, convert in _MODEL_SCALARS.items()})
-        ds.attrs["solver_info"] = json.dumps({k: v for k, v in _listed(self.solver_info_).items() if _is_json(v)})
-        ds.attrs["estimator"] = type(self).__name__
-        ds.attrs["daskpca_format"] = io.MODEL_FORMAT
-        ds.attrs["daskpca_format_version"] = io.FORMAT_VERSION
-        if self.layout_ is not None:
-            ds.attrs["layout"] = json.dumps(self.layout_.to_json())
-        return ds
-
-    @classmethod
-    def from_dataset(cls, ds, *, source: str = "the dataset"):
-        """The model :meth:`to_dataset` wrote (``source`` names it in errors)."""
-        attrs = ds.attrs
-        if int(attrs.get("daskpca_format_version", 0)) > io.FORMAT_VERSION:
-            raise NewerFormatError(
-                f"{source!r} holds model format {attrs['daskpca_format_version']}; this daskpca "
-                f"reads format {io.FORMAT_VERSION} and older. Upgrade daskpca."
-            )
-        other = ESTIMATORS.get(attrs.get("estimator"))
-        if other is not None and not (issubclass(other, cls) or issubclass(cls, other)):
-            raise DamagedModelError(f"{source!r} holds a {other.__name__} model, not a {cls.__name__}: load it with "
-                                    f"daskpca.load() (or {other.__name__}.load).")
-        missing = [name for name in ("parameters", *_MODEL_SCALARS) if name not in attrs]
-        missing += [f"model_{name.rstrip('_')}" for name in _MODEL_ARRAYS if f"model_{name.rstrip('_')}" not in ds]
-        if missing:
-            raise DamagedModelError(f"{source!r} is not a complete daskpca model: {missing} missing. Write it again "
-                                    "with `daskpca fit`, or restore a complete copy.")
-        written_by = ESTIMATORS.get(attrs.get("estimator", cls.__name__))
-        if written_by is None:
-            raise DamagedModelError(f"{source!r} was written by {attrs['estimator']!r}, which this daskpca does "
-                                    f"not know (it knows {sorted(ESTIMATORS)}). Upgrade daskpca.")
-        if issubclass(written_by, cls):
-            cls = written_by  # PCA.load of a HilbertPCA store returns a HilbertPCA
-        try:
-            pca = cls._from_dataset(ds, attrs)
-        except (ValueError, TypeError, KeyError) as exc:
-            raise DamagedModelError(f"{source!r} is not a valid daskpca model ({type(exc).__name__}: {exc}).") from None
-        integrity.check_model(pca, repr(source))
-        return pca
-
-    @classmethod
-    def _from_dataset(cls, ds, attrs):
-        params = json.loads(attrs["parameters"])
-        valid = cls._param_names()
-        pca = cls(**{k: v for k, v in params.items()
-                     if k in valid and not (isinstance(v, str) and v.startswith("<not JSON-able"))})
-        for name in _MODEL_ARRAYS:
-            setattr(pca, name, ds[f"model_{name.rstrip('_')}"].values)
-        for name, convert in _MODEL_SCALARS.items():
-            setattr(pca, name, convert(attrs[name]))
-        pca._spectrum = ds["model_spectrum"].values if "model_spectrum" in ds else None
-        pca.solver_info_ = json.loads(attrs.get("solver_info", "{}"))
-        pca.error_bound_ = _plan.error_bound(pca.solver_info_)
-        if "moments_mean" in ds:
-            pca.solver_info_["moments"] = Moments(
-                int(attrs["moments_count"]), ds["moments_mean"].values, ds["moments_scatter"].values, NonFinite()
-            )
-        if "model_keep" in ds:
-            pca.feature_stage_ = FeatureStage(ds["model_keep"].values.astype(bool), ds["model_factor"].values)
-        else:
-            pca.feature_stage_ = FeatureStage.identity(pca.n_features_in_)
-        pca.layout_ = labeled.Layout.from_json(json.loads(attrs["layout"]), ds) if "layout" in attrs else None
-        return pca
+# ------------------------------------------------------------------------------------ writing
 
 
-#: Fitted arrays and scalars a saved model holds (with the type each scalar is read back as).
-_MODEL_ARRAYS = ("components_", "explained_variance_", "explained_variance_ratio_", "singular_values_", "mean_")
-_MODEL_SCALARS = {
-    "n_components_": int,
-    "n_samples_": int,
-    "n_features_in_": int,
-    "noise_variance_": float,
-    "total_variance_": float,
-    "distortion_": float,
-    "solver_": str,
-    "solver_reason_": str,
-    "n_passes_": int,
-}
+def to_dataset(model):
+    """The fitted ``model`` as one ``xarray.Dataset``: its own content (``_format_write``) plus
+    the attrs common to every estimator."""
+    model.check_fitted()
+    ds = model._format_write()
+    ds.attrs.setdefault("estimator", type(model).__name__)
+    ds.attrs.setdefault("parameters", json.dumps(labeled.results.jsonable_params(model)))
+    ds.attrs["daskpca_format"] = io.MODEL_FORMAT
+    ds.attrs["daskpca_format_version"] = io.FORMAT_VERSION
+    return ds
+
+
+def save(model, store, *, overwrite: bool = False):
+    """Write ``model`` at ``store`` (see :meth:`daskpca.models.Estimator.save`): the one save path."""
+    ds = to_dataset(model)
+    origin, version = getattr(model, "_loaded_from", (None, None))
+    replaces = version if overwrite and origin == _store_identity(store) else None
+    samples = getattr(getattr(model, "model_", model), "n_samples_", None)
+    note = f"{ds.attrs['estimator']}{' (rotated)' if ROTATION in ds.attrs else ''}" + (
+        f", {samples} samples" if samples is not None else "")
+    written = io.write_dataset(ds, store, overwrite=overwrite, marker={"format": io.MODEL_FORMAT, "note": note},
+                               keep_history=io.MODEL_HISTORY, replaces_version=replaces)
+    if hasattr(model, "_loaded_from"):  # its own save is the version a next save there replaces
+        model._loaded_from = (_store_identity(store), io.store_version(store))
+    return written
+
+
+def write_field(ds, tag: str, stage: FeatureStage, layout):
+    """One field of a coupled model into ``ds``: its feature stage (``model_keep_<tag>``,
+    ``model_factor_<tag>``) and labeled layout (attr ``layout_<tag>``, its feature coords under
+    names suffixed ``__<tag>``: the two grids may share dim names). Returns the dataset."""
+    import xarray as xr
+
+    ds[f"model_keep_{tag}"] = xr.DataArray(stage.keep, dims=(f"feature_all_{tag}",))
+    ds[f"model_factor_{tag}"] = xr.DataArray(stage.factor, dims=(f"feature_kept_{tag}",))
+    if layout is not None:
+        ds.attrs[f"layout_{tag}"] = json.dumps(layout.to_json())
+        coords = layout.coords.to_dataset()
+        ds = ds.merge(coords.rename({k: f"{k}__{tag}" for k in (*coords.variables, *coords.dims)}))
+    return ds
+
+
+# ------------------------------------------------------------------------------------ reading
+
+
+def read_field(ds, tag: str):
+    """``(stage, layout)`` of one field of a coupled model, as :func:`write_field` wrote them."""
+    import xarray as xr
+
+    stage = FeatureStage(ds[f"model_keep_{tag}"].values.astype(bool), ds[f"model_factor_{tag}"].values)
+    if f"layout_{tag}" not in ds.attrs:
+        return stage, None
+    suffix = f"__{tag}"
+    names = [k for k in ds.variables if k.endswith(suffix)]
+    coords = ds[names].rename({k: k[: -len(suffix)] for k in names})
+    coords = coords.rename_dims({d: d[: -len(suffix)] for d in coords.dims if d.endswith(suffix)})
+    return stage, labeled.Layout.from_json(json.loads(ds.attrs[f"layout_{tag}"]), xr.Dataset(coords=coords.variables))
+
+
+def stored_params(cls, ds) -> dict:
+    """The constructor parameters a store recorded that ``cls`` takes (notes for arrays dropped)."""
+    params = json.loads(ds.attrs["parameters"])
+    valid = cls._param_names()
+    return {k: v for k, v in params.items() if k in valid and not (isinstance(v, str) and v.startswith("<not JSON-able"))}
+
+
+def writer_of(ds, cls=None, *, source: str = "the dataset"):
+    """The class that reads ``ds``: the one that wrote it (a rotation's :class:`Rotator` unless
+    ``cls`` asks for the rotated model), checked against ``cls`` when one is asked for."""
+    attrs = ds.attrs
+    if int(attrs.get("daskpca_format_version", 0)) > io.FORMAT_VERSION:
+        raise NewerFormatError(
+            f"{source!r} holds model format {attrs['daskpca_format_version']}; this daskpca reads format "
+            f"{io.FORMAT_VERSION} and older. Upgrade daskpca.")
+    name = attrs.get("estimator", "PCA")
+    written_by = ESTIMATORS.get(name)
+    if written_by is None:
+        raise DamagedModelError(f"{source!r} was written by {name!r}, which this daskpca does not know (it knows "
+                                f"{sorted(ESTIMATORS)}). Upgrade daskpca.")
+    rotator = ESTIMATORS["Rotator"]
+    if cls is rotator and ROTATION not in attrs:
+        raise InputError(f"{source!r} holds {_a(name)} model without a rotation: load it with daskpca.load().")
+    if ROTATION in attrs and cls in (None, rotator):
+        return rotator
+    if cls is not None and not (issubclass(written_by, cls) or issubclass(cls, written_by)):
+        raise DamagedModelError(f"{source!r} holds {_a(name)} model, not {_a(cls.__name__)}: load it with "
+                                f"daskpca.load() (or {name}.load).")
+    return written_by if cls is None or issubclass(written_by, cls) else cls  # PCA.load of a HilbertPCA store: HilbertPCA
+
+
+def from_dataset(ds, cls=None, *, source: str = "the dataset"):
+    """The model :func:`to_dataset` wrote into ``ds``, as ``cls`` (None: the class that wrote it),
+    with its fitted invariants checked (``source`` names it in errors)."""
+    reader = writer_of(ds, cls, source=source)
+    missing = [name for name in ("parameters",) if name not in ds.attrs] + reader._format_missing(ds)
+    if missing:
+        raise DamagedModelError(f"{source!r} is not a complete daskpca {reader.__name__} model: {missing} missing. "
+                                "Write it again with `daskpca fit`, or restore a complete copy.")
+    try:
+        model = reader._format_read(ds)
+    except DamagedModelError:
+        raise
+    except (ValueError, TypeError, KeyError) as exc:
+        raise DamagedModelError(f"{source!r} is not a valid daskpca {reader.__name__} model "
+                                f"({type(exc).__name__}: {exc}).") from None
+    problem = model._problem()
+    if problem:
+        raise DamagedModelError(f"{source!r} is not a valid daskpca {reader.__name__} model: {problem}. Refusing to "
+                                "load it; write it again with `daskpca fit`, or restore a complete copy.")
+    return model
+
+
+def load(store, *, verify: bool = True):
+    """``daskpca.load``: the model :func:`save` wrote at ``store``, as the class that wrote it
+    (the store's ``estimator``; :class:`~daskpca.Rotator` for a rotated model), verified as
+    :meth:`daskpca.models.Estimator.load` says (``verify`` as there)."""
+    return load_as(store, None, verify)
+
+
+def load_as(store, cls, verify: bool = True):
+    """The model at ``store`` read as ``cls`` (None: the class that wrote it); see :func:`load`."""
+    source = os.fspath(store)
+    # The version is read first: if the store is replaced while it is read, the recorded
+    # version is the older one, and a later save there is refused (the safe direction).
+    version = io.store_version(store)
+    model = from_dataset(read_model_dataset(store, verify=verify), cls, source=source)
+    model._loaded_from = (_store_identity(store), version)
+    return model
+
+
+def read_model_dataset(store, *, verify: bool = True):
+    """The model store at ``store`` read into memory and verified, with the errors
+    :meth:`daskpca.models.Estimator.load` documents; ``verify=False``: without its checksums and
+    integrity record, with a warning."""
+    if not verify:
+        import warnings
+
+        warnings.warn(f"{os.fspath(store)!r} is read without verifying its checksums (verify=False): a "
+                      "changed or damaged store goes unnoticed.", UserWarning, stacklevel=4)
+    try:
+        return io.read_dataset(store, expected_format=io.MODEL_FORMAT, error=DamagedModelError,
+                               verify_integrity=verify)
+    except IncompleteStoreError as exc:
+        raise IncompleteStoreError(_not_a_model(os.fspath(store)) or str(exc)) from None
 
 
 def _not_a_model(source: str) -> str | None:
@@ -201,12 +209,12 @@ def _not_a_model(source: str) -> str | None:
             "`daskpca fit --out` (PCA.save).")
 
 
-def _listed(info: dict) -> dict:
+def listed(info: dict) -> dict:
     """Small NumPy arrays (per-component residuals, bounds) as lists, so JSON keeps them."""
     return {k: (v.tolist() if isinstance(v, np.ndarray) and v.size <= 10_000 else v) for k, v in info.items()}
 
 
-def _is_json(value) -> bool:
+def is_json(value) -> bool:
     try:
         json.dumps(value)
         return True
@@ -214,41 +222,9 @@ def _is_json(value) -> bool:
         return False
 
 
-def load(store, *, verify: bool = True):
-    """``daskpca.load``: the model :meth:`SavedModelMixin.save` wrote at ``store``, as the class
-    that wrote it (the store's ``estimator`` attr: ``PCA``, ``HilbertPCA``, ``MCA``), verified as
-    :meth:`SavedModelMixin.load` says (``verify`` as there)."""
-    return _load(store, None, verify)
-
-
-def _load(store, cls, verify: bool = True):
-    """Read, verify and rebuild the model at ``store`` with ``cls`` (None: the class that wrote it)."""
-    source = os.fspath(store)
-    # The version is read first: if the store is replaced while it is read, the recorded
-    # version is the older one, and a later save there is refused (the safe direction).
-    version = io.store_version(store)
-    ds = read_model_dataset(store, verify=verify)
-    if cls is None:  # an unknown name falls to PCA's reader, whose error names it
-        cls = ESTIMATORS.get(ds.attrs.get("estimator"), ESTIMATORS["PCA"])
-    model = cls.from_dataset(ds, source=source)
-    model._loaded_from = (_store_identity(store), version)
-    return model
-
-
-def read_model_dataset(store, *, verify: bool = True):
-    """The model store at ``store`` read into memory and verified, with the errors
-    :meth:`SavedModelMixin.load` documents (also for :meth:`daskpca.Rotator.load` and the CLI);
-    ``verify=False``: without its checksums and integrity record, with a warning."""
-    if not verify:
-        import warnings
-
-        warnings.warn(f"{os.fspath(store)!r} is read without verifying its checksums (verify=False): a "
-                      "changed or damaged store goes unnoticed.", UserWarning, stacklevel=3)
-    try:
-        return io.read_dataset(store, expected_format=io.MODEL_FORMAT, error=DamagedModelError,
-                               verify_integrity=verify)
-    except IncompleteStoreError as exc:
-        raise IncompleteStoreError(_not_a_model(os.fspath(store)) or str(exc)) from None
+def _a(name: str) -> str:
+    """``name`` with its article, as it is read aloud ("an MCA", "a PCA", "a HilbertPCA")."""
+    return f"{'an' if name[:1] in 'AEFILMNORSX' else 'a'} {name}"
 
 
 def _store_identity(store) -> str:

@@ -211,3 +211,44 @@ def _minka_log_likelihood(spectrum: np.ndarray, rank: int, n_samples: int) -> fl
             terms = (spectrum[i] - spectrum[rest]) * (1.0 / spectrum_[rest] - 1.0 / spectrum_[i])
             pa += np.sum(np.log(terms)) + math.log(n_samples) * (n_features - i - 1)
     return pu + pl + pv + pp - pa / 2.0 - rank * math.log(n_samples) / 2.0
+
+
+# ---------------------------------------------------------------------------------- checkpoints
+
+
+class NoCheckpoint:
+    """The state holder when no checkpoint is kept: never loads, never writes."""
+
+    path = None
+    resumed_from: int | None = None
+
+    def load(self) -> None:
+        return None
+
+    def save(self, state: dict) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass
+
+
+def open_checkpoint(checkpoint, X, **job):
+    """The solvers' side of the checkpoint interface: the state holder of this job.
+
+    ``checkpoint`` is what the solver received: ``None`` (no state kept: a :class:`NoCheckpoint`)
+    or an object whose ``open(X, **job)`` returns one with ``load() -> dict | None``,
+    ``save(state)``, ``clear()``, ``path`` and ``resumed_from`` — the estimator layer passes a
+    :class:`daskpca.store.checkpoint.CheckpointFile` (:func:`daskpca._features.solve` opens the
+    path the estimator was given). ``job`` identifies the job: JSON-able values, plus
+    ``random_state`` and arrays (e.g. ``init``, weights), which the opener digests. Solvers
+    never import the store: they write their state through this interface.
+    """
+    if checkpoint is None:
+        return NoCheckpoint()
+    if not callable(getattr(checkpoint, "open", None)):
+        raise InputTypeError(
+            f"checkpoint={checkpoint!r:.60}: a solver takes a checkpoint opened by the estimator layer "
+            "(daskpca.store.checkpoint.CheckpointFile(path)) or None. Pass the path to the estimator instead, "
+            "e.g. PCA(checkpoint='model.checkpoint.npz').")
+    return checkpoint.open(X, **job)
+

@@ -14,6 +14,7 @@ from functools import reduce
 
 import numpy as np
 
+from ._base import open_checkpoint
 from ._graph import SizedByArrays
 from .._validation import NonFinite, find_nonfinite
 from ..exceptions import InputError
@@ -144,12 +145,10 @@ def start_iterations(solver: str, X, request, *, max_iter, tol, init, random_sta
     The checkpoint's fingerprint covers the input, the solver, k, the iteration limits, the
     starting components and the seed, so a stored state is resumed only by the same job.
     """
-    from ..store.checkpoint import array_digest, open_checkpoint, seed_fingerprint
-
     k = request.fixed()
     max_iter, tol = resolve_iteration_options(max_iter, tol, default_max_iter=default_max_iter, default_tol=default_tol)
     store = open_checkpoint(
         checkpoint, X, solver=solver, n_components=k, max_iter=max_iter, tol=tol,
-        init=array_digest(init), random_state=seed_fingerprint(random_state),
+        init=None if init is None else np.asarray(init), random_state=random_state,
     )
     return k, max_iter, tol, store

@@ -125,9 +125,8 @@ from numbers import Integral, Real
 import numpy as np
 from scipy.linalg import eigh, svd
 
-from ..store.checkpoint import open_checkpoint, seed_fingerprint
 from ..exceptions import AccuracyWarning, InputError
-from ._base import ComponentRequest, SolverResult
+from ._base import ComponentRequest, SolverResult, open_checkpoint
 from ._iterative import as_generator, subspace_sine
 from ._progress import Passes
 from .randomized import (
@@ -420,7 +419,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
     ell = min(k + p, min(n_samples, n_features))
     store = open_checkpoint(
         checkpoint, X, solver="krylov", n_components=k, n_oversamples=p, tol=tol, max_passes=budget,
-        sketch_size=ell, random_state=seed_fingerprint(random_state), features=feature_fingerprint(features),
+        sketch_size=ell, random_state=random_state, features=feature_fingerprint(features),
     )
     state = store.load()
     if state is None:

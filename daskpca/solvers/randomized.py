@@ -85,11 +85,10 @@ import dask
 import numpy as np
 from scipy.linalg import qr, svd
 
-from ..store.checkpoint import array_digest, open_checkpoint, seed_fingerprint
 from ._graph import SPLIT_EVERY, SizedByArrays, map_row_blocks, tree_reduce
 from ._progress import Passes
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
-from ._base import ComponentRequest, SolverResult
+from ._base import ComponentRequest, SolverResult, open_checkpoint
 from ._iterative import as_generator
 from ..exceptions import InputError
 
@@ -454,7 +453,7 @@ def solve(
     ell = min(k + p, min(n_samples, n_features))
     store = open_checkpoint(
         checkpoint, X, solver="randomized", n_components=k, n_oversamples=p, n_power_iter=q,
-        sketch_size=ell, random_state=seed_fingerprint(random_state), features=feature_fingerprint(features),
+        sketch_size=ell, random_state=random_state, features=feature_fingerprint(features),
     )
     state = store.load()
     if state is None:
@@ -498,8 +497,9 @@ def solve(
 
 
 def feature_fingerprint(features):
-    """What identifies a fused feature stage in a checkpoint's job fingerprint (None without)."""
-    return None if features is None else array_digest(features.weights)
+    """What identifies a fused feature stage in a checkpoint's job fingerprint (None without):
+    its weights (the checkpoint digests them)."""
+    return None if features is None or features.weights is None else np.asarray(features.weights)
 
 
 def stage_state(stage) -> dict:

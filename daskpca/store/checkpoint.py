@@ -6,8 +6,10 @@ shape, chunks, dtype, dask name, parameters): a checkpoint from a different job 
 resumed (and is overwritten by the new job's first save).
 
 Only *small* state goes in (d×k bases, d-vectors, scalars): never anything n-sized. The solvers
-(randomized, als, ppca) open one with :func:`open_checkpoint`; ``path=None`` gives a
-:class:`NullCheckpoint` that does nothing, so the solver code has a single path.
+(randomized, krylov, als, ppca) never import this module: they receive a :class:`CheckpointFile`
+(the estimator layer opens the path it was given, :func:`daskpca._features.solve`) and open their
+job's state through :func:`daskpca.solvers._base.open_checkpoint`, which gives a do-nothing
+holder for ``None``, so the solver code has a single path.
 
 What identifies the job is the input's shape, chunks, dtype and dask ``name`` (for NumPy input a
 hash of the data) and the parameters. What the input *holds* is fingerprinted too
@@ -104,40 +106,35 @@ class Checkpoint:
             stray.unlink(missing_ok=True)
 
 
-class NullCheckpoint:
-    """Stands in for :class:`Checkpoint` when no path is given: never loads, never writes."""
-
-    path = None
-    resumed_from: int | None = None
-
-    def load(self) -> None:
-        return None
-
-    def save(self, state: dict) -> None:
-        pass
-
-    def clear(self) -> None:
-        pass
-
-
-def open_checkpoint(path, array, **parameters) -> Checkpoint | NullCheckpoint:
-    """A :class:`Checkpoint` at ``path`` for this job, or a :class:`NullCheckpoint` for ``None``.
+class CheckpointFile:
+    """The checkpoint interface the solvers receive (see :func:`daskpca.solvers._base.open_checkpoint`):
+    a local ``.npz`` path, opened per job by :meth:`open`.
 
     Raises
     ------
     TypeError, ValueError
         ``path`` is not a local file path (``str`` or ``os.PathLike``; URLs are not supported).
     """
-    if path is None:
-        return NullCheckpoint()
-    if not isinstance(path, (str, os.PathLike)):
-        raise InputTypeError(f"checkpoint={path!r}: expected a local file path (str or os.PathLike) or None.")
-    if "://" in os.fspath(path):
-        raise InputError(
-            f"checkpoint={os.fspath(path)!r}: checkpoints are written to a local file; pass a local "
-            "path (e.g. 'model.checkpoint.npz') or None."
-        )
-    return Checkpoint(path, job_fingerprint(array, **parameters), input_fingerprint(array))
+
+    def __init__(self, path):
+        if not isinstance(path, (str, os.PathLike)):
+            raise InputTypeError(f"checkpoint={path!r}: expected a local file path (str or os.PathLike) or None.")
+        if "://" in os.fspath(path):
+            raise InputError(
+                f"checkpoint={os.fspath(path)!r}: checkpoints are written to a local file; pass a local "
+                "path (e.g. 'model.checkpoint.npz') or None."
+            )
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"CheckpointFile({os.fspath(self.path)!r})"
+
+    def open(self, array, **job) -> Checkpoint:
+        """The :class:`Checkpoint` of this job: ``job``'s ``random_state`` and arrays are digested
+        (:func:`seed_fingerprint`, :func:`array_digest`), the rest kept as given."""
+        job = {k: seed_fingerprint(v) if k == "random_state" else array_digest(v) if isinstance(v, np.ndarray) else v
+               for k, v in job.items()}
+        return Checkpoint(self.path, job_fingerprint(array, **job), input_fingerprint(array))
 
 
 def seed_fingerprint(random_state):

@@ -9,22 +9,20 @@ names only (a partial copy that kept its marker, a deleted chunk), ``full=True``
 and hashes every object (edited values, edited attributes). Models are small and always checked
 in full; data stores are checked by listing on open and in full by ``daskpca.io.verify``.
 
-**Model invariants.** :func:`check_model` checks what every fitted model satisfies — one k in
-every array and scalar, shapes that agree with the feature stage, finite values, orthonormal
-components, non-negative variances sorted in decreasing order — so a model whose record was
-rewritten to match is still refused when it is not a PCA model. A record that is missing or
-malformed is refused as damage (:func:`check_store`): editing the marker never turns checking off.
+A record that is missing or malformed is refused as damage (:func:`check_store`): editing the
+marker never turns checking off. What the bytes must mean — a model's fitted invariants — is the
+estimator layer's (``_problem`` of each estimator, checked by :mod:`daskpca.models._format`): a
+model whose record was rewritten to match is still refused when it is not a valid model.
 """
 
 from __future__ import annotations
 
 import hashlib
 
-import numpy as np
 
 from . import objects
 from .claims import is_url
-from ..exceptions import DamagedModelError, DamagedStoreError
+from ..exceptions import DamagedStoreError
 
 #: Files in a store that are not zarr's (the completion marker); never part of the record.
 _IGNORED = (".daskpca-complete",)
@@ -158,61 +156,3 @@ def check_store(location: str, record, *, full: bool, label: str, error=DamagedS
             "changed after daskpca wrote it (a partial copy, deleted or edited files); refusing to read "
             "it. Restore it from a complete copy (or `daskpca history` / `daskpca rollback`), or write it again."
         )
-
-
-# ----------------------------------------------------------------------------- model invariants
-
-
-def check_model(pca, label: str) -> None:
-    """Raise :class:`DamagedModelError` naming the first fitted invariant ``pca`` violates."""
-    problem = _model_problem(pca)
-    if problem:
-        raise DamagedModelError(f"{label} is not a valid daskpca model: {problem}. Refusing to load it; "
-                                "write it again with `daskpca fit`, or restore a complete copy.")
-
-
-def _model_problem(pca) -> str | None:
-    k = pca.n_components_
-    components = np.asarray(pca.components_)
-    stage = pca.feature_stage_
-    if components.ndim != 2:
-        return f"components_ has shape {components.shape}, not (k, n_features)"
-    shapes = {
-        "components_": (components.shape, (k, stage.n_kept)),
-        "explained_variance_": (np.shape(pca.explained_variance_), (k,)),
-        "explained_variance_ratio_": (np.shape(pca.explained_variance_ratio_), (k,)),
-        "singular_values_": (np.shape(pca.singular_values_), (k,)),
-        "mean_": (np.shape(pca.mean_), (stage.n_kept,)),
-        "feature_stage_.factor": (np.shape(stage.factor), (stage.n_kept,)),
-    }
-    for name, (shape, expected) in shapes.items():
-        if tuple(shape) != expected:
-            return (f"{name} has shape {tuple(shape)} but n_components_={k} and {stage.n_kept} analysed "
-                    f"features need {expected}")
-    if stage.n_kept != pca.n_features_in_:
-        return f"the feature mask keeps {stage.n_kept} features but n_features_in_={pca.n_features_in_}"
-    if not 1 <= k <= max(min(pca.n_samples_, stage.n_kept), 1):
-        return f"n_components_={k} is impossible for {pca.n_samples_} samples of {stage.n_kept} features"
-    for name in ("components_", "explained_variance_", "explained_variance_ratio_", "singular_values_", "mean_"):
-        if not np.all(np.isfinite(getattr(pca, name))):
-            return f"{name} contains NaN or ±inf"
-    for name in ("noise_variance_", "total_variance_", "distortion_"):
-        if not np.isfinite(getattr(pca, name)):
-            return f"{name}={getattr(pca, name)} is not finite"
-    variance = np.asarray(pca.explained_variance_)
-    scale = max(float(np.max(np.abs(variance), initial=0.0)), np.finfo(float).tiny)
-    if np.any(variance < -1e-9 * scale):
-        return "explained_variance_ has negative entries"
-    if np.any(np.diff(variance) > 1e-9 * scale):
-        return "explained_variance_ is not sorted in decreasing order"
-    gram = components @ components.conj().T  # Cᴴ: Hilbert EOFs are complex
-    error = float(np.max(np.abs(gram - np.eye(k)), initial=0.0))
-    if error > 1e-6:
-        return f"the rows of components_ are not orthonormal (|C·Cᴴ − I| = {error:.2g})"
-    moments = pca.solver_info_.get("moments")
-    if moments is not None:
-        if np.shape(moments.mean) != (stage.n_kept,) or np.shape(moments.scatter) != (stage.n_kept, stage.n_kept):
-            return "the stored sufficient statistics do not match the analysed features"
-        if int(moments.count) != int(pca.n_samples_):
-            return f"the stored sufficient statistics count {moments.count} samples, n_samples_={pca.n_samples_}"
-    return None

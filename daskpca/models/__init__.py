@@ -1,0 +1,22 @@
+"""The estimator layer: what every daskpca estimator shares, written once.
+
+It owns the base class (:mod:`._base`: :class:`Estimator` — parameters and their declared
+constraints checked once before any read, the refusal of solver knobs the running solver would
+ignore, ``check_fitted``, the road from data back into a fitted model, projection and
+reconstruction through the feature stage and the labeled layout, save / load), the vocabulary of
+constraints (:mod:`._constraints`), scikit-learn's parameter protocol (:mod:`._params`:
+``get_params`` / ``set_params`` / ``repr``) and the model's format (:mod:`._format`: one format
+registry and one save / load path for PCA, HilbertPCA, MCA, CCA and rotations). :func:`load` is
+``daskpca.load``.
+
+What it may import: the fit stages (:mod:`daskpca._features`, :mod:`daskpca._plan`,
+:mod:`daskpca._probabilistic`), the labeled layer, the solvers' kernels, :mod:`daskpca.io` (which
+writes and reads the bytes) and the layers below. What must not import it: nothing below the
+estimators; the estimators (:mod:`daskpca.pca`, :mod:`daskpca.eof`, :mod:`daskpca.coupled`), the
+public faces and the CLI do.
+"""
+
+from ._base import Estimator, model_matrix, project, reconstruct
+from ._format import load
+
+__all__ = ["Estimator", "load", "model_matrix", "project", "reconstruct"]

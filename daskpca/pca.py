@@ -148,12 +148,6 @@ class BasePCA(Estimator):
         request.validate()
         return request
 
-    def _reads(self, module, spec) -> tuple[int, int | None]:
-        """``(the feature stage's reads before module's own, its most reads or None)`` for the plan."""
-        most = getattr(module, "most_passes", None)
-        options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
-        return _features.extra_reads(module, spec), None if most is None else most(options)
-
     def _set_fitted(self, result: SolverResult, solver: str, reason: str, layout) -> None:
         signs = flip_signs(result.components)
         k = len(result.explained_variance)
@@ -603,7 +597,7 @@ class PCA(ProbabilisticMixin, BasePCA):
     #: Each parameter's allowed forms, checked before any read (shape-dependent limits later, and
     #: ``n_components`` entirely by :class:`~daskpca.solvers._base.ComponentRequest`: its limit is min(n, d)).
     _parameter_constraints = {
-        "solver": [Options(("auto", *SOLVERS))],
+        "solver": [Options(lambda: ("auto", *SOLVERS))],  # read when checked: solvers may be registered later
         "whiten": [BOOL],
         "standardize": [BOOL],
         "random_state": [RANDOM_STATE],
@@ -718,10 +712,8 @@ class PCA(ProbabilisticMixin, BasePCA):
             n_oversamples=self.n_oversamples, n_power_iter=self.n_power_iter,
             tol=self.tol, max_passes=self.max_passes, geometry=geometry_of(array),
             requested=None if self.solver == "auto" else self.solver,
-            reads={name: self._reads(module, spec) for name, module in SOLVERS.items()},
+            reads=_features.plan_reads(SOLVERS, spec, self.get_params(deep=False)),
         )
-        module = SOLVERS[plan.solver]
-        self.refuse_ignored_knobs(plan.solver, getattr(module, "OPTIONS", ()), exact=getattr(module, "EXACT", False),
-                                  users={name: getattr(m, "OPTIONS", ()) for name, m in SOLVERS.items()})
+        self.refuse_ignored_knobs(plan.solver, SOLVERS)
         return plan
 

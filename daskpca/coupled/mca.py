@@ -35,6 +35,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
+from types import SimpleNamespace
 
 import dask
 import numpy as np
@@ -52,8 +53,10 @@ from ..solvers.krylov import check_accuracy_options
 from .fields import Field, fields, resolve
 
 PATHS = ("auto", "exact", "krylov")
-#: The knobs each path takes (the others would be ignored there, so they are refused).
-PATH_KNOBS = {"exact": (), "krylov": ("tol", "max_passes", "n_oversamples")}
+#: Each path's declarations, as a solver module makes them: the knobs it takes (``OPTIONS``; the
+#: others would be ignored there, so they are refused) and whether it is exact (meets any ``tol``).
+PATH_DECLARATIONS = {"exact": SimpleNamespace(OPTIONS=(), EXACT=True),
+                     "krylov": SimpleNamespace(OPTIONS=("tol", "max_passes", "n_oversamples"), EXACT=False)}
 #: Passes the Krylov path makes (its statistics pass included) when neither ``tol`` nor
 #: ``max_passes`` is given.
 DEFAULT_MAX_PASSES = 20
@@ -229,7 +232,7 @@ class MCA(Estimator):
 
     def _plan(self, fields) -> CoupledPlan:
         plan = self._choose_path(fields)
-        self.refuse_ignored_knobs(plan.path, PATH_KNOBS[plan.path], users=PATH_KNOBS, exact=plan.path == "exact")
+        self.refuse_ignored_knobs(plan.path, PATH_DECLARATIONS)
         return plan
 
     def _choose_path(self, fields) -> CoupledPlan:

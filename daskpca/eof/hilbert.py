@@ -29,7 +29,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .. import _plan, labeled
+from .. import _features, _plan, labeled
 from ..models._base import scores_out
 from ..models._constraints import BOOL, NONE, RANDOM_STATE, WEIGHTS, Interval, Options
 from ..solvers._graph import map_column_blocks, tree_reduce
@@ -142,13 +142,14 @@ class HilbertPCA(BasePCA):
                             krylov_solver.pass_budget(self.tol, self.max_passes))
         ell = min(k + hilbert_krylov.N_OVERSAMPLES, n, d)
         estimates = []
+        reads = _features.plan_reads(self._solver_modules, spec, self.get_params(deep=False))
         for name, passes, flops, note in (
             (SOLVER, hilbert_solver.N_PASSES, 4.0 * n * n * d + 8.0 * n * d * k, f"column strips of ≤ {strip} features"),
             (KRYLOV, krylov_passes, krylov_passes * 16.0 * n * d * ell, f"ℓ = {ell}; error bound reported"),
         ):
             task = self._task_bytes(name, n, strip, array.dtype.itemsize, k, row_blocks > 1)
             estimate = _plan.SolverEstimate(name, passes, flops, task, budget is None or task <= budget, name == SOLVER, note)
-            estimates.append(estimate.with_reads(*self._reads(self._solver_modules[name], spec)))
+            estimates.append(estimate.with_reads(*reads[name]))
         exact, approximate = estimates
         if self.solver != "auto":
             solver, reason = HILBERT_SOLVERS[self.solver][0], "requested by the caller"
@@ -167,9 +168,7 @@ class HilbertPCA(BasePCA):
         plan = _plan.Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, self.tol)
         if not plan.estimate(solver).feasible:
             raise InputError(self._strip_advice(plan, array, solver))
-        module = self._solver_modules[solver]
-        self.refuse_ignored_knobs(solver, getattr(module, "OPTIONS", ()), exact=getattr(module, "EXACT", False),
-                                  users={n: getattr(m, "OPTIONS", ()) for n, m in self._solver_modules.items()})
+        self.refuse_ignored_knobs(solver, self._solver_modules)
         return plan
 
     def _task_bytes(self, name, n, strip, itemsize, k, rechunked) -> int:

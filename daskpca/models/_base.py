@@ -68,12 +68,17 @@ class Estimator(ParamsMixin):
     def _check_params_together(self) -> None:
         """Checks that involve several parameters (none by default)."""
 
-    def refuse_ignored_knobs(self, solver: str, takes, *, users: dict, exact: bool = False) -> None:
+    def refuse_ignored_knobs(self, solver: str, solvers: dict) -> None:
         """Refuse a knob (``_solver_knobs``) given a value other than its default when the solver
-        that will run, ``solver``, does not take it (``takes``): it would be ignored without a
-        word. An exact solver meets any ``tol``; under ``solver="auto"`` ``tol`` and
-        ``max_passes`` are the planner's inputs. ``users`` maps every solver (or path) name to
-        the knobs it takes, to name the ones that would use it. Reads no data."""
+        that will run, ``solver``, does not take it: it would be ignored without a word.
+
+        ``solvers`` maps every solver (or path) name the estimator has to its declarations, as a
+        solver module makes them: ``OPTIONS`` (the parameters it takes) and ``EXACT`` (it meets
+        any ``tol``). Under ``solver="auto"``, ``tol`` and ``max_passes`` are the planner's inputs
+        (the accuracy and read budget it chose by), so they keep their meaning. Reads no data.
+        """
+        running = solvers[solver]
+        takes, exact = getattr(running, "OPTIONS", ()), getattr(running, "EXACT", False)
         defaults = {n: p.default for n, p in inspect.signature(type(self).__init__).parameters.items()}
         auto = getattr(self, "solver", "auto") == "auto"
         for knob in self._solver_knobs:
@@ -82,13 +87,12 @@ class Estimator(ParamsMixin):
                 continue
             if (knob == "tol" and exact) or (knob in PLANNER_INPUTS and auto):
                 continue
-            steers = sorted(name for name, options in users.items() if knob in options)
+            steers = sorted(name for name, m in solvers.items() if knob in getattr(m, "OPTIONS", ()))
             chose = "solver='auto' chose" if auto else "you asked for"
-            name = type(self).__name__
             raise InvalidParameterError(
-                f"{knob}={value!r:.60} would be ignored: {chose} solver {solver!r}, which does not use "
-                f"it ({knob} steers {', '.join(repr(s) for s in steers) or 'no solver here'}). Drop {knob}, or "
-                f"pass {name}(solver=...) (--solver on the command line) naming a solver that takes it."
+                f"{knob}={value!r:.60} would be ignored: {chose} solver {solver!r}, which does not use it ({knob} "
+                f"steers {', '.join(repr(s) for s in steers) or 'no solver here'}). Drop {knob}, or pass "
+                f"{type(self).__name__}(solver=...) (--solver on the command line) naming a solver that takes it."
             )
 
     # ------------------------------------------------------------------ fitted state

@@ -62,15 +62,19 @@ class Interval:
 
 @dataclass(frozen=True)
 class Options:
-    """One of a fixed set of strings (exactly: no case folding)."""
+    """One of a set of strings (exactly: no case folding). ``values`` may be a function returning
+    them, read at each check (e.g. the solvers registered when ``fit`` runs)."""
 
-    values: tuple
+    values: tuple | object
+
+    def _current(self) -> tuple:
+        return tuple(self.values()) if callable(self.values) else tuple(self.values)
 
     def accepts(self, value) -> bool:
-        return isinstance(value, str) and value in self.values
+        return isinstance(value, str) and value in self._current()
 
     def describe(self) -> str:
-        return "one of " + ", ".join(repr(v) for v in self.values)
+        return "one of " + ", ".join(repr(v) for v in self._current())
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,9 @@ class BasePCA(Estimator):
     """
 
     _abstract = True
+    _model_kind = "PCA (nor a HilbertPCA)"  # what a reader asking for the family wants, in errors
+    #: ``update`` is optional in the family: a member that has none says here why (PCA has one).
+    _cannot_update: str | None = None
     #: The solvers ``solver=`` names, name → module.
     _solver_modules = SOLVERS
 
@@ -247,6 +250,13 @@ class BasePCA(Estimator):
         basis = self._reconstruction_basis()[index] * unscale[:, None]
         rows = self._field_values(reconstruct(matrix, basis, self.mean_, self.feature_stage_, lazy=lazy))
         return labeled.field_from_rows(self.layout_, rows, given) if self.layout_ is not None else rows
+
+    def check_updatable(self) -> None:
+        """Raise unless ``update`` can fold new data into this model exactly (reads nothing): the
+        family declares the capability, a member without ``update`` says why not."""
+        self.check_fitted()
+        if self._cannot_update is not None:
+            raise InputError(self._cannot_update)
 
     def _reconstruction_basis(self) -> np.ndarray:
         """The (k, d_kept) basis scores are multiplied by to reconstruct: the components."""
@@ -689,7 +699,7 @@ class PCA(ProbabilisticMixin, BasePCA):
 
     def check_updatable(self) -> None:
         """Raise unless :meth:`update` can fold new data into this model exactly (reads nothing)."""
-        self.check_fitted()
+        super().check_updatable()
         if self.solver_info_.get("moments") is None:
             raise InputError(
                 f"this model was fitted with solver={self.solver_!r}, which keeps no sufficient "

@@ -143,28 +143,33 @@ def distortion_curve(model_or_variance, *, total_variance=None):
 def reconstruct(model, X, n_components=None):
     """Reconstruct rows of ``X`` from their first ``n_components`` principal components.
 
-    ``x̂ = x̄ + Σ_{i≤M} ((x − x̄)·u_i) u_i`` (Bishop eq. 12.20), computed in NumPy: meant for the
-    handful of rows a picture shows (use ``model.inverse_transform(model.transform(X))`` for
-    big lazy arrays).
+    ``x̂ = x̄ + Σ_{i≤M} ((z − z̄)·u_i) u_i`` through the model's own road: ``transform`` then
+    ``inverse_transform`` with modes 1..M, so weights, standardisation, masked features (NaN in
+    the result) and a labeled layout are those of every other projection — it equals
+    ``model.inverse_transform(model.transform(X))`` when M is the model's k.
 
     Parameters
     ----------
     model : fitted PCA
-    X : array-like of shape (n_rows, n_features)
+    X : array-like of shape (n_rows, n_features), or the labeled data of a labeled model
+        The few rows a picture shows (NumPy in, NumPy out).
     n_components : int, optional
         M ≤ ``model.n_components_``; default all of them.
     """
-    components = _components(model)
-    k = components.shape[0] if n_components is None else int(n_components)
-    if not 0 <= k <= components.shape[0]:
+    model.check_fitted()
+    k_all = model.n_components_
+    k = k_all if n_components is None else n_components
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= k_all:
         raise InputError(
-            f"n_components={n_components!r} must be between 0 and the model's "
-            f"n_components_ = {components.shape[0]}."
+            f"n_components={n_components!r} must be an int between 0 and the model's "
+            f"n_components_ = {k_all}."
         )
-    X = np.asarray(X, dtype=np.float64)
-    centered = X - model.mean_
-    basis = components[:k]
-    return model.mean_ + (centered @ basis.T) @ basis
+    if not hasattr(X, "dims"):
+        X = np.atleast_2d(np.asarray(X, dtype=np.float64))
+    scores = model.transform(X)
+    if k == 0:  # no mode: the mean, through the same road
+        return model.inverse_transform(scores * 0)
+    return model.inverse_transform(scores[..., :k] if not hasattr(scores, "dims") else scores, modes=list(range(1, k + 1)))
 
 
 # ------------------------------------------------------------------ spectra

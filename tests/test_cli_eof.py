@@ -56,7 +56,7 @@ def test_each_variant_fits_saves_and_transforms_as_it_scored(field, tmp_path, ex
 @pytest.mark.parametrize("extra, message", [
     (["--hilbert", "--rotation", "varimax"], "Drop one of --hilbert and --rotation"),
     (["--hilbert", "--solver", "tsqr"], "--hilbert takes --solver auto, gram (exact) or krylov"),
-    (["--hilbert", "--max-iter", "5"], "--max-iter applies to ALS"),
+    (["--hilbert", "--max-iter", "5"], "--max-iter would be ignored: it sets max_iter, which this fit (HilbertPCA) does not take"),
     (["--power", "3"], "add --rotation promax"),
     (["--lag-step", "2"], "needs --lags"),
     (["--lags", "200"], "no window fits"),

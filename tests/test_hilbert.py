@@ -10,7 +10,7 @@ import xarray as xr
 from scipy.linalg import subspace_angles
 from scipy.signal import hilbert
 
-from daskpca.exceptions import AccuracyWarning, InvalidParameterError
+from daskpca.exceptions import AccuracyWarning, InputError, InvalidParameterError
 from daskpca.eof.hilbert import HilbertPCA
 from daskpca.solvers.hilbert import analytic_signal
 
@@ -129,8 +129,10 @@ def test_nan_in_transform_input_is_named_and_what_it_does_not_offer_it_does_not_
     assert np.isnan(model.transform(bad, nan="propagate")).all()
     # Probabilistic PCA's likelihood is that of real data, and new samples change the analytic
     # signal of the old ones: HilbertPCA has neither (it does not inherit them only to refuse).
-    for name in ("score", "score_samples", "get_covariance", "get_precision", "update", "check_updatable"):
+    for name in ("score", "score_samples", "get_covariance", "get_precision", "update"):
         assert not hasattr(model, name), name
+    with pytest.raises(InputError, match="HilbertPCA model cannot be updated"):
+        model.check_updatable()  # the family's declared capability says why
 
 
 def test_a_saved_hilbert_model_loads_as_one_and_transforms_identically(tmp_path):

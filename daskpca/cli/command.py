@@ -262,11 +262,11 @@ def _embedded(data, n_lags: int, lag_step: int, sample_dims):
 def _load_model(path, *, coupled: bool = False, verify: bool = True):
     """The model at ``path``, with its rotation when it was saved with one (one read, verified);
     ``coupled``: an MCA/CCA store loads as its own class (else PCA's reader refuses it by name)."""
-    from .. import PCA
     from ..models._format import ROTATION, from_dataset, read_model_dataset
+    from ..pca import BasePCA
 
     ds = read_model_dataset(path, verify=verify)
-    return from_dataset(ds, None if coupled or ROTATION in ds.attrs else PCA, source=os.fspath(path))
+    return from_dataset(ds, None if coupled or ROTATION in ds.attrs else BasePCA, source=os.fspath(path))
 
 
 def _as_fitted(data, model):
@@ -296,18 +296,17 @@ def cmd_fit(args) -> dict:
         for output in filter(None, [args.out, args.scores]):
             io.check_writable(output, overwrite=args.overwrite)  # before the cluster starts or data is read
         cli_options.check_eof_options(args)
+        cls = HilbertPCA if args.hilbert else PCA
+        parts = {cls.__name__: cls._param_names(), **({"Rotator": Rotator._param_names()} if args.rotation else {}),
+                 **({"--lags": ("lag_step",)} if args.lags else {})}
+        params = cli_options.estimator_params(args, parts)[cls.__name__]  # an option nothing takes: refused
         data = open_source(args.source, args.var)
         sample_dims = _sample_dims(args, data)
         if args.lags:
             data = _embedded(data, args.lags, args.lag_step, sample_dims)
-        if args.hilbert:
-            pca = HilbertPCA(n_components, solver=args.solver, tol=args.tol, max_passes=args.max_passes,
-                             whiten=args.whiten, weights=args.weights, random_state=args.random_state)
-        else:
-            pca = PCA(n_components=n_components, solver=args.solver, whiten=args.whiten,
-                      random_state=args.random_state, weights=args.weights, max_passes=args.max_passes,
-                      **{name: value for name, value in (("max_iter", args.max_iter), ("tol", args.tol)) if value is not None},
-                      checkpoint=_checkpoint_path(args.out))
+        if cls is PCA:
+            params["checkpoint"] = _checkpoint_path(args.out)
+        pca = cls(n_components, **params)
         plan = pca.plan(data, sample_dims=sample_dims)  # parameters and shape checked; nothing read
         _check_memory(args, plan)
         timings = {}
@@ -338,11 +337,11 @@ def _fit_mca(args, n_components) -> dict:
 
     if n_components is not None and not isinstance(n_components, int):
         raise UsageError(f"--mca keeps a number of mode pairs: give -k an int (or 'all'), not {args.n_components}.")
+    mca = MCA(n_components, **cli_options.estimator_params(args, {"MCA": MCA._param_names()})["MCA"])
     with _claim_outputs(args, args.out):
         io.check_writable(args.out, overwrite=args.overwrite)
         fields = [open_source(args.source, args.var), open_source(args.with_source, args.var2)]
         sample_dims = _sample_dims(args, fields[0])
-        mca = MCA(n_components, solver=args.solver, tol=args.tol, weights=args.weights, random_state=args.random_state)
         mca.plan(*fields, sample_dims=sample_dims)  # the pair, k and parameters checked; nothing read
         with runner(args, fields[0].nbytes + fields[1].nbytes):
             start = time.perf_counter()

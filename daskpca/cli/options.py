@@ -342,13 +342,8 @@ def check_eof_options(args) -> None:
     if args.hilbert and args.solver not in ("auto", "gram", "krylov"):
         raise UsageError(f"--hilbert takes --solver auto, gram (exact) or krylov (long series, with an error bound); "
                          f"not {args.solver}.")
-    if args.hilbert and args.max_iter is not None:
-        raise UsageError("--max-iter applies to ALS and probabilistic PCA, not to Hilbert EOFs: drop it "
-                         "(--tol sets the accuracy of --solver krylov).")
-    if args.rotation != "promax" and args.power is not None:
+    if args.rotation == "varimax" and args.power is not None:  # a Rotator takes power, varimax fixes it to 1
         raise UsageError("--power is promax's exponent: add --rotation promax, or drop --power.")
-    if args.lag_step != 1 and not args.lags:
-        raise UsageError("--lag-step needs --lags N (the number of delayed copies).")
 
 
 def check_coupled_options(args) -> None:
@@ -357,10 +352,59 @@ def check_coupled_options(args) -> None:
         raise UsageError("--mca needs --with SOURCE2, the second field; --with applies to --mca only.")
     if args.var2 and not args.with_source:
         raise UsageError("--var2 names a variable of the --with source: add --mca --with SOURCE2.")
+    # Options that set a parameter MCA does not take are refused by estimator_params; these
+    # choose what is built (another analysis, a second output).
     single = [flag for flag, given in (("--hilbert", args.hilbert), ("--rotation", args.rotation), ("--lags", args.lags),
-                                       ("--scores", args.scores), ("--whiten", args.whiten), ("--max-iter", args.max_iter))
+                                       ("--scores", args.scores))
               if given]
     if args.mca and single:
         raise UsageError(f"{', '.join(single)} apply to one field's PCA, not to --mca: drop them.")
     if args.mca and args.solver not in ("auto", "exact", "krylov"):
         raise UsageError(f"--mca takes --solver auto, exact (one pass) or krylov (with --tol); not {args.solver}.")
+
+
+#: What each ``fit`` option sets: ``(option, args attribute, the parameter it becomes)``. The
+#: command builds its estimators from this table (:func:`estimator_params`), so an option that
+#: none of the pieces it builds takes is refused by name, never silently ignored (``--power``
+#: with ``--mca``, ``--lag-step`` without ``--lags``, ``--max-iter`` with ``--hilbert`` …).
+FIT_PARAMETERS = (
+    ("--solver", "solver", "solver"),
+    ("--tol", "tol", "tol"),
+    ("--max-passes", "max_passes", "max_passes"),
+    ("--max-iter", "max_iter", "max_iter"),
+    ("--whiten", "whiten", "whiten"),
+    ("--weights", "weights", "weights"),
+    ("--random-state", "random_state", "random_state"),
+    ("--power", "power", "power"),
+    ("--lag-step", "lag_step", "lag_step"),
+)
+#: Values an option has when it is not given (argparse's defaults of the ``fit`` parser).
+_NOT_GIVEN = {"solver": "auto", "lag_step": 1, "whiten": False}
+
+
+def estimator_params(args, parts: dict) -> dict:
+    """``{piece: {parameter: value}}``: the ``fit`` options given, mapped onto the parameters of
+    the pieces the command builds (``parts``: piece name → the parameter names it takes, e.g.
+    ``{"MCA": MCA._param_names()}``). An option given that no piece takes raises
+    :class:`UsageError` naming it, what it sets and what was built — before any read."""
+    params = {piece: {} for piece in parts}
+    for option, attribute, parameter in FIT_PARAMETERS:
+        value = getattr(args, attribute, None)
+        if value is None or value == _NOT_GIVEN.get(attribute, None):
+            continue
+        takers = [piece for piece, names in parts.items() if parameter in names]
+        if not takers:
+            built = " and ".join(parts)
+            raise UsageError(f"{option} would be ignored: it sets {parameter}, which this fit ({built}) does not "
+                             f"take. Drop {option}" + _HINTS.get(option, "."))
+        for piece in takers:
+            params[piece][parameter] = value
+    return params
+
+
+_HINTS = {
+    "--power": " (--power is promax's exponent: add --rotation promax, on a single field's PCA).",
+    "--lag-step": " (it spaces the delayed copies of extended EOFs: it needs --lags N).",
+    "--max-iter": " (it limits ALS and probabilistic PCA: --solver als or ppca on a single field).",
+    "--whiten": " (it scales a single field's PCA scores).",
+}

@@ -97,6 +97,10 @@ class HilbertPCA(BasePCA):
         "random_state": [RANDOM_STATE],
     }
     _solver_knobs = ("tol", "max_passes")
+    _cannot_update = (
+        "a HilbertPCA model cannot be updated: the Hilbert transform runs along each feature's whole series, so "
+        "new samples change the analytic signal (and the Gram matrix) of the old ones, and the model keeps no "
+        "statistics to fold them into. Refit HilbertPCA on the whole series.")
 
     def __init__(self, n_components=None, *, solver="auto", tol=None, max_passes=None, padding="exp",
                  decay_factor=0.2, whiten=False, weights=None, standardize=False, random_state=None):

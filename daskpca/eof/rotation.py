@@ -275,13 +275,14 @@ class Rotator(Estimator):
         stored rotation matrix."""
         import json
 
+        from ..exceptions import DamagedModelError
         from ..models import _format
 
         model = _format.from_dataset(ds, _format.ESTIMATORS[ds.attrs.get("estimator", "PCA")])
         rotator = cls(**json.loads(ds.attrs["rotation"])).fit(model)
         if not np.allclose(rotator.rotation_matrix_, ds["rotation_matrix"].values, rtol=1e-10, atol=1e-12):
-            raise ValueError("the stored rotation matrix differs from the rotation of the stored model; the store "
-                             "was changed after it was written")
+            raise DamagedModelError("the stored rotation matrix differs from the rotation of the stored model; the "
+                                    "store was changed after it was written")
         return rotator
 
     def _check(self, model) -> int:

@@ -132,7 +132,8 @@ def writer_of(ds, cls=None, *, source: str = "the dataset"):
     if ROTATION in attrs and cls in (None, rotator):
         return rotator
     if cls is not None and not (issubclass(written_by, cls) or issubclass(cls, written_by)):
-        raise DamagedModelError(f"{source!r} holds {_a(name)} model, not {_a(cls.__name__)}: load it with "
+        wanted = cls.__dict__.get("_model_kind", cls.__name__)
+        raise DamagedModelError(f"{source!r} holds {_a(name)} model, not {_a(wanted)}: load it with "
                                 f"daskpca.load() (or {name}.load).")
     return written_by if cls is None or issubclass(written_by, cls) else cls  # PCA.load of a HilbertPCA store: HilbertPCA
 

@@ -30,11 +30,13 @@ doi:10.1175/1520-0493(1982)110<0699:SEITEO>2.0.CO;2.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from numbers import Integral, Real
 
 import dask
 import numpy as np
 
 from .exceptions import InputError, InputTypeError
+from .models._constraints import Interval
 from ._validation import find_nonfinite, raise_if_nonfinite
 from .pca import PCA
 from .solvers._graph import map_row_blocks
@@ -426,13 +428,14 @@ def _check_bootstrap(pca, n_replicates, block_length, confidence, n_modes, n_bas
 
 
 def _check_resampling(n, n_replicates, block_length, confidence, interval) -> None:
-    """The resampling parameters of a series of n samples, checked (nothing is read)."""
-    if not isinstance(n_replicates, (int, np.integer)) or n_replicates < 1:
+    """The resampling parameters of a series of n samples, checked (nothing is read) with the
+    estimators' constraint vocabulary (a bool is no count, NaN no probability)."""
+    if not Interval(Integral, 1, None).accepts(n_replicates):
         raise InputError(f"n_replicates={n_replicates!r}: expected an int >= 1 (e.g. 1000).")
-    if block_length is not None and (not isinstance(block_length, (int, np.integer)) or not 1 <= block_length <= n):
+    if block_length is not None and not Interval(Integral, 1, n).accepts(block_length):
         raise InputError(f"block_length={block_length!r}: expected an int in [1, n_samples={n}] (consecutive "
                          "samples per block), or None for the rule from the scores' lag-1 autocorrelation.")
-    if not (isinstance(confidence, (float, int)) and 0 < confidence < 1):
+    if not Interval(Real, 0, 1, "neither").accepts(confidence):
         raise InputError(f"confidence={confidence!r}: expected a probability in (0, 1), e.g. 0.95.")
     if interval not in INTERVALS:
         raise InputError(f"interval={interval!r}: expected one of {INTERVALS}.")

@@ -182,3 +182,14 @@ def test_an_estimator_without_a_capability_does_not_have_it():
         assert hasattr(PCA, name) and not hasattr(HilbertPCA, name), name
     with pytest.raises(InputError, match="cannot be updated"):
         HilbertPCA(2).fit(np.random.default_rng(0).standard_normal((64, 5))).check_updatable()
+
+
+@pytest.mark.parametrize("params, name", [(dict(n_replicates=True), "n_replicates=True"),
+                                          (dict(n_replicates=10, block_length=True), "block_length=True"),
+                                          (dict(n_replicates=10, confidence=float("nan")), "confidence=nan")])
+def test_bootstrap_refuses_a_bool_count_or_a_nan_probability_by_name(params, name):
+    from daskpca.significance import bootstrap
+
+    X = np.random.default_rng(0).standard_normal((60, 5))
+    with pytest.raises(InputError, match=f"^{name}: expected"):
+        bootstrap(PCA(2, solver="covariance").fit(X), X, **params)

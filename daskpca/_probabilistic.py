@@ -1,5 +1,5 @@
 """Probabilistic PCA's likelihood of a fitted model: ``score``, ``score_samples``,
-``get_covariance``, ``get_precision`` (a mixin of :class:`daskpca.PCA`, like ``SavedModelMixin``).
+``get_covariance``, ``get_precision`` (a mixin of :class:`daskpca.PCA`).
 
 The fitted model read as Tipping & Bishop's (1999) probabilistic PCA: ``z ~ N(mean_, C)`` with
 

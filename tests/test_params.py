@@ -1,4 +1,6 @@
-"""Every estimator parameter is checked in one place (daskpca._params.check_params) before any read."""
+"""Every PCA parameter is checked against its declared constraints (PCA._parameter_constraints,
+daskpca.models.Estimator.validate_params) before any read; tests/test_estimator_layer.py does
+the same for every other estimator."""
 
 from __future__ import annotations
 

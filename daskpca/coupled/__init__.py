@@ -9,8 +9,8 @@ layout (:mod:`daskpca.labeled`), aligned by sample coordinate (:mod:`.fields`);
 cross-moments, the cross operator of the block Krylov path, correlation patterns) live in
 :mod:`daskpca.solvers.cross_covariance`. The public names are re-exported by :mod:`daskpca`.
 
-What it may import: the estimator (:mod:`daskpca.pca`: CCA's per-field PCA), the fit stages (:mod:`daskpca._features`, :mod:`daskpca._plan`,
-:mod:`daskpca._params`, :mod:`daskpca._validation`), the labeled layer, the solvers and the
-store layer (the model's save/load). What must not import it: the solvers, the stages, the
-labeled layer and the store layer; only :mod:`daskpca` (its public names) and the CLI do.
+What it may import: the PCA family (:mod:`daskpca.pca`: CCA's per-field PCA), the estimator
+layer (:mod:`daskpca.models`: the base, constraints, projections, the saved model), the fit
+stages, the labeled layer and the solvers (tests/test_layers.py holds the order). What must not
+import it: anything below it; only :mod:`daskpca` (its public names) and the CLI do.
 """

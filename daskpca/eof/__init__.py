@@ -5,7 +5,8 @@ for the Hermitian Gram one or block Krylov on it), rotation of fitted loadings (
 varimax / promax, :class:`Rotator`) and the lazy time-delay embedding of extended EOFs
 (:mod:`.lagged`: :func:`lag_embed`). The public names are re-exported by :mod:`daskpca`.
 
-What it may import: the estimator (:mod:`daskpca.pca`), the fit stages, the labeled layer, the
-solvers and the store layer (a rotated model's save/load). What must not import it: the solvers,
-the stages and the store layer; only :mod:`daskpca` (its public names) and the CLI do.
+What it may import: the PCA family (:mod:`daskpca.pca`), the estimator layer
+(:mod:`daskpca.models`: a rotation is saved and loaded by the one save path), the fit stages, the
+labeled layer and the solvers (tests/test_layers.py holds the order). What must not import it:
+anything below it; only :mod:`daskpca` (its public names) and the CLI do.
 """

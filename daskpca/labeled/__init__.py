@@ -46,7 +46,7 @@ count, mean and variance) before its own passes; ``n_passes_`` includes it and
 
 **Imports.** It may import the fit stages below it (:mod:`daskpca._validation`,
 :mod:`daskpca._features`) and the solvers' pass kernels; the estimators, the EOF family, the
-store's model format and the CLI import it. It never imports an estimator.
+estimator layer's model format (:mod:`daskpca.models`) and the CLI import it. It never imports an estimator.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ fields read together (exact cross-moments, the cross operator and its block Kryl
 patterns) for the coupled estimators (:mod:`daskpca.coupled`); it is no PCA solver, so it is not in
 ``SOLVERS``.
 
-**Imports.** Solvers import only their kernels, :mod:`daskpca._validation` (NaN/±inf checks),
-:mod:`daskpca.exceptions` and :mod:`daskpca.store.checkpoint` (resumable state). The fit stages,
+**Imports.** Solvers import only their kernels, :mod:`daskpca._validation` (NaN/±inf checks) and
+:mod:`daskpca.exceptions`; they save resumable state through the checkpoint they receive
+(:func:`._base.open_checkpoint`), never by importing the store. The fit stages,
 the labeled layer and the estimators import them; a solver never imports an estimator, the
 labeled layer or the CLI.
 """

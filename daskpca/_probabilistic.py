@@ -137,15 +137,9 @@ class ProbabilisticMixin:
         input row and column (put in the graph once, as one shared object)."""
         import dask
 
-        stage = self.feature_stage_
-        columns = None if stage.keep.all() else np.flatnonzero(stage.keep)
-        if self.layout_ is not None:
-            from . import labeled
+        from . import labeled
 
-            positions = labeled.LabeledPositions.of(self.layout_, X, columns)
-        else:
-            positions = Positions(columns)
-        return dask.delayed(positions, pure=True)
+        return dask.delayed(labeled.positions_of(self.layout_, X, self.feature_stage_.keep), pure=True)
 
 
 def project_block(block: np.ndarray, mean: np.ndarray, basis: np.ndarray, nan: str, positions, block_info=None) -> np.ndarray:

@@ -225,3 +225,14 @@ def test_every_public_name_of_the_package_still_imports(name):
 
     assert getattr(importlib.import_module("daskpca"), name) is not None
     assert name in daskpca.__all__
+
+
+def test_the_types_users_hold_come_from_the_public_package():
+    # plan() returns a Plan and a fitted model holds a FeatureStage: both importable from daskpca.
+    import numpy as np
+
+    from daskpca import PCA, FeatureStage, Plan
+
+    X = np.random.default_rng(0).standard_normal((50, 4))
+    pca = PCA(2, weights=np.ones(4)).fit(X)
+    assert isinstance(pca.plan(X), Plan) and isinstance(pca.feature_stage_, FeatureStage)

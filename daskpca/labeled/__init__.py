@@ -58,7 +58,7 @@ import numpy as np
 from .._features import locate_nonfinite
 from ..exceptions import NonFiniteInputError
 from .layout import (MODE, LabeledPositions, Layout, VariableLayout, as_dataset, check_time_axis, is_labeled,
-                     normalize_sample_dims)
+                     normalize_sample_dims, positions_of)
 from .results import (
     component_maps,
     field_from_rows,
@@ -83,6 +83,7 @@ __all__ = [
     "is_labeled",
     "located",
     "per_sample_to_xarray",
+    "positions_of",
     "results_dataset",
     "scores_from_xarray",
     "scores_to_xarray",

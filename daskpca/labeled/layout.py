@@ -246,6 +246,13 @@ class LabeledPositions(Positions):
         return where if self.layout.is_dataarray else f"{where} of variable {v.name!r}"
 
 
+def positions_of(layout: Layout | None, X, keep: np.ndarray) -> Positions:
+    """How a projection task names a NaN position of ``X``: by coordinates for a labeled model
+    (``layout``), else by input row and column; ``keep`` is the feature stage's kept mask."""
+    columns = None if keep.all() else np.flatnonzero(keep)
+    return Positions(columns) if layout is None else LabeledPositions.of(layout, X, columns)
+
+
 def _named(dim, index, values) -> str:
     """``dim=value`` (a date as 2001-03-01, a number as Python prints it), or ``dim[index]``."""
     if values is None:

@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import labeled
 from .._probabilistic import project_block
-from .._validation import Positions, as_dask_matrix, check_n_features, check_nan_policy
+from .._validation import as_dask_matrix, check_n_features, check_nan_policy
 from ..exceptions import InputTypeError, InvalidParameterError, NotFittedError
 from ..solvers._geometry import regroup
 from ..solvers._graph import share, shared
@@ -173,11 +173,9 @@ def model_matrix(data, stage, layout, *, name: str = "X", estimator: str = "PCA"
 
 
 def positions(stage, layout, data):
-    """How a projection task names a NaN position: coordinates for labeled input, else the input
-    row and column (put in the graph once, as one shared object)."""
-    columns = None if stage.keep.all() else np.flatnonzero(stage.keep)
-    where = Positions(columns) if layout is None else labeled.LabeledPositions.of(layout, data, columns)
-    return dask.delayed(where, pure=True)
+    """How a projection task names a NaN position (:func:`daskpca.labeled.positions_of`), put in
+    the graph once, as one shared object."""
+    return dask.delayed(labeled.positions_of(layout, data, stage.keep), pure=True)
 
 
 def project(data, stage, layout, mean, basis, *, name: str = "X", estimator: str = "PCA", scaling: str,

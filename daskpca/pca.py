@@ -61,7 +61,7 @@ class BasePCA(Estimator):
 
     # ------------------------------------------------------------------ fitting
 
-    def fit(self, X, y=None, *, sample_dims=None):
+    def fit(self, X, y=None, *, sample_dims=None, plan=None):
         """Fit the model to ``X``.
 
         Parameters
@@ -75,25 +75,35 @@ class BasePCA(Estimator):
             Labeled input only (and required there): the dimension(s) indexing samples, e.g.
             ``"time"`` or ``("time", "member")``; every other dimension is a feature dimension.
             Features that are NaN for every sample are dropped and restored as NaN on output.
+        plan : Plan, optional
+            What :meth:`plan` returned for this ``X`` and these parameters: the fit runs it
+            instead of planning again (a batch job plans before its cluster starts, checks the
+            plan against its memory, then fits exactly what it checked). Refused, before any
+            read, when it was made for another shape or k, or names a solver these parameters
+            would not run.
 
         Returns
         -------
         self
         """
-        self._fit(X, sample_dims)
+        self._fit(X, sample_dims, plan)
         return self
 
     def fit_transform(self, X, y=None, *, sample_dims=None, scaling=None):
         """Fit, then return the scores of ``X`` (lazy for dask/zarr input; one more pass)."""
         return self.fit(X, sample_dims=sample_dims).transform(X, scaling=scaling)
 
-    def _fit(self, X, sample_dims) -> None:
+    def _fit(self, X, sample_dims, plan=None) -> None:
         """The one fit road: matrix → feature stage → plan → solver → fitted attributes."""
         self.validate_params()
         self.__dict__.pop("_loaded_from", None)  # a new fit replaces, it does not modify, a loaded model
         matrix, layout, spec = self._fit_input(X, sample_dims)
         request = self._request(matrix)
-        plan = self._fit_plan = self._make_plan(matrix, request, spec)  # shown by _repr_html_
+        if plan is None:
+            plan = self._make_plan(matrix, request, spec)
+        else:
+            self._check_given_plan(plan, matrix, request)
+        self._fit_plan = plan  # shown by _repr_html_
         name, reason, module = plan.solver, plan.reason, self._solver_modules[plan.solver]
         if spec is not None:
             spec = replace(spec, missing_ok=getattr(module, "ACCEPTS_MISSING", False))
@@ -145,6 +155,22 @@ class BasePCA(Estimator):
         self.validate_params()
         matrix, _, spec = self._fit_input(X, sample_dims)
         return self._make_plan(matrix, self._request(matrix), spec)
+
+    def _check_given_plan(self, plan, matrix, request: ComponentRequest) -> None:
+        """Refuse a plan ``fit`` was given that is not this fit's (reads nothing)."""
+        k = request.upper_bound if request.needs_spectrum else request.fixed()
+        made_for = (plan.n_samples, plan.n_features, plan.n_components)
+        if not isinstance(plan, _plan.Plan) or made_for != (*matrix.shape, k) or not self._runs(plan.solver):
+            raise InputError(
+                f"plan= was made for another fit ({getattr(plan, 'solver', plan)!r:.60} on "
+                f"{'×'.join(map(str, made_for)) if isinstance(plan, _plan.Plan) else '?'} samples × features × k); "
+                f"this {type(self).__name__} fits {matrix.shape[0]}×{matrix.shape[1]}×{k} with solver={self.solver!r}. "
+                "Pass what plan(X) returned for this X and these parameters, or no plan.")
+        self.refuse_ignored_knobs(plan.solver, self._solver_modules)
+
+    def _runs(self, solver: str) -> bool:
+        """Whether these parameters would run ``solver`` (a planned solver's name)."""
+        return solver in self._solver_modules and self.solver in ("auto", solver)
 
     def _request(self, array) -> ComponentRequest:
         request = ComponentRequest(self.n_components, *array.shape)

@@ -193,3 +193,28 @@ def test_bootstrap_refuses_a_bool_count_or_a_nan_probability_by_name(params, nam
     X = np.random.default_rng(0).standard_normal((60, 5))
     with pytest.raises(InputError, match=f"^{name}: expected"):
         bootstrap(PCA(2, solver="covariance").fit(X), X, **params)
+
+
+def test_a_command_line_fit_plans_once_and_fits_that_plan(tmp_path, monkeypatch):
+    from daskpca import _plan
+
+    calls = []
+    real = _plan.make_plan
+    monkeypatch.setattr(_plan, "make_plan", lambda *a, **k: calls.append(1) or real(*a, **k))
+    _field(40).to_dataset().to_zarr(tmp_path / "x.zarr", consolidated=False)
+    assert main(["fit", str(tmp_path / "x.zarr"), "--sample-dims", "time", "-k", "2", "--out", str(tmp_path / "m.zarr"),
+                 "--quiet"]) == 0
+    assert len(calls) == 1
+
+
+def test_fit_refuses_a_plan_made_for_another_fit():
+    X = np.random.default_rng(0).standard_normal((60, 6))
+    plan = PCA(2, solver="gram").plan(X)
+    with pytest.raises(InputError, match="plan= was made for another fit"):
+        PCA(3, solver="gram").fit(X, plan=plan)  # another k
+    with pytest.raises(InputError, match="plan= was made for another fit"):
+        PCA(2, solver="covariance").fit(X, plan=plan)  # another solver
+    with pytest.raises(InputError, match="plan= was made for another fit"):
+        PCA(2, solver="gram").fit(X[:50], plan=plan)  # another shape
+    fitted = PCA(2, solver="gram").fit(X, plan=plan)
+    assert fitted.solver_ == "gram" and fitted._fit_plan is plan

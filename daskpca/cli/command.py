@@ -312,7 +312,7 @@ def cmd_fit(args) -> dict:
         timings = {}
         with runner(args, data.nbytes):
             start = time.perf_counter()
-            pca.fit(data, **({} if sample_dims is None else {"sample_dims": sample_dims}))
+            pca.fit(data, plan=plan, **({} if sample_dims is None else {"sample_dims": sample_dims}))  # planned once
             timings["fit_s"] = time.perf_counter() - start
             start = time.perf_counter()
             power = 1 if args.rotation == "varimax" else args.power or cli_options.PROMAX_POWER

@@ -120,6 +120,9 @@ class HilbertPCA(BasePCA):
             labeled.check_time_axis(X, labeled.normalize_sample_dims(sample_dims), "Hilbert EOFs")
         return super()._fit_input(X, sample_dims)
 
+    def _runs(self, solver: str) -> bool:
+        return solver in self._solver_modules and (self.solver == "auto" or HILBERT_SOLVERS[self.solver][0] == solver)
+
     def _check_params_together(self) -> None:
         try:  # tol bounds sin θ here (PCA's tol also serves ALS's stopping rule); before any read
             hilbert_krylov.check_read_budget(self.tol, self.max_passes)

@@ -35,6 +35,7 @@ from contextlib import ExitStack, contextmanager
 from .store import claims as _claims, integrity as _integrity, publish as _publish
 from .store.claims import is_url as _is_url
 from .store.claims import local_path as _local
+from .store.paths import overlaps  # noqa: F401  (public here: a job's inputs against its outputs)
 from .store.publish import COMPLETE_MARKER, history, resolve, rollback  # noqa: F401  (public here)
 from .exceptions import DamagedStoreError, IncompleteStoreError, InputError, NewerFormatError, OutputExistsError
 
@@ -48,6 +49,8 @@ MODEL_HISTORY = 5
 
 claims = _claims.holding
 break_claim = _claims.break_claim
+#: The claim this process holds on an output (the command line's rollback publishes under it).
+held_claim = _claims.held
 
 
 def check_writable(path, *, overwrite: bool = False) -> None:

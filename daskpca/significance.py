@@ -393,6 +393,8 @@ class _BootstrapPlan:
 
 def _check_bootstrap(pca, n_replicates, block_length, confidence, n_modes, n_basis, interval) -> _BootstrapPlan:
     """Every parameter checked, and the basis chosen, from the fitted model alone (no read)."""
+    if np.iscomplexobj(getattr(pca, "components_", None)):  # HilbertPCA: a PCA-family model, not a PCA
+        raise InputError("bootstrap resamples real PCA models; this model has complex (Hilbert) components.")
     if not isinstance(pca, PCA):
         raise InputTypeError(f"bootstrap needs a fitted daskpca PCA, not {type(pca).__name__} (for a rotated "
                         "model, bootstrap the PCA it rotates).")

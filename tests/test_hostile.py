@@ -102,7 +102,7 @@ CLI_CASES = {
     "NaN in the data": (["fit", "{root}/nan.zarr", "--n-components", "2", "--out", "{tmp}/m.zarr"], 2,
                         r"non-finite value.*row 17, column 4"),
     # estimator options
-    "unknown solver": (FIT + ["--solver", "fast"], 2, r"solver='fast' is not a known solver"),
+    "unknown solver": (FIT + ["--solver", "fast"], 2, r"solver='fast': expected one of 'auto', 'covariance'"),
     "unknown weights": (FIT + ["--weights", "cos"], 2, r"--weights: invalid choice: 'cos'"),
     "coslat on a bare array": (FIT + ["--weights", "coslat"], 2, r"weights='coslat' needs labeled input"),
     "max-iter 0": (FIT + ["--max-iter", "0"], 2, r"--max-iter: expected an integer ≥ 1"),

@@ -1,7 +1,8 @@
 """The ``daskpca`` command: batch jobs from the shell, on an embedded or remote Dask cluster.
 
-It owns the command itself (:mod:`.command`: config → cluster → io → estimator → io, no math), its
-options and their checks (:mod:`.options`), the mapping of failures to exit codes and one-line
+It owns the command itself (:mod:`.command`: config → cluster → io → estimator → io, no math), where
+a job runs (:mod:`.cluster`: the threaded scheduler, an embedded or a given Dask cluster), its
+options, their checks and their mapping onto estimator parameters (:mod:`.options`), the mapping of failures to exit codes and one-line
 messages (:mod:`.errors`), what a job prints (:mod:`.summary`: the variance table, the account of
 the run, ``--json``), the demo's sample data (:mod:`.demo`) and the report folder (:mod:`.report`:
 PNG figures and ``summary.md`` drawn with :mod:`daskpca.plot`). Its progress line is the solvers' pass reporter

@@ -18,7 +18,6 @@ import logging
 import os
 import sys
 import time
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -28,91 +27,10 @@ from . import options as cli_options
 from .options import UsageError
 from .errors import failure_line
 from .demo import demo_data, demo_folder
-from .summary import passes_text, summary as job_summary, variance_table, what_ran
+from .cluster import LOCAL_CLUSTER, cluster_asked, dask_client, runner
+from .summary import passes_text, say as _say, summary as job_summary, variance_table, what_ran
 
 log = logging.getLogger("daskpca")
-
-#: Seconds to wait for a scheduler given with --scheduler before giving up (exit code 1).
-CONNECT_TIMEOUT = float(os.environ.get("DASKPCA_CONNECT_TIMEOUT", 15))
-#: Inputs up to this size run on the threaded scheduler unless a cluster is asked for: starting
-#: a local cluster takes seconds, longer than the whole job.
-SMALL_INPUT_BYTES = 256 * 2**20
-#: Defaults of the embedded local cluster.
-LOCAL_CLUSTER = {"workers": 2, "threads": 1, "memory_limit": "auto"}
-
-
-# ----------------------------------------------------------------------------- where it runs
-
-
-@contextmanager
-def dask_client(args):
-    """A ``distributed.Client`` for the job: the given scheduler, else an embedded cluster."""
-    from distributed import Client, LocalCluster
-
-    address = getattr(args, "scheduler", None) or os.environ.get("DASK_SCHEDULER_ADDRESS")
-    if address:
-        try:
-            client = Client(address, timeout=CONNECT_TIMEOUT)
-        except (OSError, TimeoutError) as exc:
-            raise ConnectionError(
-                f"could not reach the Dask scheduler at {address!r} within {CONNECT_TIMEOUT:g} s "
-                f"({type(exc).__name__}). Check the address and that `dask scheduler` is running, "
-                "or omit --scheduler to use an embedded local cluster."
-            ) from exc
-        with client:
-            _say(args, f"Dask scheduler: {address}  dashboard: {client.dashboard_link}")
-            yield client
-        return
-    options = {name: getattr(args, name, None) or default for name, default in LOCAL_CLUSTER.items()}
-    with LocalCluster(
-        n_workers=options["workers"], threads_per_worker=options["threads"], memory_limit=options["memory_limit"],
-        dashboard_address=":0", host="127.0.0.1",
-        silence_logs=logging.INFO if getattr(args, "verbose", False) else logging.ERROR,
-    ) as cluster, Client(cluster) as client:
-        _say(args, f"running on a local Dask cluster ({options['workers']} worker(s) × {options['threads']} "
-                   f"thread(s)). Dask dashboard: {client.dashboard_link}")
-        yield client
-
-
-def _cluster_asked(args) -> bool:
-    return bool(getattr(args, "scheduler", None) or os.environ.get("DASK_SCHEDULER_ADDRESS")
-                or any(getattr(args, name, None) is not None for name in LOCAL_CLUSTER))
-
-
-@contextmanager
-def runner(args, nbytes: int):
-    """Where the job's dask work runs: the threaded scheduler for a small input unless a cluster
-    is asked for, else :func:`dask_client`; either way with a progress line per pass. Yields the
-    client or None."""
-    import dask
-    from dask.utils import format_bytes
-
-    if not _cluster_asked(args) and nbytes <= SMALL_INPUT_BYTES:
-        _say(args, f"running on the threaded scheduler in this process (input {format_bytes(nbytes)} ≤ "
-                   f"{format_bytes(SMALL_INPUT_BYTES)}; --workers N or --scheduler ADDRESS for a cluster)")
-        args.ran_on = "threads"
-        with dask.config.set(scheduler="threads"), _progress(args):
-            yield None
-        return
-    args.ran_on = "cluster"
-    with dask_client(args) as client, _progress(args):
-        yield client
-
-
-def _say(args, message: str) -> None:
-    """Human-readable output: stdout normally, stderr with --json (stdout is then the summary)."""
-    if getattr(args, "quiet", False):
-        return
-    print(message, file=sys.stderr if getattr(args, "json", False) else sys.stdout, flush=True)
-
-
-@contextmanager
-def _progress(args):
-    from ..solvers._progress import ProgressLine
-
-    with ProgressLine(quiet=args.quiet or args.json):
-        yield
-
 
 def _check_memory(args, plan) -> None:
     """A --memory-limit too small for the planned task is refused before the cluster starts."""
@@ -121,7 +39,7 @@ def _check_memory(args, plan) -> None:
     from .._plan import TASK_MEMORY_FRACTION
 
     limit = getattr(args, "memory_limit", None)
-    if not isinstance(limit, int) or _cluster_asked(args) and getattr(args, "scheduler", None):
+    if not isinstance(limit, int) or cluster_asked(args) and getattr(args, "scheduler", None):
         return
     threads = getattr(args, "threads", None) or LOCAL_CLUSTER["threads"]
     task = plan.estimate(plan.solver).task_bytes
@@ -151,7 +69,7 @@ JOB_PATHS = {
 def _check_paths(args) -> None:
     """Refuse, before anything is claimed or read, an output that is, contains or lies inside an
     input or another output of the job (resolved: symlinks, ``..``, trailing slashes, URLs)."""
-    from ..store.paths import overlaps
+    from ..io import overlaps
 
     inputs, outputs = JOB_PATHS[args.command]
     problems = overlaps({label: getattr(args, name, None) for label, name in inputs},
@@ -493,10 +411,9 @@ def cmd_history(args) -> dict:
 
 def cmd_rollback(args) -> dict:
     from .. import io
-    from ..store import claims
 
     with _claim_outputs(args, args.model):
-        io.rollback(args.model, args.to, claim=claims.held(args.model))
+        io.rollback(args.model, args.to, claim=io.held_claim(args.model))
     _say(args, f"{args.model} is now version {args.to}; the version it replaced is kept (`daskpca history`)")
     return {"model": args.model, "current": args.to}
 

@@ -1,18 +1,35 @@
 """What a job tells its user: the variance table, the ``--json`` summary and its account of the
 run (solver and why, passes and their time against the plan's, the bound against the tol).
 
-Owns the text of the command's output; imports nothing of daskpca but the progress module's time
-format. Imported by :mod:`daskpca.cli.command` only.
+Owns the text of the command's output and where it goes (:func:`say`, :func:`progress`); imports
+nothing of daskpca but the progress module. Imported by the CLI's modules only.
 """
 
 from __future__ import annotations
 
 import math
+import sys
+from contextlib import contextmanager
 
 import numpy as np
 
 #: Rows of the variance table printed by default (--all prints every mode).
 TABLE_ROWS = 20
+
+
+def say(args, message: str) -> None:
+    """Human-readable output: stdout normally, stderr with --json (stdout is then the summary)."""
+    if getattr(args, "quiet", False):
+        return
+    print(message, file=sys.stderr if getattr(args, "json", False) else sys.stdout, flush=True)
+
+
+@contextmanager
+def progress(args):
+    from ..solvers._progress import ProgressLine
+
+    with ProgressLine(quiet=args.quiet or args.json):
+        yield
 
 
 def passes_text(n: int) -> str:

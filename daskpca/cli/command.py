@@ -146,7 +146,9 @@ def _numeric(array, label):
 
 
 def _is_labeled(data) -> bool:
-    return hasattr(data, "dims")
+    from ..labeled import is_labeled  # one test of "labeled" for the library and the command
+
+    return is_labeled(data)
 
 
 def _sample_dims(args, data):

@@ -65,7 +65,7 @@ class ParamsMixin:
             head = estimator_html_repr(self)
         except ImportError:
             head = f"<pre>{html.escape(repr(self))}</pre>"
-        return head + (fitted_html(self) if hasattr(self, "components_") else "")
+        return head + (fitted_html(self) if hasattr(self, "components_") and hasattr(self, "n_passes_") else "")  # a fitted PCA-family model
 
     def __sklearn_tags__(self):
         # Only called by scikit-learn (so importing it here costs nothing otherwise).

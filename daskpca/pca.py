@@ -633,7 +633,7 @@ class PCA(ProbabilisticMixin, BasePCA):
     #: Each parameter's allowed forms, checked before any read (shape-dependent limits later, and
     #: ``n_components`` entirely by :class:`~daskpca.solvers._base.ComponentRequest`: its limit is min(n, d)).
     _parameter_constraints = {
-        "solver": [Options(lambda: ("auto", *SOLVERS))],  # read when checked: solvers may be registered later
+        "solver": [Options(SOLVERS, also=("auto",))],  # SOLVERS read when checked: solvers may be registered later
         "whiten": [BOOL],
         "standardize": [BOOL],
         "random_state": [RANDOM_STATE],

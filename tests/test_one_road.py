@@ -230,7 +230,7 @@ def test_the_top_of_the_package_holds_only_public_faces_and_fit_stages():
 def test_a_fit_follows_a_short_road_through_the_modules(tmp_path):
     # A call trace of PCA(20).fit(X) on a small zarr array, counting changes of daskpca module
     # between calls: 62 hops, pca.py entered 13 times, before the estimator layer (2026-11-25;
-    # the planner asked pca.py for every solver's reads one by one); 56 and 6 after. The bound
+    # the planner asked pca.py for every solver's reads one by one); 54 and 6 after. The bound
     # is generous (room for a new stage), but a road that bounces back into the estimator for
     # every solver again fails it.
     import sys

@@ -62,13 +62,14 @@ class Interval:
 
 @dataclass(frozen=True)
 class Options:
-    """One of a set of strings (exactly: no case folding). ``values`` may be a function returning
-    them, read at each check (e.g. the solvers registered when ``fit`` runs)."""
+    """One of a set of strings (exactly: no case folding): ``also`` and ``values``, which may be a
+    live mapping read at each check (e.g. the solvers registered when ``fit`` runs)."""
 
-    values: tuple | object
+    values: object
+    also: tuple = ()
 
     def _current(self) -> tuple:
-        return tuple(self.values()) if callable(self.values) else tuple(self.values)
+        return (*self.also, *self.values)
 
     def accepts(self, value) -> bool:
         return isinstance(value, str) and value in self._current()
@@ -127,12 +128,9 @@ ARRAY = Predicate(lambda v: not isinstance(v, (str, bytes, bool, np.bool_)), "an
 def check(estimator, constraints: dict, error) -> None:
     """Raise ``error`` for the first parameter of ``estimator`` that none of its constraints
     accepts, naming it, its value, the forms expected and the fix. Reads no data."""
-    params = estimator.get_params(deep=False)
     name_of = type(estimator).__name__
     for name, allowed in constraints.items():
-        if name not in params:
-            continue
-        value = params[name]
+        value = getattr(estimator, name)  # every constrained name is a constructor parameter
         if any(c.accepts(value) for c in allowed):
             continue
         expected = " or ".join(c.describe() for c in allowed)

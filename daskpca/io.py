@@ -21,8 +21,8 @@ objects differ from the record (:class:`~daskpca.exceptions.DamagedStoreError`).
 versioned object store must go through :func:`resolve` (these functions do).
 
 **Datasets.** :func:`write_dataset` / :func:`read_dataset` store small in-memory datasets with a
-marker naming their format; the saved model's layout is the model's own business
-(:meth:`daskpca.PCA.to_dataset`).
+marker naming their format; what a saved model's bytes mean is the estimator layer's business
+(:mod:`daskpca.models._format`, above this module).
 """
 
 from __future__ import annotations

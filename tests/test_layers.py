@@ -10,6 +10,7 @@ top-level module must be placed in :data:`LAYERS` before it can be imported at a
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +80,7 @@ def imports_of(path: Path, modules: set[str], root: Path = PACKAGE) -> list[Impo
             targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
         else:
             continue
-        text = " ".join(ast.get_source_segment(source, node).split())
+        text = ast.unparse(node)
         for target in targets:
             while target and target not in modules:
                 target = target.rpartition(".")[0]
@@ -88,6 +89,7 @@ def imports_of(path: Path, modules: set[str], root: Path = PACKAGE) -> list[Impo
     return found
 
 
+@functools.lru_cache(maxsize=None)
 def package_imports(root: Path = PACKAGE) -> list[Import]:
     paths = sorted(root.rglob("*.py"))
     modules = {_module_name(p, root) for p in paths}

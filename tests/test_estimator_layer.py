@@ -185,8 +185,8 @@ def test_an_estimator_without_a_capability_does_not_have_it():
 
 
 @pytest.mark.parametrize("params, name", [(dict(n_replicates=True), "n_replicates=True"),
-                                          (dict(n_replicates=10, block_length=True), "block_length=True"),
-                                          (dict(n_replicates=10, confidence=float("nan")), "confidence=nan")])
+                                          (dict(n_replicates=1000, block_length=True), "block_length=True"),
+                                          (dict(n_replicates=1000, confidence=float("nan")), "confidence=nan")])
 def test_bootstrap_refuses_a_bool_count_or_a_nan_probability_by_name(params, name):
     from daskpca.significance import bootstrap
 

@@ -26,7 +26,7 @@ Passes: covariance 1 (counts and variances come from its moments), Gram 2 (count
 with ``standardize`` it needs the variances before pass 1, so it takes the extra read),
 randomized and Krylov their own passes (counts from the first sketch pass, which reads the
 weighted columns; with ``standardize`` the extra read, see
-:func:`daskpca.solvers.randomized.run_first_pass` for why), every other solver its own passes + 1.
+:func:`daskpca.solvers._sketch.run_first_pass` for why), every other solver its own passes + 1.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from .solvers._geometry import Geometry, needs_column_strips, strip_columns, wor
 from .solvers._graph import SPLIT_EVERY
 from .solvers._moments import MERGE_SPLIT_EVERY
 from .solvers.krylov import pass_budget, predicted_passes
-from .solvers.randomized import slab_rows
+from .solvers._sketch import slab_rows
 from .exceptions import InputError
 
 logger = logging.getLogger("daskpca")
@@ -228,7 +228,7 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         # MERGE_SPLIT_EVERY inputs and one output.
         "gram": (2, n * n * d + 2 * n * d * k, max(n * col_strip * (itemsize + FLOAT64) + n * n * FLOAT64, (MERGE_SPLIT_EVERY + 1) * n * n * FLOAT64), True, ""),
         "tsqr": (1, 2 * n * d * min(n, d) + tsqr_tree_flops, max(tsqr_leaf, tsqr_merge), True, ""),
-        # A randomized leaf converts its block one slab (randomized.slab_rows rows) at a
+        # A randomized leaf converts its block one slab (_sketch.slab_rows rows) at a
         # time and merges the slabs' d×(ℓ + 1) factors SPLIT_EVERY at a time, like a merge task.
         "randomized": (q + 1, (q + 1) * 4 * n * d * ell, block_in + min(block64, slab_rows(d, ell) * d * FLOAT64) + merge_nodes(ell + 1), False, f"q = {q}, ℓ = {ell}"),
         # Block Krylov: the randomized pass, predicted passes for tol (see krylov.predicted_passes).

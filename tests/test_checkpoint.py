@@ -18,13 +18,14 @@ import daskpca
 from daskpca import PCA
 from daskpca.exceptions import CheckpointWarning
 from daskpca.store.checkpoint import Checkpoint, job_fingerprint
-from daskpca.solvers import als, ppca, randomized
+from daskpca.solvers import _sketch, als, ppca
 
 from _helpers import low_rank_data, write_zarr
 
 SHAPE, CHUNKS = (600, 30), (100, 30)
 N_CHUNKS = 6
-MODULES = {"randomized": randomized, "als": als, "ppca": ppca}
+#: Where each solver's passes call dask (the randomized passes are the sketch kernel's).
+MODULES = {"randomized": _sketch, "als": als, "ppca": ppca}
 
 
 class Killed(Exception):
@@ -261,7 +262,7 @@ def test_krylov_resumes_only_over_the_input_it_checkpointed(tmp_path, monkeypatc
     source, path = str(tmp_path / "x.zarr"), tmp_path / "job.checkpoint.npz"
     zarr.create_array(store=source, shape=SHAPE, chunks=CHUNKS, dtype="f8")[...] = old
     with monkeypatch.context() as patch:
-        patch.setattr(randomized, "dask", _DaskThatDies(2))  # Krylov's passes run through randomized.run_pass
+        patch.setattr(_sketch, "dask", _DaskThatDies(2))  # Krylov's passes run through the sketch kernel's run_pass
         with pytest.raises(Killed):
             _krylov(source, path)
     assert path.exists()  # saved after pass 1

@@ -53,7 +53,7 @@ def test_a_test_matrix_travels_once_per_pass_not_once_per_task(tmp_path):
     import dask
 
     from daskpca.solvers._graph import map_row_blocks, tree_reduce
-    from daskpca.solvers.randomized import _merge_sketches, _sketch_block
+    from daskpca.solvers._sketch import _merge_sketches, _sketch_block
 
     X = low_rank_data(4_000, 300)
     write_zarr(tmp_path / "x.zarr", X, (100, 300))

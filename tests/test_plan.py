@@ -102,15 +102,15 @@ def test_randomized_task_memory_is_the_largest_measured_task(shape, rows, monkey
     # A randomized leaf holds its block, one float64 slab and up to SPLIT_EVERY d×(ℓ + 1) partial
     # factors; the planner's per-task estimate must be the largest task of one real pass.
     from daskpca._plan import estimate_solvers
-    from daskpca.solvers import randomized
+    from daskpca.solvers import _sketch
 
     # The slab buffer is reused per thread; allocate it per leaf here so the trace sees it.
-    monkeypatch.setattr(randomized, "_scratch", lambda n_rows, n_features: np.empty((n_rows, n_features)))
+    monkeypatch.setattr(_sketch, "_scratch", lambda n_rows, n_features: np.empty((n_rows, n_features)))
 
     X = da.from_array(np.random.default_rng(0).standard_normal(shape).astype(np.float32), chunks=(rows, shape[1]))
     k, p = 20, 10
     omega = np.random.default_rng(1).standard_normal((shape[1], k + p))
-    largest = largest_task_bytes(randomized.pass_graph(X, omega), randomized._Sketch, randomized.pass_graph(X[:100, :40], omega[:40]))
+    largest = largest_task_bytes(_sketch.pass_graph(X, omega), _sketch._Sketch, _sketch.pass_graph(X[:100, :40], omega[:40]))
     (estimate,) = estimate_solvers(*X.shape, k, X.chunks, 4, n_oversamples=p, available=("randomized",))
     assert largest / 1.5 <= estimate.task_bytes <= 1.5 * largest, (estimate.task_bytes / 2**20, largest / 2**20)
 

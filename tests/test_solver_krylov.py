@@ -9,7 +9,7 @@ import pytest
 from sklearn.utils.extmath import randomized_svd
 
 from daskpca.exceptions import AccuracyWarning
-from daskpca.solvers import krylov, randomized
+from daskpca.solvers import _sketch, krylov, randomized
 from daskpca.solvers._base import ComponentRequest
 from daskpca.store.checkpoint import CheckpointFile
 
@@ -215,7 +215,7 @@ def test_resume_from_a_checkpoint_equals_the_uninterrupted_fit(tmp_path, monkeyp
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt("killed in pass 3")
-        return randomized.run_pass(*args, **kwargs)
+        return _sketch.run_pass(*args, **kwargs)
 
     with monkeypatch.context() as patch:
         patch.setattr(krylov, "run_pass", dying_pass)

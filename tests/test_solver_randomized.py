@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.utils.extmath import randomized_svd
 
-from daskpca.solvers import randomized
+from daskpca.solvers import _sketch, randomized
 from daskpca.solvers._base import ComponentRequest
 
 from _helpers import low_rank_data, reference_pca, sin_theta, write_zarr
@@ -101,11 +101,11 @@ def test_nonfinite_input_raises_in_the_first_pass():
 def test_nonfinite_entries_in_a_later_slab_are_counted_and_located(monkeypatch):
     # NaN in the first slab's rows (which give the block's shift) and in a later slab: both are
     # found, the count is exact and the first one is reported by its global position.
-    monkeypatch.setattr(randomized, "SLAB_BYTES", 1)  # 2·(ℓ + 1) = 14 rows per slab
+    monkeypatch.setattr(_sketch, "SLAB_BYTES", 1)  # 2·(ℓ + 1) = 14 rows per slab
     X = low_rank_data(120, 10)
     X[61, 2] = X[95, 7] = np.nan
     X[2, 4] = -np.inf
-    part = randomized._sketch_block(X[56:], 56, np.ones((10, 6)))
+    part = _sketch._sketch_block(X[56:], 56, np.ones((10, 6)))
     assert part.nonfinite.count == 2 and part.nonfinite.first == (61, 2)
     with pytest.raises(ValueError, match=r"3 non-finite value.*row 2, column 4"):
         randomized.solve(da.from_array(X, chunks=(56, 10)), ComponentRequest(2, 120, 10), n_oversamples=4)
@@ -177,9 +177,9 @@ def test_slabs_inside_a_block_change_nothing(monkeypatch):
     dask_X = da.from_array(X, chunks=(450, 40))
     request = ComponentRequest(4, *X.shape)
     whole = randomized.solve(dask_X, request, random_state=0, n_power_iter=2)
-    monkeypatch.setattr(randomized, "SLAB_BYTES", 1)  # the minimum: 2·(ℓ + 1) = 30 rows per slab
-    monkeypatch.setattr(randomized, "WIDE_SLAB_BYTES", 1)
-    assert len(randomized._row_slabs(450, 40, 14)) == 15  # > SPLIT_EVERY: merged in two rounds
+    monkeypatch.setattr(_sketch, "SLAB_BYTES", 1)  # the minimum: 2·(ℓ + 1) = 30 rows per slab
+    monkeypatch.setattr(_sketch, "WIDE_SLAB_BYTES", 1)
+    assert len(_sketch._row_slabs(450, 40, 14)) == 15  # > SPLIT_EVERY: merged in two rounds
     slabbed = randomized.solve(dask_X, request, random_state=0, n_power_iter=2)
     assert sin_theta(slabbed.components, whole.components) <= 1e-12
     np.testing.assert_allclose(slabbed.explained_variance, whole.explained_variance, rtol=1e-12)
@@ -188,14 +188,14 @@ def test_slabs_inside_a_block_change_nothing(monkeypatch):
 
 def test_wide_data_gets_slabs_of_many_rows_for_cheap_merges():
     # d = 65 160, ℓ = 30: a 16 MiB slab would be 32 rows and the merges half the products' cost.
-    assert randomized.slab_rows(65_160, 30) == randomized.MERGE_ROWS * 31
-    assert randomized.slab_rows(500, 30) == randomized.SLAB_BYTES // (8 * 500)  # narrow: cache-sized
-    assert randomized.slab_rows(10**7, 30) == 2 * 31  # very wide: the floor, not 2.5 GB slabs
+    assert _sketch.slab_rows(65_160, 30) == _sketch.MERGE_ROWS * 31
+    assert _sketch.slab_rows(500, 30) == _sketch.SLAB_BYTES // (8 * 500)  # narrow: cache-sized
+    assert _sketch.slab_rows(10**7, 30) == 2 * 31  # very wide: the floor, not 2.5 GB slabs
 
 
 def test_an_empty_row_block_changes_nothing():
     X = low_rank_data(100, 10)
-    empty = randomized._sketch_block(X[:0], 0, np.ones((10, 6)))
+    empty = _sketch._sketch_block(X[:0], 0, np.ones((10, 6)))
     assert empty.count == 0 and empty.r.shape == (0, 6) and empty.ht.shape == (0, 10)
     request = ComponentRequest(3, *X.shape)
     with_gap = randomized.solve(da.from_array(X, chunks=((50, 0, 50), (10,))), request, random_state=0)

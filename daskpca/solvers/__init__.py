@@ -5,7 +5,8 @@ declare ``OPTIONS``: the names of estimator parameters it takes as keyword argum
 ``("n_oversamples", "n_power_iter")``); the estimator passes exactly those.
 
 The pass kernels every solver builds on live here too: :mod:`._graph` (one task per row block or
-column strip, tree reductions, operands shared as one key), :mod:`._moments` (exact mergeable
+column strip, tree reductions, operands shared as one key), :mod:`._sketch` (the one-read sketch
+X̃ᵀ·orth(X̃Ω) the randomized and block Krylov solvers share), :mod:`._moments` (exact mergeable
 count / mean / scatter), :mod:`._linalg` (the small local eigen- and singular-value solves, BLAS
 threads) and :mod:`._base` (the solver contract). :mod:`.cross_covariance` holds the passes of two
 fields read together (exact cross-moments, the cross operator and its block Krylov SVD, correlation

@@ -129,17 +129,14 @@ from ..exceptions import AccuracyWarning, InputError
 from ._base import ComponentRequest, SolverResult, open_checkpoint
 from ._iterative import as_generator, subspace_sine
 from ._progress import Passes
-from .randomized import (
-    _check_oversamples, _leading_right_vectors, feature_fingerprint, fuses_features as randomized_fuses_features, pass_input, resumed_stage, run_first_pass, run_pass,
-    sketch_result, stage_state,
-)
+# The sketch kernel shared with the randomized solver: its first pass (fused with the feature
+# stage, hence ``fuses_features`` here too) and every later pass are this solver's.
+from ._sketch import (check_oversamples, feature_fingerprint, fuses_features, leading_right_vectors, pass_input,  # noqa: F401
+                      resumed_stage, run_first_pass, run_pass, sketch_result, stage_state)
 
 OPTIONS = ("n_oversamples", "tol", "max_passes", "checkpoint")
 
 
-def fuses_features(spec) -> bool:
-    """As the randomized solver, whose first pass is this one's (see its ``run_first_pass``)."""
-    return randomized_fuses_features(spec)
 #: Eigenvalues from X̃ᵀX̃ / X̃X̃ᵀ: the estimator's ill-conditioning check applies.
 SQUARES_THE_DATA = True
 
@@ -338,7 +335,7 @@ def _left_ritz(basis: Basis, k: int, g: np.ndarray, Z: np.ndarray, *, stable: bo
     keep = g > DEFLATION_RTOL * max(g.max(initial=0.0), 0.0)
     scaled = Z[:, keep] / np.sqrt(g[keep])  # (m, m'): Q_K = X̃·V·scaled
     if stable:
-        return _leading_right_vectors((basis.W @ scaled).T, k)
+        return leading_right_vectors((basis.W @ scaled).T, k)
     values, Y = eigh(scaled.T @ basis.P @ scaled, check_finite=False)
     values, Y = np.clip(values[::-1][:k], 0.0, None), Y[:, ::-1][:, :k]
     vectors = basis.W @ (scaled @ Y)
@@ -395,7 +392,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
         Local ``.npz`` file for the state after every pass (see the module notes).
     features : FeatureSpec, optional
         Weights and the mask of wholly-missing features (not ``standardize``), resolved in the
-        first pass (:func:`~daskpca.solvers.randomized.run_first_pass`): no extra read. The
+        first pass (:func:`~daskpca.solvers._sketch.run_first_pass`): no extra read. The
         start block is drawn over all input features; with masked ones its kept rows are
         re-orthonormalised and their image corrected exactly (:func:`_kept_start`).
 
@@ -412,7 +409,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
     """
     n_samples, n_features = X.shape
     k = request.fixed()
-    p = _check_oversamples(n_oversamples)
+    p = check_oversamples(n_oversamples)
     tol, max_passes = check_accuracy_options(tol, max_passes)
     budget = pass_budget(tol, max_passes)
     target = ROUNDOFF_BOUND if tol is None else tol

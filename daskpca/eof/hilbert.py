@@ -1,8 +1,8 @@
 """``HilbertPCA``: complex (Hilbert) EOFs of real fields, for propagating signals.
 
-The estimator is :class:`daskpca.PCA` with one step swapped: the solver is
-:mod:`daskpca.solvers.hilbert` (the analytic signal of every feature's series, then the Hermitian
-Gram matrix; two passes over column strips). Everything else is the one fit road — labeled input,
+The estimator is the PCA family's road (:class:`daskpca.pca.BasePCA`) with one step swapped: the
+solver is :mod:`daskpca.solvers.hilbert` (the analytic signal of every feature's series, then the
+Hermitian Gram matrix; two passes over column strips). Everything else is the one fit road — labeled input,
 masks, weights, the saved model — and the fitted attributes mean what they mean for PCA, with
 complex values where the analysis is complex:
 

@@ -108,11 +108,10 @@ def read_field(ds, tag: str):
 
 def stored_params(cls, ds) -> dict:
     """The constructor parameters a store recorded that ``cls`` takes (notes for arrays dropped;
-    JSON's lists back as the tuples they were, e.g. a coupled model's per-field pairs)."""
+    a per-field pair comes back as a list, which every estimator takes as it takes a tuple)."""
     params = json.loads(ds.attrs["parameters"])
     valid = cls._param_names()
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()
-            if k in valid and not (isinstance(v, str) and v.startswith("<not JSON-able"))}
+    return {k: v for k, v in params.items() if k in valid and not (isinstance(v, str) and v.startswith("<not JSON-able"))}
 
 
 def writer_of(ds, cls=None, *, source: str = "the dataset"):

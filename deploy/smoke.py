@@ -174,6 +174,8 @@ class Compose:
             args.append("--init")
         if spec.get("user"):
             args += ["--user", str(spec["user"])]
+        if spec.get("working_dir"):
+            args += ["--workdir", spec["working_dir"]]
         for volume in spec.get("volumes", []):
             source, target, *mode = str(volume).split(":")
             if source.startswith("."):
@@ -259,10 +261,12 @@ print(json.dumps({
 """
 
 # Rewrites notebooks/01_quickstart.ipynb for a running cluster: Client() instead of a
-# LocalCluster (it reads DASK_SCHEDULER_ADDRESS), outputs under the shared volume (the workers
-# write them, so a relative path would land in each worker's own folder).
+# LocalCluster (it reads DASK_SCHEDULER_ADDRESS), and every store path made absolute under the
+# shared volume: the workers write the chunks, each in its own container, so a relative path
+# would put the metadata in the notebook's folder and the chunks in each worker's home (the
+# notebook then reads an array of fill values).
 ADAPT_NOTEBOOK = r"""
-import json, sys
+import json, re, sys
 nb = json.load(open(sys.argv[1]))
 out = sys.argv[3]
 for cell in nb["cells"]:
@@ -270,7 +274,7 @@ for cell in nb["cells"]:
     src = src.replace('cluster = LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="1GiB", dashboard_address=":0")\nclient = Client(cluster)',
                       'client = Client()  # DASK_SCHEDULER_ADDRESS: the compose scheduler\nprint("scheduler:", client.scheduler.address, "workers:", len(client.scheduler_info()["workers"]))')
     src = src.replace("cluster.close()", "")
-    src = src.replace('"scores.zarr"', repr(out + "/scores.zarr").replace("'", '"'))
+    src = re.sub(r'"([\w.-]+\.zarr)"', lambda m: '"' + out + "/" + m.group(1) + '"', src)
     cell["source"] = src
 json.dump(nb, open(sys.argv[2], "w"))
 """
@@ -324,8 +328,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-notebook", action="store_true", help="skip the notebook image and its checks")
     parser.add_argument("--keep", action="store_true", help="leave the containers running at the end")
     parser.add_argument("--rows", type=int, default=4000, help="rows of the fit's input (default 4000)")
-    parser.add_argument("--big-rows", type=int, default=400_000,
-                        help="rows of the input fitted while a worker is stopped (default 400000)")
+    parser.add_argument("--big-rows", type=int, default=800_000,
+                        help="rows of the input fitted while a worker is stopped (default 800000)")
     args = parser.parse_args(argv)
     for tool in ("podman", "runc"):
         if shutil.which(tool) is None:

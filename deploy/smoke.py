@@ -490,7 +490,8 @@ def notebook(compose, data, inside) -> None:
     version = podman("run", "--rm", *RUN, image, "jupyter", "lab", "--version").stdout.strip()
     check(bool(re.fullmatch(r"4\.\d+\.\d+", version)), "jupyter lab --version", version)
     extensions = podman("run", "--rm", *RUN, image, "jupyter", "labextension", "list")
-    line = [ln.strip() for ln in (extensions.stdout + extensions.stderr).splitlines() if "dask-labextension" in ln]
+    listing = re.sub(r"\x1b\[[0-9;]*m", "", extensions.stdout + extensions.stderr)   # without its colours
+    line = [ln.strip() for ln in listing.splitlines() if "dask-labextension" in ln]
     check(bool(line) and "enabled" in line[0], "dask labextension present", line[0] if line else "not listed")
     # The notebook runs in compose's jupyter service (its environment: DASK_SCHEDULER_ADDRESS),
     # with `jupyter nbconvert --execute` in place of the lab server.
@@ -508,7 +509,8 @@ def notebook(compose, data, inside) -> None:
     podman("rm", "-f", f"{PREFIX}-notebook", check_rc=False)
     seconds = time.monotonic() - start
     check(done.returncode == 0, "notebooks/01_quickstart.ipynb executes in the notebook container",
-          f"{seconds:.0f} s" + ("" if done.returncode == 0 else f", exit {done.returncode}: {done.stderr[-800:]}"))
+          f"{seconds:.0f} s" + ("" if done.returncode == 0 else
+                                f", exit {done.returncode}: {re.sub(chr(27) + r'[[][0-9;]*m', '', done.stderr)[-800:]}"))
     executed = json.loads((data / SMOKE / "nb" / "executed.ipynb").read_text())
     text = "".join("".join(o.get("text", "")) for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", []))
     first = re.search(r"scheduler: (\S+) workers: (\d+)", text)

@@ -4,8 +4,8 @@
 #
 #   sudo deploy/make-base.sh [IMAGE]          # default IMAGE: localhost/daskpca-base:bookworm
 #
-# Measured on a 2-core machine (Debian's mirror through the package proxy): about 1 minute, and
-# a 280 MB image (`podman image ls`). Needs root, debootstrap and podman (Debian's packages).
+# Measured: 189-197 s on 2 busy shared cores (about 1 minute reported on an idle one), a 176 MB image
+# (`podman image ls`). Needs root, debootstrap and podman (Debian's packages).
 # Skips the work when the image exists; FORCE=1 remakes it.
 # The Dockerfile builds on it with --build-arg PYTHON_IMAGE=localhost/daskpca-base:bookworm.
 set -euo pipefail

@@ -125,7 +125,7 @@ def build(target: str, tag: str) -> float:
         raise SmokeFailure(f"podman build --target {target} exited {done.returncode}")
     size = int(podman("image", "inspect", "--format", "{{.Size}}", tag).stdout.strip())
     say("ok", f"image {tag} built ({target} target)",
-        f"{seconds:.0f} s (cached layers are reused), {size / 1e6:.0f} MB, index "
+        f"{seconds:.0f} s, {size / 1e6:.0f} MB, index "
         f"{index or 'PyPI'}, CA bundle {cert or 'the image own'}")
     return seconds
 

@@ -37,11 +37,13 @@ the published IP instead, so the smoke run, like compose, exposes nothing beyond
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -57,6 +59,7 @@ BASE = "localhost/daskpca-base:bookworm"
 PODMAN = ["podman", "--cgroup-manager=cgroupfs", "--runtime", "runc"]
 RUN = ["--network=host", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]
 PREFIX = "daskpca-smoke"          # every container this run starts; removed at the start and end
+LOCK = Path(os.environ.get("DASKPCA_SMOKE_LOCK", "/tmp/daskpca-smoke.lock"))   # one run per host
 SMOKE = "smoke"                   # folder under the compose volume that this run owns
 
 
@@ -331,6 +334,14 @@ def main(argv=None) -> int:
     parser.add_argument("--big-rows", type=int, default=800_000,
                         help="rows of the input fitted while a worker is stopped (default 800000)")
     args = parser.parse_args(argv)
+    # One smoke run per host: they share the host network's fixed ports (a second run's workers
+    # would join the first one's scheduler) and the container label.
+    lock = open(LOCK, "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"smoke: another smoke run holds {LOCK} on this host; wait for it to finish", file=sys.stderr)
+        return 3
     for tool in ("podman", "runc"):
         if shutil.which(tool) is None:
             print(f"smoke: {tool} is missing: apt-get install -y podman podman-compose runc debootstrap", file=sys.stderr)
@@ -377,6 +388,11 @@ def run(args) -> None:
 
     # ---- the cluster
     scheduler = f"{PREFIX}-scheduler"
+    for port in (compose.comm_port, int(compose.dashboard.rsplit(":", 1)[-1])):
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                raise SmokeFailure(f"port {port} is in use on this host (another Dask scheduler?): "
+                                   "the host network needs compose's ports free")
     podman(*compose.argv("scheduler", scheduler))
     health = compose.healthcheck("scheduler")
     start = time.monotonic()

@@ -95,9 +95,22 @@ def test_smoke_run_says_in_one_line_which_tool_is_missing(tmp_path, missing):
 
 def test_smoke_driver_says_in_one_line_that_podman_is_missing(tmp_path):
     done = subprocess.run([sys.executable, str(DEPLOY / "smoke.py"), "--no-notebook"], capture_output=True,
-                          text=True, timeout=60, env={"PATH": _path_with(tmp_path, [], [])})
+                          text=True, timeout=60, env={"PATH": _path_with(tmp_path, [], []),
+                                                      "DASKPCA_SMOKE_LOCK": str(tmp_path / "lock")})
     assert done.returncode == 3
     assert done.stderr.count("\n") == 1 and "podman is missing" in done.stderr, done.stderr
+
+
+def test_a_second_smoke_run_on_the_same_host_refuses_in_one_line(tmp_path):
+    import fcntl
+
+    env = {"PATH": os.environ["PATH"], "DASKPCA_SMOKE_LOCK": str(tmp_path / "daskpca-smoke.lock")}
+    with open(tmp_path / "daskpca-smoke.lock", "a") as held:     # a run in progress
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        done = subprocess.run([sys.executable, str(DEPLOY / "smoke.py")], capture_output=True, text=True,
+                              timeout=60, env=env)
+    assert done.returncode == 3
+    assert done.stderr.count("\n") == 1 and "another smoke run" in done.stderr, done.stderr
 
 
 def test_compose_update_service_is_the_cronjobs_command():

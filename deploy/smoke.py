@@ -31,7 +31,9 @@ This kind of host (a container without systemd, hybrid cgroups, fixed ulimits) n
 --ulimit nproc=4096:4096`` (PODMAN and RUN below). With a host network there is no compose
 network: the service name ``scheduler`` is mapped to 127.0.0.1 (``--add-host``), a published port
 ``IP:N:N`` becomes the container's own port N, and a service that listens on ``0.0.0.0`` is told
-the published IP instead, so the smoke run, like compose, exposes nothing beyond loopback.
+the published IP instead, so the smoke run, like compose, exposes nothing beyond loopback. When
+another process on the host already holds compose's port 8786 or 8787, the run says so and uses
+a free port in its place, in every command, variable and healthcheck that names it.
 """
 
 from __future__ import annotations
@@ -166,7 +168,32 @@ class Compose:
         command = self.services["scheduler"]["command"]
         option = lambda name, default: command[command.index(name) + 1] if name in command else default
         self.comm_port = int(option("--port", "8786"))
-        self.dashboard = f"http://127.0.0.1:{option('--dashboard-address', ':8787').rsplit(':', 1)[-1]}"
+        self.dashboard_port = int(option("--dashboard-address", ":8787").rsplit(":", 1)[-1])
+        self.moved: dict[int, int] = {}
+
+    @property
+    def dashboard(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def move_busy_ports(self) -> None:
+        """On a shared host another Dask process may hold 8786 or 8787 (a LocalCluster's default
+        dashboard is :8787). A host network cannot remap a port, so the commands are given a free
+        one instead: every mention of the port in commands, environment and healthcheck."""
+        for declared in (self.comm_port, self.dashboard_port):
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", declared)) != 0:
+                    continue
+            with socket.socket() as free:
+                free.bind(("127.0.0.1", 0))
+                self.moved[declared] = free.getsockname()[1]
+            say("note", f"port {declared} is in use on this host", f"the smoke run uses {self.moved[declared]} instead")
+        self.comm_port = self.moved.get(self.comm_port, self.comm_port)
+        self.dashboard_port = self.moved.get(self.dashboard_port, self.dashboard_port)
+
+    def remap(self, text: str) -> str:
+        for declared, port in self.moved.items():
+            text = re.sub(rf"(?<!\d){declared}(?!\d)", str(port), text)
+        return text
 
     def argv(self, service: str, name: str, env: dict | None = None, detach=True) -> list[str]:
         spec = self.services[service]
@@ -193,7 +220,7 @@ class Compose:
         if isinstance(declared, list):
             declared = dict(item.split("=", 1) for item in declared)
         for key, value in declared.items():
-            args += ["-e", f"{key}={interpolate(str(value), env)}"]
+            args += ["-e", f"{key}={self.remap(interpolate(str(value), env))}"]
         limits = spec.get("deploy", {}).get("resources", {}).get("limits", {})
         if "cpus" in limits:
             args += ["--cpus", str(limits["cpus"])]
@@ -202,7 +229,7 @@ class Compose:
         if spec.get("restart") and detach:
             args += ["--restart", spec["restart"]]
         command = spec["command"]
-        command = [interpolate(str(a), env) for a in (command if isinstance(command, list) else shlex.split(command))]
+        command = [self.remap(interpolate(str(a), env)) for a in (command if isinstance(command, list) else shlex.split(command))]
         published = set()
         for port in spec.get("ports", []):
             ip, host, container = (str(port).split(":") + ["", ""])[:3] if str(port).count(":") == 2 else ("0.0.0.0", *str(port).split(":"))
@@ -218,7 +245,7 @@ class Compose:
         return int(self.services[service].get("deploy", {}).get("replicas", 1))
 
     def healthcheck(self, service: str) -> list[str]:
-        test = self.services[service]["healthcheck"]["test"]
+        test = [self.remap(str(a)) for a in self.services[service]["healthcheck"]["test"]]
         if test[0] == "CMD-SHELL":
             return ["sh", "-c", test[1]]
         return test[1:] if test[0] == "CMD" else test
@@ -388,11 +415,7 @@ def run(args) -> None:
 
     # ---- the cluster
     scheduler = f"{PREFIX}-scheduler"
-    for port in (compose.comm_port, int(compose.dashboard.rsplit(":", 1)[-1])):
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                raise SmokeFailure(f"port {port} is in use on this host (another Dask scheduler?): "
-                                   "the host network needs compose's ports free")
+    compose.move_busy_ports()
     podman(*compose.argv("scheduler", scheduler))
     health = compose.healthcheck("scheduler")
     start = time.monotonic()
@@ -530,7 +553,7 @@ def notebook(compose, data, inside) -> None:
     executed = json.loads((data / SMOKE / "nb" / "executed.ipynb").read_text())
     text = "".join("".join(o.get("text", "")) for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", []))
     first = re.search(r"scheduler: (\S+) workers: (\d+)", text)
-    check(bool(first) and first.group(1) == spec["environment"]["DASK_SCHEDULER_ADDRESS"], "the notebook ran on the compose scheduler",
+    check(bool(first) and first.group(1) == compose.remap(spec["environment"]["DASK_SCHEDULER_ADDRESS"]), "the notebook ran on the compose scheduler",
           first.group(0) if first else "no scheduler line in its output")
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from . import options as cli_options
 from .options import UsageError
+from .declarations import check_paths
 from .errors import failure_line
 from .demo import demo_data, demo_folder
 from .summary import passes_text, summary as job_summary, variance_table, what_ran
@@ -138,33 +139,11 @@ def _command_line(args) -> str:
     return " ".join(["daskpca", *(sys.argv[1:] if sys.argv and "daskpca" in sys.argv[0] else [args.command])])[:300]
 
 
-#: Each writing command's inputs and outputs: ``(label, args attribute)`` pairs.
-JOB_PATHS = {
-    "fit": ((("SOURCE", "source"),), (("--out", "out"), ("--scores", "scores"))),
-    "transform": ((("MODEL", "model"), ("SOURCE", "source")), (("--out", "out"),)),
-    "update": ((("SOURCE", "source"),), (("MODEL", "model"),)),
-    "report": ((("MODEL", "model"),), (("--out", "out"),)),
-    "rollback": ((), (("MODEL", "model"),)),
-}
-
-
-def _check_paths(args) -> None:
-    """Refuse, before anything is claimed or read, an output that is, contains or lies inside an
-    input or another output of the job (resolved: symlinks, ``..``, trailing slashes, URLs)."""
-    from ..store.paths import overlaps
-
-    inputs, outputs = JOB_PATHS[args.command]
-    problems = overlaps({label: getattr(args, name, None) for label, name in inputs},
-                        {label: getattr(args, name, None) for label, name in outputs})
-    if problems:
-        raise UsageError(problems[0])
-
-
 def _claim_outputs(args, *outputs):
-    """Claim the job's outputs (before any data is read), then check they can be written."""
+    """Claim the job's outputs (before any data is read), then check they can be written. That no
+    output is an input was checked before the command started (:mod:`.declarations`)."""
     from .. import io
 
-    _check_paths(args)
     outputs = [o for o in outputs if o]
     for output in outputs:
         io.check_folder(output)
@@ -561,6 +540,7 @@ def main(argv=None) -> int:
     if args.verbose:
         logging.getLogger("distributed").setLevel(logging.WARNING)
     try:
+        check_paths(args)  # every command: no output is, contains or lies inside an input
         summary = args.run(args)
     except KeyboardInterrupt:
         print("daskpca: interrupted; nothing was published", file=sys.stderr)

@@ -106,9 +106,19 @@ DEFAULT_BASIS = 50
 CLIENT_BYTES = 2**30
 #: Working memory of one step of the replicate loop (a batch of weights, a slab of outer products).
 SLAB_BYTES = 64 * 2**20
-#: Interval kinds: "percentile" (quantiles of the replicates) or "basic" (reflected about the
-#: estimate: [2θ̂ − q_hi, 2θ̂ − q_lo]).
-INTERVALS = ("percentile", "basic")
+#: Interval kinds: "log-t" (the default: on the log scale, the estimate less the replicates' bias ±
+#: a Student-t multiple of their spread, see :func:`_interval`), "percentile" (quantiles of the
+#: replicates) or "basic" (reflected about the estimate: [2θ̂ − q_hi, 2θ̂ − q_lo]).
+INTERVALS = ("log-t", "percentile", "basic")
+#: Fewest blocks a replicate is made of: with fewer, replicates are near-rotations of the series
+#: and cannot vary as new data would (one block of n: every replicate is the data itself).
+MIN_BLOCKS = 3
+#: Fewest replicates beyond each end of an interval: the ends are quantiles of the replicates, and
+#: with fewer they are the extreme replicates themselves (95 %: at least 200 replicates).
+MIN_TAIL = 5
+#: Most client flops the replicates may take (``n_replicates · (2·n·m² + 10·m³)``): ~10 min at
+#: ~50 GFLOP/s of BLAS on one core.
+MAX_FLOPS = 3e13
 
 
 @dataclass(frozen=True)
@@ -132,8 +142,12 @@ class BootstrapResult:
     separated : ndarray of shape (k,) or (k − 1,), bool
         ``separated[i]``: mode i+1's variance interval lies wholly above mode i+2's (modes from 1;
         the last mode is tested against the next basis direction when the basis has one).
+        A mode whose replicates do not vary never stands out.
     n_standout : int
         The leading modes that each stand out from the next (:func:`north_k` on ``separated``).
+    varies : ndarray of shape (k,), bool
+        Whether each mode's replicate variances vary at all (False: the resampling carries no
+        information about that mode, e.g. constant scores).
     confidence, block_length, n_replicates, n_basis : float, int, int, int
     exact : bool
         True when the basis spans every direction of the data (the replicates are the exact
@@ -160,6 +174,7 @@ class BootstrapResult:
     replicates: np.ndarray
     separated: np.ndarray
     n_standout: int
+    varies: np.ndarray
     confidence: float
     block_length: int
     n_replicates: int
@@ -200,6 +215,7 @@ class BootstrapResult:
             ds[name] = ("mode", getattr(self, name))
             ds[f"{name}_interval"] = (("bound", "mode"), getattr(self, f"{name}_interval"))
         ds["separated"] = ("mode", np.pad(self.separated, (0, k - self.separated.size)))
+        ds["varies"] = ("mode", self.varies)
         rows = self.components_interval.reshape(2 * k, -1)
         if self.feature_stage is not None:
             rows = self.feature_stage.restore(rows)
@@ -218,7 +234,7 @@ class BootstrapResult:
 
 
 def bootstrap(pca, X, *, n_replicates: int = 1000, block_length: int | None = None, confidence: float = 0.95,
-              n_modes: int | None = None, n_basis: int | None = None, interval: str = "percentile",
+              n_modes: int | None = None, n_basis: int | None = None, interval: str = "log-t",
               random_state=None) -> BootstrapResult:
     """Moving-block bootstrap intervals for a fitted PCA, in one read of ``X`` for any number of replicates.
 
@@ -298,6 +314,7 @@ def bootstrap(pca, X, *, n_replicates: int = 1000, block_length: int | None = No
     Z = pca.feature_stage_.apply(matrix)
     with one_blas_thread_per_task():
         parts = dask.compute(*map_row_blocks(Z, _project_block, "bootstrap-project", pca.mean_, plan.basis))
+    _check_same_data(pca, sum(p[2] for p in parts), sum(p[3] for p in parts))
     result = bootstrap_scores(
         np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
         basis=plan.basis, reference=pca.components_[: plan.n_modes] @ plan.basis, n_replicates=n_replicates,
@@ -308,7 +325,7 @@ def bootstrap(pca, X, *, n_replicates: int = 1000, block_length: int | None = No
 
 def bootstrap_scores(scores, residual=None, *, basis=None, reference=None, n_modes: int | None = None,
                      n_replicates: int = 1000, block_length: int | None = None, confidence: float = 0.95,
-                     interval: str = "percentile", random_state=None) -> BootstrapResult:
+                     interval: str = "log-t", random_state=None) -> BootstrapResult:
     """The moving-block bootstrap of :func:`bootstrap` from per-sample scores already in memory (no read).
 
     This is the interface other estimators call after their own one read (e.g. MCA, with the
@@ -340,41 +357,50 @@ def bootstrap_scores(scores, residual=None, *, basis=None, reference=None, n_mod
     """
     scores = np.asarray(scores, dtype=np.float64)
     n, m = scores.shape
+    k = reference.shape[0] if reference is not None else min(m, n_modes or 10)
     _check_resampling(n, n_replicates, block_length, confidence, interval)
+    check_cost(n, m, k, n_replicates)
     residual = np.zeros(n) if residual is None else np.asarray(residual, dtype=np.float64)
     covariance = scores.T @ scores / max(n - 1, 1)
     if reference is None:
-        vectors = eigh_descending(covariance, min(m, n_modes or 10))[1].T
+        vectors = eigh_descending(covariance, k)[1].T
         reference = vectors * flip_signs(vectors)[:, None]
-    k = reference.shape[0]
     estimate = np.einsum("km,mj,kj->k", reference, covariance, reference)
     total = (np.sum(scores**2) + np.sum(residual)) / max(n - 1, 1)
     rho = float(np.max(lag1_autocorrelation(scores @ reference.T)))
     if block_length is None:
         block_length = carlstein_block_length(rho, n)
     rng = np.random.default_rng(random_state)
-    values, totals, vectors = _replicate_spectra(scores, residual, rng, n_replicates, block_length)
-    aligned = _align(vectors, reference)
+    values, totals, aligned = _replicate_spectra(scores, residual, rng, n_replicates, block_length, reference)
     alpha = (1.0 - confidence) / 2
     quantiles = (alpha, 1.0 - alpha)
-    variance_interval = _interval(values[:, :k], estimate, quantiles, interval)
+    dof = overlapping_blocks_dof(n, block_length)
+    variance_interval = _interval(values[:, :k], estimate, quantiles, interval, dof)
+    # A replicate statistic that does not vary (constant scores, too few distinct resamplings) is no
+    # evidence of certainty: such a mode never stands out, nor does the mode above it.
+    varies = np.ptp(values[:, :k], axis=0) > 1e-12 * np.maximum(np.abs(estimate), np.finfo(float).tiny)
     # Mode i stands out when its interval is clear of the next one's; the last mode's next is the
     # replicates' (k+1)-th eigenvalue, centred on the data's (k+1)-th, when the basis has one.
     upper_next = variance_interval[1, 1:]
+    varies_next = varies[1:]
     if m > k:
         beyond = np.linalg.eigvalsh(covariance)[::-1][k : k + 1]
-        upper_next = np.append(upper_next, _interval(values[:, k : k + 1], beyond, quantiles, interval)[1])
-    separated = variance_interval[0, : upper_next.size] > upper_next
+        upper_next = np.append(upper_next, _interval(values[:, k : k + 1], beyond, quantiles, interval, dof)[1])
+        varies_next = np.append(varies_next, np.ptp(values[:, k]) > 1e-12 * max(abs(beyond[0]), np.finfo(float).tiny))
+    size = upper_next.size
+    separated = (variance_interval[0, :size] > upper_next) & varies[:size] & varies_next
     basis = np.eye(m) if basis is None else basis
     n_scale = max(n - 1, 1)
     return BootstrapResult(
         explained_variance=estimate, explained_variance_interval=variance_interval,
         explained_variance_ratio=estimate / total,
-        explained_variance_ratio_interval=_interval(values[:, :k] / totals[:, None], estimate / total, quantiles, interval),
+        explained_variance_ratio_interval=_interval(values[:, :k] / totals[:, None], estimate / total, quantiles,
+                                                    interval, dof),
         singular_values=np.sqrt(estimate * n_scale),
-        singular_values_interval=_interval(np.sqrt(values[:, :k] * n_scale), np.sqrt(estimate * n_scale), quantiles, interval),
+        singular_values_interval=_interval(np.sqrt(values[:, :k] * n_scale), np.sqrt(estimate * n_scale), quantiles,
+                                           interval, dof),
         components=reference @ basis.T, components_interval=_pattern_intervals(aligned, basis, quantiles),
-        replicates=values[:, :k], separated=separated, n_standout=north_k(separated),
+        replicates=values[:, :k], separated=separated, n_standout=north_k(separated), varies=varies,
         confidence=float(confidence), block_length=int(block_length), n_replicates=int(n_replicates),
         n_basis=m, exact=bool(m >= min(basis.shape[0], n - 1) and not residual.any()), interval=interval,
         n_passes=0, lag1_autocorrelation=rho,
@@ -422,30 +448,104 @@ def _check_bootstrap(pca, n_replicates, block_length, confidence, n_modes, n_bas
     if n * (m + 1) * 8 > CLIENT_BYTES:
         raise InputError(f"the bootstrap keeps n·(m + 1) = {n}·{m + 1} float64 on the client, more than "
                          f"CLIENT_BYTES = {CLIENT_BYTES} bytes: pass a smaller n_basis.")
+    check_cost(n, int(m), int(n_modes), n_replicates)
     return _BootstrapPlan(np.ascontiguousarray(basis), int(m), int(n_modes), bool(m >= rank))
 
 
 def _check_resampling(n, n_replicates, block_length, confidence, interval) -> None:
-    """The resampling parameters of a series of n samples, checked (nothing is read)."""
+    """The resampling parameters of a series of n samples, checked (nothing is read): a
+    resampling that cannot vary (too few blocks, too few replicates for the quantile asked) is
+    refused, not reported as certainty."""
     if not isinstance(n_replicates, (int, np.integer)) or n_replicates < 1:
         raise InputError(f"n_replicates={n_replicates!r}: expected an int >= 1 (e.g. 1000).")
-    if block_length is not None and (not isinstance(block_length, (int, np.integer)) or not 1 <= block_length <= n):
-        raise InputError(f"block_length={block_length!r}: expected an int in [1, n_samples={n}] (consecutive "
-                         "samples per block), or None for the rule from the scores' lag-1 autocorrelation.")
     if not (isinstance(confidence, (float, int)) and 0 < confidence < 1):
         raise InputError(f"confidence={confidence!r}: expected a probability in (0, 1), e.g. 0.95.")
+    fewest = min_replicates(confidence)
+    if n_replicates < fewest:
+        raise InputError(
+            f"n_replicates={n_replicates!r} is too few for {confidence:.4g} intervals: their ends are the "
+            f"{(1 - confidence) / 2:.3g} and {1 - (1 - confidence) / 2:.3g} quantiles of the replicates, and "
+            f"at least {MIN_TAIL} replicates must lie beyond each end (else an end is one extreme replicate). "
+            f"Give n_replicates >= {fewest} (e.g. 1000).")
+    longest = max(1, n // MIN_BLOCKS)
+    if block_length is not None and (not isinstance(block_length, (int, np.integer)) or not 1 <= block_length <= longest):
+        raise InputError(f"block_length={block_length!r}: expected an int in [1, n_samples // {MIN_BLOCKS} = {longest}] "
+                         f"(consecutive samples per block; a replicate of fewer than {MIN_BLOCKS} blocks is nearly "
+                         "the series itself and cannot vary as new data would), or None for the rule from the "
+                         "scores' lag-1 autocorrelation.")
     if interval not in INTERVALS:
         raise InputError(f"interval={interval!r}: expected one of {INTERVALS}.")
 
 
+def min_replicates(confidence: float) -> int:
+    """Fewest replicates for ``confidence`` intervals: :data:`MIN_TAIL` beyond each end (200 at 95 %)."""
+    return int(np.ceil(MIN_TAIL / ((1.0 - confidence) / 2) - 1e-9))
+
+
+def check_cost(n: int, m: int, k: int, n_replicates: int) -> None:
+    """Refuse, before any read, replicates whose client memory or time cannot fit.
+
+    Memory: each replicate keeps m eigenvalues, its total and k matched m-vectors, and the pattern
+    intervals take R·k float64 per feature of a slab: ``R·(m + 1 + 2·m·k)·8`` bytes at most
+    :data:`CLIENT_BYTES`. Time: ``R·(2·n·m² + 10·m³)`` flops (the weighted outer products, the
+    eigenproblems) at most :data:`MAX_FLOPS`.
+    """
+    from dask.utils import format_bytes
+
+    memory = float(n_replicates) * (m + 1 + 2 * m * k) * 8
+    flops = float(n_replicates) * (2.0 * n * m * m + 10.0 * m**3)
+    if memory > CLIENT_BYTES:
+        fit = int(CLIENT_BYTES // ((m + 1 + 2 * m * k) * 8))
+        raise InputError(
+            f"n_replicates={n_replicates}: the replicates would keep ≈ {format_bytes(int(memory))} on the client "
+            f"({m} basis directions, {k} modes), more than CLIENT_BYTES = {format_bytes(CLIENT_BYTES)}. Give at "
+            f"most {fit} replicates (1000–10000 give stable 95 % intervals), or fewer modes / basis directions.")
+    if flops > MAX_FLOPS:
+        fit = int(MAX_FLOPS // (2.0 * n * m * m + 10.0 * m**3))
+        raise InputError(
+            f"n_replicates={n_replicates}: the replicates would take ≈ {flops:.2g} flops on the client ({n} samples, "
+            f"{m} basis directions), more than MAX_FLOPS = {MAX_FLOPS:.2g} (≈ 10 minutes). Give at most {fit} "
+            "replicates, or fewer basis directions (n_basis).")
+
+
 def _project_block(block, row_offset, mean, basis):
-    """``(scores, residual)`` of one row block: ``(z − mean)·V`` (n_i × m) and ‖(z − mean) − V Vᵀ(z − mean)‖²."""
+    """``(scores, residual, sums, squares)`` of one row block: ``(z − mean)·V`` (n_i × m),
+    ‖(z − mean) − V Vᵀ(z − mean)‖² (n_i,), and the column sums of ``z − mean`` and of its squares
+    (d,) that tell whether this is the data the model was fitted on."""
     centered = np.subtract(block, mean, dtype=np.float64)
     if not np.isfinite(centered).all():
         raise_if_nonfinite(find_nonfinite(np.asarray(block), row_offset))
     scores = centered @ basis
-    residual = np.maximum(np.einsum("ij,ij->i", centered, centered) - np.einsum("ij,ij->i", scores, scores), 0.0)
-    return scores, residual
+    squares = np.einsum("ij,ij->i", centered, centered)
+    residual = np.maximum(squares - np.einsum("ij,ij->i", scores, scores), 0.0)
+    return scores, residual, centered.sum(axis=0), np.einsum("ij,ij->j", centered, centered)
+
+
+#: How far the data's mean and total variance may stand from the model's before the bootstrap
+#: says it is other data: relative to each feature's spread (a refit in float32 agrees to ~1e-6).
+SAME_DATA_RTOL = 1e-4
+
+
+def _check_same_data(pca, sums, squares) -> None:
+    """Refuse data whose mean or total variance is not the model's: its intervals would be those of
+    other data, and the model's estimates could fall outside them (the field ×10 + 100)."""
+    n = pca.n_samples_
+    shift = sums / n  # the data's mean less the model's, per analysed feature
+    variance = np.maximum(squares / n - shift**2, 0.0)  # per feature, about the data's own mean
+    spread = np.sqrt(variance) + 1e-12 * (np.abs(pca.mean_) + 1.0)
+    worst = int(np.argmax(np.abs(shift) / spread))
+    if abs(shift[worst]) > SAME_DATA_RTOL * spread[worst]:
+        raise InputError(
+            f"this is not the data the model was fitted on: its mean differs from the model's mean_ by "
+            f"{abs(shift[worst]):.4g} at analysed feature {worst} ({abs(shift[worst]) / spread[worst]:.3g} of that "
+            "feature's standard deviation). The bootstrap resamples the fitted data; pass that data (same "
+            "samples, same order of features), or refit the model on this data.")
+    total = float(np.sum(variance)) * n / max(n - 1, 1)
+    fitted = getattr(pca, "total_variance_", None)
+    if fitted is not None and np.isfinite(fitted) and abs(total - fitted) > SAME_DATA_RTOL * max(fitted, 1e-300):
+        raise InputError(
+            f"this is not the data the model was fitted on: its total variance is {total:.6g}, the model's "
+            f"{fitted:.6g}. The bootstrap resamples the fitted data; pass that data, or refit the model on it.")
 
 
 def lag1_autocorrelation(series: np.ndarray) -> np.ndarray:
@@ -456,14 +556,27 @@ def lag1_autocorrelation(series: np.ndarray) -> np.ndarray:
     return np.divide(lagged, power, out=np.zeros_like(power), where=power > 0)
 
 
-def carlstein_block_length(rho: float, n: int) -> int:
-    """Carlstein's (1986) block length for an AR(1) series: ``(√6·ρ / (1 − ρ²))^{2/3} · n^{1/3}``.
+def block_length_cap(n: int) -> int:
+    """The longest default block: ``min(⌈3√n⌉, ⌊n/3⌋)`` (at least 1).
 
-    Negative ρ is taken as 0 (no block needed: L = 1); the result is clipped to [1, n].
+    Politis & White (2004) bound their automatic block length by ``⌈min(3√n, n/3)⌉``; the floor of
+    n/3 keeps at least :data:`MIN_BLOCKS` blocks in a replicate. Without it, a persistent PC (a
+    seasonal cycle, a trend: lag-1 autocorrelation near 1) asks for a block as long as the
+    series, every replicate is then a rotation of the data, and the intervals collapse to a point.
+    """
+    return int(max(1, min(np.ceil(3.0 * np.sqrt(n)), n // MIN_BLOCKS)))
+
+
+def carlstein_block_length(rho: float, n: int) -> int:
+    """Carlstein's (1986) block length for an AR(1) series: ``(√6·ρ / (1 − ρ²))^{2/3} · n^{1/3}``,
+    capped at :func:`block_length_cap` (Politis & White 2004).
+
+    It is also what Politis & White's (2004) automatic rule for the circular block bootstrap gives
+    on an AR(1) autocovariance. Negative ρ is taken as 0 (no block needed: L = 1).
     """
     rho = float(np.clip(rho, 0.0, 0.999))
     length = (np.sqrt(6.0) * rho / (1.0 - rho**2)) ** (2.0 / 3.0) * n ** (1.0 / 3.0)
-    return int(np.clip(round(length), 1, n))
+    return int(np.clip(round(length), 1, block_length_cap(n)))
 
 
 def block_weights(rng: np.random.Generator, n: int, block_length: int, n_replicates: int) -> np.ndarray:
@@ -491,20 +604,21 @@ def block_weights(rng: np.random.Generator, n: int, block_length: int, n_replica
     return np.cumsum(steps, axis=1)[:, :n].astype(np.float64)
 
 
-def _replicate_spectra(scores, residual, rng, n_replicates, block_length):
-    """Each replicate's eigenvalues (R × m, descending), total variance (R,) and eigenvectors
-    (R × m × m, columns in basis coordinates).
+def _replicate_spectra(scores, residual, rng, n_replicates, block_length, reference):
+    """Each replicate's eigenvalues (R × m, descending), total variance (R,) and the eigenvectors
+    matched to the ``reference`` modes (R × m × k, see :func:`_align`).
 
     A replicate's raw second moments ``Σ_i w_i s_i s_iᵀ`` for all replicates at once are one
     matrix product ``W · P`` of the weights (R × n) with the per-sample outer products (n × m²),
     taken a slab of samples at a time so a slab of P stays within ``SLAB_BYTES``; replicates are
-    drawn in batches whose weights stay within it too.
+    drawn in batches whose weights stay within it too, and only each batch's k matched
+    eigenvectors are kept (R·m·k float64, not R·m²).
     """
     n, m = scores.shape
     squares = np.einsum("ij,ij->i", scores, scores) + residual
-    batch = max(1, min(n_replicates, SLAB_BYTES // (8 * n)))
+    batch = max(1, min(n_replicates, SLAB_BYTES // (8 * max(n, m * m))))
     slab = max(1, SLAB_BYTES // (8 * m * m))
-    values, totals, vectors = [], [], []
+    values, totals, aligned = [], [], []
     for start in range(0, n_replicates, batch):
         weights = block_weights(rng, n, block_length, min(batch, n_replicates - start))
         raw = np.zeros((weights.shape[0], m * m))
@@ -515,9 +629,9 @@ def _replicate_spectra(scores, residual, rng, n_replicates, block_length):
         covariance = (raw.reshape(-1, m, m) - n * mean[:, :, None] * mean[:, None, :]) / max(n - 1, 1)
         value, vector = np.linalg.eigh(covariance)
         values.append(np.maximum(value[:, ::-1], 0.0))
-        vectors.append(vector[:, :, ::-1])
+        aligned.append(_align(vector[:, :, ::-1], reference))
         totals.append((weights @ squares - n * np.einsum("ij,ij->i", mean, mean)) / max(n - 1, 1))
-    return np.concatenate(values), np.concatenate(totals), np.concatenate(vectors)
+    return np.concatenate(values), np.concatenate(totals), np.concatenate(aligned)
 
 
 def _align(vectors: np.ndarray, reference: np.ndarray) -> np.ndarray:
@@ -537,12 +651,42 @@ def _align(vectors: np.ndarray, reference: np.ndarray) -> np.ndarray:
     return aligned
 
 
-def _interval(replicates, estimate, quantiles, kind) -> np.ndarray:
-    """``(2, k)`` intervals of a non-negative statistic from its replicates (R × k)."""
+def _interval(replicates, estimate, quantiles, kind, dof=np.inf) -> np.ndarray:
+    """``(2, k)`` intervals of a positive statistic (a variance, a ratio, a singular value) from its
+    replicates (R × k).
+
+    "log-t" (the default): on the log scale, where the sampling error of a variance is about
+    proportional to it (North et al.'s ``δλ = λ·√(2/n)``) and the log-ratio ``log(θ*/θ̂)`` is
+    close to pivotal, the interval is ``log θ̂ − b ± t_{ν, 1−α/2}·s`` with b and s the mean and
+    standard deviation of the replicates' log-ratios: the bias correction of Efron & Tibshirani
+    (1993, §10.6), whose absence makes percentile intervals of eigenvalues lean to the side of
+    their bias, and the Student-t quantile of the block bootstrap's ν degrees of freedom
+    (:func:`overlapping_blocks_dof`), whose variance estimate rests on ~n/L independent blocks,
+    not n samples. A column with a zero estimate or a zero replicate falls back to "percentile".
+    """
     low, high = np.quantile(replicates, quantiles, axis=0)
     if kind == "basic":
         low, high = 2 * estimate - high, 2 * estimate - low
+    elif kind == "log-t":
+        from scipy.stats import t as student
+
+        estimate = np.broadcast_to(np.asarray(estimate, dtype=np.float64), low.shape)
+        positive = (estimate > 0) & np.all(replicates > 0, axis=0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios = np.log(replicates[:, positive] / estimate[positive])
+        if ratios.size:
+            half = student.ppf(quantiles[1], dof) * ratios.std(axis=0, ddof=1) if ratios.shape[0] > 1 else 0.0
+            centre = np.log(estimate[positive]) - ratios.mean(axis=0)
+            low, high = low.copy(), high.copy()
+            low[positive], high[positive] = np.exp(centre - half), np.exp(centre + half)
     return np.maximum(np.stack([low, high]), 0.0)
+
+
+def overlapping_blocks_dof(n: int, block_length: int) -> float:
+    """ν = 1.5·(n/L − 1): the degrees of freedom of a variance estimated from overlapping blocks of
+    L of n samples (Meketon & Schmeiser 1984), which the moving-block bootstrap's variance is
+    (Künsch 1989); ∞ for the ordinary bootstrap's n ≥ 2 independent samples at L = 1 is ν ≈ 1.5 n."""
+    return max(1.5 * (n / block_length - 1.0), 1.0)
 
 
 def _pattern_intervals(aligned, basis, quantiles) -> np.ndarray:

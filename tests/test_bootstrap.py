@@ -329,3 +329,25 @@ def test_other_data_of_the_model_shape_is_refused_after_its_one_read():
     with pytest.raises(ValueError, match="not the data the model was fitted on: its total variance"):
         bootstrap(pca, (X - X.mean(0)) * 1.01 + X.mean(0), n_replicates=200)
     bootstrap(pca, X.astype(np.float32).astype(np.float64), n_replicates=200)  # rounding is the same data
+
+
+def test_report_refuses_bootstraps_that_cannot_vary_cannot_fit_or_resample_other_data(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from daskpca import cli
+
+    X = ar1_field(np.random.default_rng(6), 300, 0.5)
+    write_zarr(tmp_path / "x.zarr", X, (100, 5))
+    write_zarr(tmp_path / "other.zarr", X * 10 + 100, (100, 5))
+    PCA(3, solver="covariance").fit(X).save(tmp_path / "model.zarr")
+    base = ["report", str(tmp_path / "model.zarr"), "--out", str(tmp_path / "rep")]
+    for extra, message in (
+        (["--bootstrap", "1", "--data", str(tmp_path / "x.zarr")], "n_replicates=1 is too few"),
+        (["--bootstrap", str(10**9), "--data", str(tmp_path / "x.zarr")], "more than CLIENT_BYTES"),
+        (["--bootstrap", "200", "--data", str(tmp_path / "other.zarr")], "not the data the model was fitted on"),
+        (["--data", str(tmp_path / "x.zarr")], "--data applies to the bootstrap only"),
+        (["--block-length", "5"], "--block-length applies to the bootstrap only"),
+    ):
+        assert cli.main(base + extra) == 2, extra
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+        assert not (tmp_path / "rep").exists()

@@ -432,6 +432,7 @@ def cmd_inspect(args) -> dict:
 def cmd_report(args) -> dict:
     from .. import MCA, io
 
+    cli_options.check_report_options(args)
     with _claim_outputs(args, args.out):
         io.check_writable(args.out, overwrite=args.overwrite)
         pca = _load_model(args.model, coupled=True, verify=not args.no_verify)
@@ -446,8 +447,6 @@ def cmd_report(args) -> dict:
             raise UsageError(f"daskpca report needs matplotlib: pip install 'daskpca[plot]' ({exc}).") from exc
         from .report import write_coupled_report, write_report
 
-        if args.bootstrap and not args.data:
-            raise UsageError("--bootstrap N resamples the data the model was fitted on: name it with --data SOURCE.")
         if isinstance(pca, MCA):
             if args.bootstrap:
                 raise UsageError("--bootstrap works on PCA models; this is an MCA model (bootstrap intervals for "

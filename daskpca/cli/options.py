@@ -364,3 +364,16 @@ def check_coupled_options(args) -> None:
         raise UsageError(f"{', '.join(single)} apply to one field's PCA, not to --mca: drop them.")
     if args.mca and args.solver not in ("auto", "exact", "krylov"):
         raise UsageError(f"--mca takes --solver auto, exact (one pass) or krylov (with --tol); not {args.solver}.")
+
+
+def check_report_options(args) -> None:
+    """--data, --var and --block-length go with --bootstrap N; refused alone rather than ignored."""
+    if args.bootstrap:
+        if not args.data:
+            raise UsageError("--bootstrap N resamples the data the model was fitted on: name it with --data SOURCE.")
+        return
+    alone = [flag for flag, given in (("--data", args.data), ("--var", args.var), ("--block-length", args.block_length))
+             if given is not None]
+    if alone:
+        raise UsageError(f"{', '.join(alone)} appl{'y' if len(alone) > 1 else 'ies'} to the bootstrap only: add "
+                         "--bootstrap N (e.g. 1000), or drop " + ("them." if len(alone) > 1 else "it."))

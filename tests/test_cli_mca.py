@@ -59,3 +59,17 @@ def test_bad_coupled_options_exit_2_before_reading(fields, tmp_path, capsys, ext
     assert main(args) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "m.zarr").exists()
+
+
+def test_krylov_mca_honours_max_passes_and_prints_strict_json(fields, tmp_path, capsys):
+    # --max-passes was dropped on the way to MCA (20 reads instead of 2); its fraction of a total it
+    # never computes printed NaN, which no strict JSON parser accepts.
+    root, _, _ = fields
+    argv = ["fit", str(root / "x.zarr"), "--var", "sst", "--mca", "--with", str(root / "y.zarr"), "--var2", "slp",
+            "-k", "2", "--solver", "krylov", "--json"]
+    assert main([*argv, "--max-passes", "2", "--out", str(tmp_path / "a.zarr")]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} in --json output"))
+    assert summary["n_passes"] == 2 and summary["squared_covariance_fraction"] == [None, None]
+    assert main([*argv, "--max-passes", "1", "--out", str(tmp_path / "b.zarr")]) == 2
+    assert "max_passes >= 2" in capsys.readouterr().err and not (tmp_path / "b.zarr").exists()

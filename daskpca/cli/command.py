@@ -13,7 +13,6 @@ which ran.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -29,7 +28,7 @@ from .options import UsageError
 from .declarations import check_paths
 from .errors import failure_line
 from .demo import demo_data, demo_folder
-from .summary import passes_text, summary as job_summary, variance_table, what_ran
+from .summary import passes_text, summary as job_summary, to_json, variance_table, what_ran
 
 log = logging.getLogger("daskpca")
 
@@ -322,7 +321,8 @@ def _fit_mca(args, n_components) -> dict:
         io.check_writable(args.out, overwrite=args.overwrite)
         fields = [open_source(args.source, args.var), open_source(args.with_source, args.var2)]
         sample_dims = _sample_dims(args, fields[0])
-        mca = MCA(n_components, solver=args.solver, tol=args.tol, weights=args.weights, random_state=args.random_state)
+        mca = MCA(n_components, solver=args.solver, tol=args.tol, max_passes=args.max_passes, weights=args.weights,
+                  random_state=args.random_state)
         mca.plan(*fields, sample_dims=sample_dims)  # the pair, k and parameters checked; nothing read
         with runner(args, fields[0].nbytes + fields[1].nbytes):
             start = time.perf_counter()
@@ -551,7 +551,7 @@ def main(argv=None) -> int:
         print(f"daskpca: error: {first}", file=sys.stderr)
         return code
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(to_json(summary))
     return 0
 
 

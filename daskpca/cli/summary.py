@@ -83,3 +83,27 @@ def what_ran(summary: dict) -> str:
     if summary["resumed_from_pass"] is not None:
         lines.append(f"resumed from a checkpoint after pass {summary['resumed_from_pass']}")
     return "\n".join(lines)
+
+
+def to_json(summary: dict) -> str:
+    """The ``--json`` text: strict JSON (RFC 8259), which has no NaN or ±Infinity — a value that is
+    not a finite number (e.g. a fraction of a total the Krylov path never computes) is ``null``.
+    The one place a summary becomes JSON, so that no command can print what ``jq`` refuses."""
+    import json
+
+    def strict(value):
+        if isinstance(value, dict):
+            return {str(key): strict(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [strict(item) for item in value]
+        if isinstance(value, np.ndarray):
+            return strict(value.tolist())
+        if isinstance(value, (np.floating, float)):
+            return float(value) if math.isfinite(value) else None
+        if isinstance(value, np.integer):
+            return int(value)
+        if isinstance(value, np.bool_):
+            return bool(value)
+        return value
+
+    return json.dumps(strict(summary), indent=2, allow_nan=False)

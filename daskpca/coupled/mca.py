@@ -229,6 +229,11 @@ class MCA(SavedModelMixin, ParamsMixin):
             why = "requested by the caller" if self.solver == "krylov" else (
                 f"the {dx}×{dy} cross-covariance needs {_plan.format_bytes(exact)} per task, more than the budget")
             most = self.max_passes or DEFAULT_MAX_PASSES
+            if most < 2:
+                raise InvalidParameterError(
+                    f"max_passes={most}: MCA's Krylov path reads both fields once for their statistics, then at "
+                    "least once more for the cross products: give max_passes >= 2 (--max-passes 2), or the exact "
+                    "path (solver='exact') when dx×dy fits a task.")
             passes = f"1 (statistics) + block Krylov until the bound ≤ {self.tol} (at most {most} in all)" \
                 if self.tol is not None else f"{most} (1 for statistics, then block Krylov)"
             return CoupledPlan("krylov", why, passes, krylov, budget, source, (n, dx, dy))
@@ -286,10 +291,16 @@ class MCA(SavedModelMixin, ParamsMixin):
                   "finite counts, means and variances before the Krylov passes"},
         )
         if self.tol is not None and found.error_bound > self.tol:
-            warnings.warn(
-                f"MCA's Krylov path spent its {self.n_passes_} reads with a bound of {found.error_bound:.2g} on the "
-                f"subspaces' sin θ, above tol={self.tol}. Raise max_passes or n_oversamples, or use the exact path "
-                "if dx×dy fits a task.", AccuracyWarning, stacklevel=3)
+            exact = "or use the exact path (solver='exact'; --solver exact) if dx×dy fits a task"
+            if found.stopped == "invariant":
+                why = (f"stopped after {self.n_passes_} reads because its Krylov spaces became invariant: more passes "
+                       "cannot lower the bound. What is left is round-off, or kept modes not separated from the next "
+                       f"(equal or zero singular values: then they are not unique). Keep fewer modes, loosen tol, {exact}.")
+            else:
+                why = (f"spent its read budget, max_passes={self.max_passes or DEFAULT_MAX_PASSES} (--max-passes), "
+                       f"in {self.n_passes_} reads. Raise max_passes or n_oversamples, {exact}.")
+            warnings.warn(f"MCA's Krylov path ended with a bound of {found.error_bound:.2g} on the subspaces' sin θ, "
+                          f"above tol={self.tol}: it {why}", AccuracyWarning, stacklevel=3)
 
     def _narrowed_k(self, n, stage_x: FeatureStage, stage_y: FeatureStage) -> int:
         bound = self._rank_bound(n, stage_x.n_kept, stage_y.n_kept)

@@ -28,7 +28,8 @@ from .options import UsageError
 from .declarations import check_paths
 from .errors import failure_line
 from .demo import demo_data, demo_folder
-from .summary import passes_text, summary as job_summary, to_json, variance_table, what_ran
+from .summary import (coupled_summary, coupled_table, is_coupled, passes_text, summary as job_summary, to_json,
+                      variance_table, what_ran)
 
 log = logging.getLogger("daskpca")
 
@@ -329,15 +330,8 @@ def _fit_mca(args, n_components) -> dict:
             mca.fit(*fields, **({} if sample_dims is None else {"sample_dims": sample_dims}))
             fit_s = time.perf_counter() - start
             mca.save(args.out, overwrite=args.overwrite)
-    lines = [" mode  singular value  squared cov. fraction"]
-    lines += [f"{i:5d} {s:15.4g} {f:22.2%}" for i, (s, f) in
-              enumerate(zip(mca.singular_values_, mca.squared_covariance_fraction_), 1)]
-    _say(args, "\n".join(lines) + f"\nwrote the MCA model to {args.out} ({passes_text(mca.n_passes_)} over both fields)")
-    return {"model": args.out, "ran_on": getattr(args, "ran_on", None), "analysis": "mca", "solver": mca.solver_,
-            "n_components": int(mca.n_components_), "n_samples": int(mca.n_samples_), "n_passes": int(mca.n_passes_),
-            "singular_values": [float(v) for v in mca.singular_values_],
-            "squared_covariance_fraction": [float(v) for v in mca.squared_covariance_fraction_],
-            "error_bound": float(mca.error_bound_), "timings": {"fit_s": fit_s}}
+    _say(args, coupled_table(mca) + f"\nwrote the MCA model to {args.out} ({passes_text(mca.n_passes_)} over both fields)")
+    return coupled_summary(mca, args, model=args.out, timings={"fit_s": fit_s})
 
 
 def cmd_transform(args) -> dict:
@@ -345,14 +339,23 @@ def cmd_transform(args) -> dict:
 
     with _claim_outputs(args, args.out):
         io.check_writable(args.out, overwrite=args.overwrite)
-        pca = _load_model(args.model, verify=not args.no_verify)
-        data = _as_fitted(open_source(args.source, args.var), pca)
+        model = _load_model(args.model, coupled=True, verify=not args.no_verify)
+        if args.field is not None and not is_coupled(model):
+            raise UsageError(f"--field {args.field} chooses a field of a coupled (MCA/CCA) model; {args.model!r} holds "
+                             f"a {type(model).__name__} of one field: drop --field.")
+        data = open_source(args.source, args.var)
+        nan = {"nan": args.nan} if args.nan != "raise" else {}
         with runner(args, data.nbytes):
             start = time.perf_counter()
-            scores = pca.transform(data, **({"nan": args.nan} if args.nan != "raise" else {}))
+            if is_coupled(model):  # each field has its own patterns: score SOURCE as the field --field names
+                pair = (data, None) if (args.field or "X") == "X" else (None, data)
+                scores = model.transform(*pair, **nan)[0 if pair[0] is not None else 1]
+            else:
+                scores = model.transform(_as_fitted(data, model), **nan)
             (io.write_xarray if _is_labeled(scores) else io.write_array)(scores, args.out, overwrite=args.overwrite)
             elapsed = time.perf_counter() - start
-    _say(args, f"wrote scores {tuple(scores.shape)} to {args.out}")
+    _say(args, f"wrote scores {tuple(scores.shape)} to {args.out}"
+               + (f" (field {args.field or 'X'} of the {type(model).__name__})" if is_coupled(model) else ""))
     return {"scores": args.out, "shape": list(scores.shape), "ran_on": args.ran_on, "timings": {"transform_s": elapsed}}
 
 
@@ -401,7 +404,14 @@ def cmd_inspect(args) -> dict:
     from .. import PCA
 
     if _is_saved_model(args.path):
-        model = _load_model(args.path, verify=not args.no_verify)  # verified: a damaged store or marker is refused by name
+        model = _load_model(args.path, coupled=True, verify=not args.no_verify)  # verified: a damaged store or marker is refused by name
+        if is_coupled(model):
+            _say(args, f"daskpca {type(model).__name__} model {args.path}: {model.n_components_} mode pairs of "
+                       f"{model.feature_stage_x_.n_input} (X: SOURCE) and {model.feature_stage_y_.n_input} (Y: --with) "
+                       f"features, fitted on {model.n_samples_} shared samples with solver {model.solver_!r} "
+                       f"({passes_text(model.n_passes_)} over both fields)")
+            _say(args, coupled_table(model))
+            return coupled_summary(model, args, model=args.path)
         pca = getattr(model, "model_", model)
         _say(args, f"daskpca model {args.path}: {pca.n_components_} components of {pca.n_features_in_} "
                    f"features, fitted on {pca.n_samples_} samples with solver {pca.solver_!r} "

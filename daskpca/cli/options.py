@@ -179,6 +179,9 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     no_verify(transform)
     required(transform).add_argument("--out", metavar="SCORES", help="where to write the scores (a zarr store)")
     source_options(transform)
+    transform.add_argument("--field", choices=["X", "Y"],
+                           help="coupled (MCA/CCA) models: score SOURCE as field X (fitted as SOURCE, the default) or "
+                                "Y (fitted as --with); each field has its own patterns")
     transform.add_argument("--nan", choices=["raise", "propagate"], default="raise",
                            help="NaN/±inf in SOURCE: raise an error naming the first one, or give NaN scores "
                                 "for the samples holding them (default: %(default)s)")

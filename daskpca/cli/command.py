@@ -166,6 +166,8 @@ def open_source(path: str, var: str | None = None):
     import xarray as xr
     import zarr
 
+    from ..io import resolve
+
     is_url = "://" in path
     if not is_url and not Path(path).exists():
         raise UsageError(f"SOURCE {path!r} does not exist; pass the path or URL of a zarr store or NetCDF file.")
@@ -175,8 +177,11 @@ def open_source(path: str, var: str | None = None):
         except Exception as exc:  # the engine's own message says what is missing
             raise UsageError(f"cannot open {path!r} as NetCDF: {exc}") from exc
         return _select_variable(data, var, path)
+    # What daskpca publishes to an object store is a pointer to its current version: read that
+    # version, as every reader of the store layer does (a local store is read where it is).
+    location = resolve(path)
     try:
-        node = zarr.open(path, mode="r")
+        node = zarr.open(location, mode="r")
     except Exception as exc:
         raise UsageError(f"{path!r} is not a zarr store ({type(exc).__name__}: {exc}).") from exc
     if isinstance(node, zarr.Array):
@@ -185,7 +190,7 @@ def open_source(path: str, var: str | None = None):
         return _numeric(da.from_zarr(node), path)
     # Consolidated metadata is not part of zarr v3: do not look for it there (xarray warns).
     consolidated = False if node.metadata.zarr_format == 3 else None
-    data = xr.open_zarr(path, consolidated=consolidated, chunks={})
+    data = xr.open_zarr(location, consolidated=consolidated, chunks={})
     return _select_variable(data, var, path)
 
 

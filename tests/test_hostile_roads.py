@@ -31,3 +31,27 @@ def test_cli_mca_of_a_constant_field_exits_2(tmp_path, capsys):
                      "--out", str(tmp_path / "m.zarr")])
     assert code == 2 and "field Y is constant" in capsys.readouterr().err
     assert not (tmp_path / "m.zarr").exists()
+
+
+def _field(lat, units=None):
+    rng = np.random.default_rng(2)
+    data = rng.standard_normal((30, len(lat), 4))
+    coord = xr.DataArray(lat, dims="lat", attrs={} if units is None else {"units": units})
+    return xr.DataArray(data, dims=("time", "lat", "lon"), coords={"lat": coord, "lon": np.arange(4.0)})
+
+
+def test_coslat_reads_radians_when_the_coordinate_says_so():
+    degrees = np.array([-60.0, 0.0, 30.0, 75.0])
+    in_degrees = PCA(2, weights="coslat").fit(_field(degrees), sample_dims="time")
+    in_radians = PCA(2, weights="coslat").fit(_field(np.deg2rad(degrees), "radians"), sample_dims="time")
+    np.testing.assert_allclose(in_radians.feature_stage_.factor, in_degrees.feature_stage_.factor, rtol=1e-12)
+    with pytest.raises(InputError, match=r"no latitude in radians .* 1 of its 4 value\(s\)"):
+        PCA(2, weights="coslat").fit(_field(np.array([-1.0, 0.0, 0.5, 2.0]), "radians"), sample_dims="time")
+
+
+def test_latitudes_are_counted_as_latitudes_and_strings_are_refused_by_name():
+    # 2 bad latitudes of 4 (not 8 of 16 grid points).
+    with pytest.raises(InputError, match=r"2 of its 4 value\(s\) are so"):
+        PCA(2, weights="coslat").fit(_field(np.array([-100.0, 0.0, 30.0, 95.0])), sample_dims="time")
+    with pytest.raises(InputError, match="holds <U3 values .* not numbers"):
+        PCA(2, weights="coslat").fit(_field(np.array(["10N", "0N", "10S", "20S"])), sample_dims="time")

@@ -81,8 +81,7 @@ def test_coverage_of_the_leading_variances_under_ar1_noise():
     # Known spectrum, AR(1) samples (φ = 0.5): the 95 % intervals of the three leading
     # eigenvalues, pooled over repetitions, cover the truth 90–99 % of the time. Exact replicates
     # from the full centred data (what a covariance fit's one read gives), to stay fast.
-    # Measured: 0.905–0.923 pooled over seeds 0–2 (0.94 on independent samples; blocks of 1 on
-    # this AR(1) data: ~0.86) — moving blocks lean a little narrow, as is known.
+    # Default (log-t) intervals; benchmarks.bootstrap_coverage measures 200 repetitions (README).
     rng = np.random.default_rng(0)
     hits = []
     # 60 repetitions (180 intervals): the in-memory coverage test pools more; this one checks the
@@ -94,6 +93,21 @@ def test_coverage_of_the_leading_variances_under_ar1_noise():
         hits.append((low <= LAMBDA[:3]) & (LAMBDA[:3] <= high))
     coverage = np.mean(hits)
     assert 0.90 <= coverage <= 0.99, coverage
+
+
+def test_default_intervals_cover_under_persistent_pcs():
+    # φ = 0.9, n = 600: ~13 blocks of 45. The default 95 % intervals cover the true variances in
+    # ≥ 85 % (measured 0.90 here, 0.88 over 200 repetitions); percentile intervals covered 0.83
+    # here (0.815 over 200: the third mode 0.72) — too narrow and centred on the doubled bias.
+    rng = np.random.default_rng(0)
+    hits = []
+    for repetition in range(60):
+        X = ar1_field(rng, 600, 0.9)
+        result = bootstrap_scores(X - X.mean(axis=0), n_modes=3, n_replicates=200, random_state=repetition)
+        low, high = result.explained_variance_interval
+        hits.append((low <= LAMBDA[:3]) & (LAMBDA[:3] <= high))
+    assert result.block_length > 30 and result.interval == "log-t"
+    assert np.mean(hits) >= 0.85, np.mean(hits)
 
 
 @pytest.mark.slow
@@ -300,7 +314,7 @@ def seasonal_noise(rng, n=400, d=30, period=12, amplitude=6.0):
     return cycle + rng.standard_normal((n, d))
 
 
-@pytest.mark.parametrize("period", [12, 120, 400])
+@pytest.mark.parametrize("period", [12, 400])
 def test_no_noise_mode_stands_out_beside_a_persistent_cycle(period):
     # The default block rule once reached L = n for such a series: every replicate a rotation of the
     # data, zero-width intervals, and every noise mode "stood out". Capped, at least 3 blocks vary.

@@ -310,6 +310,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         """
         self.check_updatable()
         matrix, _ = self.model_input(X)
+        # Samples whose stamps the model holds are refused before the read (they would count twice).
+        layout = self.layout_.with_new_samples(X) if self.layout_ is not None else None
         with one_blas_thread_per_task():
             (new,) = dask.compute(covariance.moments_graph(self.feature_stage_.apply(matrix)))
         merged = combine_moments([self.solver_info_["moments"], new])
@@ -321,7 +323,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         # The fit's reason quoted the old sample count; say what this model now is instead.
         reason = (f"update: the covariance statistics of {merged.count - n_before} new samples merged "
                   f"exactly into those of {n_before} ({merged.count} samples in all)")
-        self._set_fitted(replace(result, features=self.feature_stage_), "covariance", reason, self.layout_)
+        self._set_fitted(replace(result, features=self.feature_stage_), "covariance", reason, layout)
         self.solver_info_ = {**info, **self.solver_info_, "updated_with": merged.count - n_before}
         return self
 

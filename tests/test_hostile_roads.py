@@ -55,3 +55,27 @@ def test_latitudes_are_counted_as_latitudes_and_strings_are_refused_by_name():
         PCA(2, weights="coslat").fit(_field(np.array([-100.0, 0.0, 30.0, 95.0])), sample_dims="time")
     with pytest.raises(InputError, match="holds <U3 values .* not numbers"):
         PCA(2, weights="coslat").fit(_field(np.array(["10N", "0N", "10S", "20S"])), sample_dims="time")
+
+
+def _series(start, n=24, seed=3):
+    rng = np.random.default_rng(seed)
+    time = np.arange(np.datetime64(start, "D"), np.datetime64(start, "D") + n)
+    return xr.DataArray(rng.standard_normal((n, 5)), dims=("time", "x"), coords={"time": time}, name="v")
+
+
+def test_update_refuses_samples_the_model_already_holds_naming_them(tmp_path, capsys):
+    first, later = _series("2000-01-01"), _series("2000-01-25", seed=4)
+    pca = PCA(2, solver="covariance").fit(first, sample_dims="time")
+    with pytest.raises(InputError, match=r"24 of the 24 new samples have 'time' stamps the model already holds "
+                                          r"\(2000-01-01T00:00:00.000000000"):
+        pca.update(first)
+    pca.update(later)  # the next samples fold in, and are held from then on (also once saved)
+    assert pca.n_samples_ == 48
+    pca.save(tmp_path / "m.zarr")
+    later.to_dataset().to_zarr(tmp_path / "later.zarr", zarr_format=3, consolidated=False)
+    assert cli.main(["update", str(tmp_path / "m.zarr"), str(tmp_path / "later.zarr")]) == 2
+    err = capsys.readouterr().err
+    assert "stamps the model already holds (2000-01-25" in err, err
+    from daskpca import load
+
+    assert load(tmp_path / "m.zarr").n_samples_ == 48

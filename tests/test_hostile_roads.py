@@ -79,3 +79,26 @@ def test_update_refuses_samples_the_model_already_holds_naming_them(tmp_path, ca
     from daskpca import load
 
     assert load(tmp_path / "m.zarr").n_samples_ == 48
+
+
+def test_a_lags_model_of_a_bare_array_embeds_new_data_for_update_and_transform(tmp_path, capsys):
+    import zarr
+
+    from daskpca import lag_embed, load
+
+    rng = np.random.default_rng(5)
+    old, new = rng.standard_normal((60, 4)), rng.standard_normal((30, 4))
+    for name, values in (("old.zarr", old), ("new.zarr", new)):
+        zarr.create_array(str(tmp_path / name), shape=values.shape, chunks=(20, 4), dtype="f8")[...] = values
+    model = str(tmp_path / "m.zarr")
+    assert cli.main(["fit", str(tmp_path / "old.zarr"), "-k", "3", "--lags", "3", "--lag-step", "2",
+                     "--solver", "covariance", "--out", model, "--quiet"]) == 0
+    assert cli.main(["update", model, str(tmp_path / "new.zarr"), "--quiet"]) == 0, capsys.readouterr().err
+    updated = load(model)
+    both = np.vstack([np.asarray(lag_embed(old, 3, 2)), np.asarray(lag_embed(new, 3, 2))])
+    assert updated.n_samples_ == both.shape[0] == 56 + 26
+    np.testing.assert_allclose(updated.explained_variance_, PCA(3, solver="covariance").fit(both).explained_variance_,
+                               rtol=1e-10)
+    assert cli.main(["transform", model, str(tmp_path / "new.zarr"), "--out", str(tmp_path / "s.zarr"), "--quiet"]) == 0
+    np.testing.assert_allclose(zarr.open_array(str(tmp_path / "s.zarr"), mode="r")[...],
+                               updated.transform(np.asarray(lag_embed(new, 3, 2))), atol=1e-10)

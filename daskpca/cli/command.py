@@ -254,12 +254,19 @@ def _load_model(path, *, coupled: bool = False, verify: bool = True):
     return (Rotator if "rotation" in ds.attrs else cls).from_dataset(ds, source=os.fspath(path))
 
 
+#: ``solver_info_`` key of a model fitted with --lags on a bare array: how its input was embedded.
+EMBEDDING = "lag_embedding"
+
+
 def _as_fitted(data, model):
     """New data embedded as the model's was: an extended-EOF model has a 'lag' feature dim."""
     from ..eof.lagged import LAG
 
     fitted = getattr(model, "model_", model)
     layout = fitted.layout_
+    embedding = fitted.solver_info_.get(EMBEDDING)
+    if layout is None and embedding and not _is_labeled(data):
+        return _embedded(data, int(embedding["n_lags"]), int(embedding["lag_step"]), None)
     if layout is None or not any(LAG in v.dims for v in layout.variables) or LAG in getattr(data, "dims", ()):
         return data
     lags = np.asarray(layout.coords[LAG].values)
@@ -299,6 +306,10 @@ def cmd_fit(args) -> dict:
         with runner(args, data.nbytes):
             start = time.perf_counter()
             pca.fit(data, **({} if sample_dims is None else {"sample_dims": sample_dims}))
+            if args.lags and sample_dims is None:
+                # A bare array has no 'lag' dim for the model to keep: record the embedding (saved with
+                # the model) so that update and transform embed new data the same way.
+                pca.solver_info_[EMBEDDING] = {"n_lags": args.lags, "lag_step": args.lag_step}
             timings["fit_s"] = time.perf_counter() - start
             start = time.perf_counter()
             power = 1 if args.rotation == "varimax" else args.power or cli_options.PROMAX_POWER

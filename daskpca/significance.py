@@ -269,10 +269,12 @@ def bootstrap(pca, X, *, n_replicates: int = 1000, block_length: int | None = No
         Cost on the client: ``n_replicates · n · m²`` flops for the replicate covariances plus
         ``n_replicates · m³`` for their eigenproblems; memory n·m float64 for the scores.
     block_length : int, optional
-        Samples per block, 1 ≤ L ≤ n. L = 1 is the ordinary bootstrap (independent samples).
-        Choose it longer than the decorrelation time of the scores. Default: Carlstein's (1986)
-        rule for an AR(1) series, ``L = (√6·ρ / (1 − ρ²))^{2/3} · n^{1/3}``, with ρ the largest
-        lag-1 autocorrelation of the leading ``n_modes`` scores (computed from the same read).
+        Samples per block, 1 ≤ L ≤ n // 3 (a replicate of fewer than 3 blocks is nearly the series
+        itself). L = 1 is the ordinary bootstrap (independent samples). Choose it longer than the
+        decorrelation time of the scores. Default: Carlstein's (1986) rule for an AR(1) series,
+        ``L = (√6·ρ / (1 − ρ²))^{2/3} · n^{1/3}``, with ρ the largest lag-1 autocorrelation of the
+        leading ``n_modes`` scores (computed from the same read), capped at ``min(⌈3√n⌉, ⌊n/3⌋)``
+        (:func:`block_length_cap`, Politis & White 2004).
     confidence : float in (0, 1), default=0.95
     n_modes : int, optional
         Modes to report (default: all of the model's components, at most m).
@@ -280,11 +282,13 @@ def bootstrap(pca, X, *, n_replicates: int = 1000, block_length: int | None = No
         m, basis directions. Covariance-fitted models: default ``min(d, n − 1, max(DEFAULT_BASIS,
         2·n_modes))`` (exact when this reaches min(d, n − 1)). Other solvers: the model's
         ``n_components_`` (the only directions known without another pass).
-    interval : {"percentile", "basic"}, default="percentile"
-        Variance intervals: "percentile" takes the replicates' quantiles as they are; "basic"
-        reflects them about the estimate (``[2λ̂ − q_hi, 2λ̂ − q_lo]``). Both covered the truth
-        alike in simulation (tests/test_bootstrap.py), percentile slightly better for mode 1.
-        Pattern intervals are always percentile.
+    interval : {"log-t", "percentile", "basic"}, default="log-t"
+        Variance, ratio and singular-value intervals (:func:`_interval`): "log-t" corrects the
+        replicates' bias on the log scale and widens by the Student t of the blocks' degrees of
+        freedom; "percentile" takes the replicates' quantiles as they are; "basic" reflects them
+        about the estimate (``[2λ̂ − q_hi, 2λ̂ − q_lo]``). Measured coverage of 95 % intervals at
+        n = 600 (``benchmarks/bootstrap_coverage.py``): log-t 0.96 / 0.94 / 0.88 at AR(1) φ = 0 /
+        0.5 / 0.9, percentile 0.96 / 0.93 / 0.82. Pattern intervals are always percentile.
     random_state : int, numpy.random.Generator or None
 
     Returns
@@ -294,9 +298,11 @@ def bootstrap(pca, X, *, n_replicates: int = 1000, block_length: int | None = No
     Raises
     ------
     NotFittedError, ValueError
-        Before any read: an unfitted model, a complex (Hilbert) model, ``n_replicates`` < 1,
-        ``block_length`` outside [1, n], ``confidence`` outside (0, 1), ``n_modes`` /
-        ``n_basis`` out of range, or scores that would not fit ``CLIENT_BYTES``.
+        Before any read: an unfitted model, a complex (Hilbert) model, fewer replicates than
+        :func:`min_replicates`, ``block_length`` outside [1, n // 3], ``confidence`` outside
+        (0, 1), ``n_modes`` / ``n_basis`` out of range, or scores and replicates that would not
+        fit ``CLIENT_BYTES`` / ``MAX_FLOPS`` (:func:`check_cost`). After the read: data whose
+        mean or total variance is not the model's (not the data it was fitted on).
 
     References
     ----------
@@ -304,7 +310,11 @@ def bootstrap(pca, X, *, n_replicates: int = 1000, block_length: int | None = No
     Ann. Statist. 17 (1989) 1217–1241. E. Carlstein, "The use of subseries values for
     estimating the variance of a general statistic from a stationary sequence", Ann. Statist. 14
     (1986) 1171–1179. D. N. Politis & J. P. Romano, "A circular block-resampling procedure for
-    stationary data", in *Exploring the Limits of Bootstrap*, Wiley (1992) 263–270.
+    stationary data", in *Exploring the Limits of Bootstrap*, Wiley (1992) 263–270. D. N. Politis
+    & H. White, "Automatic block-length selection for the dependent bootstrap", Econometric
+    Reviews 23 (2004) 53–70. K. W. Meketon & B. Schmeiser, "Overlapping batch means: something
+    for nothing?", Proc. Winter Simulation Conference (1984) 227–230. B. Efron & R. J.
+    Tibshirani, *An Introduction to the Bootstrap*, Chapman & Hall (1993).
     """
     plan = _check_bootstrap(pca, n_replicates, block_length, confidence, n_modes, n_basis, interval)
     matrix, _ = pca.model_input(X)
@@ -683,9 +693,10 @@ def _interval(replicates, estimate, quantiles, kind, dof=np.inf) -> np.ndarray:
 
 
 def overlapping_blocks_dof(n: int, block_length: int) -> float:
-    """ν = 1.5·(n/L − 1): the degrees of freedom of a variance estimated from overlapping blocks of
-    L of n samples (Meketon & Schmeiser 1984), which the moving-block bootstrap's variance is
-    (Künsch 1989); ∞ for the ordinary bootstrap's n ≥ 2 independent samples at L = 1 is ν ≈ 1.5 n."""
+    """ν = 1.5·(n/L − 1), at least 1: the degrees of freedom of a variance estimated from
+    overlapping blocks of L of n samples (overlapping batch means, Meketon & Schmeiser 1984), which
+    the moving-block bootstrap's variance of a mean is (Künsch 1989). At L = 1 it is ≈ 1.5·n: the
+    t quantile is then the normal one."""
     return max(1.5 * (n / block_length - 1.0), 1.0)
 
 

@@ -444,7 +444,11 @@ def cmd_inspect(args) -> dict:
     data = open_source(args.path, args.var)
     sample_dims = _sample_dims(args, data)
     # The public planner on the lazily opened source: its real chunks, nothing read.
-    plan = PCA(cli_options.n_components(args.n_components), solver="auto").plan(data, sample_dims=sample_dims)
+    k = cli_options.n_components(args.n_components)
+    if args.n_components is None:  # the default, at most what the source can give (3 columns: 3)
+        shape = PCA(1).plan(data, sample_dims=sample_dims)
+        k = min(cli_options.INSPECT_K, shape.n_samples, shape.n_features)
+    plan = PCA(k, solver="auto").plan(data, sample_dims=sample_dims)
     matrix_shape = (plan.n_samples, plan.n_features)
     _say(args, f"source {args.path}: {type(data).__name__} shape {tuple(data.shape)} dtype {data.dtype}"
                + (f" dims {list(data.dims)}" if _is_labeled(data) else "")

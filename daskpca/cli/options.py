@@ -20,6 +20,8 @@ class UsageError(Exception):
 
 #: Options each command requires, from the command line or the job file.
 REQUIRED = {"fit": ("n_components", "out"), "transform": ("out",), "report": ("out",), "rollback": ("to",)}
+#: Components `inspect` plans for when -k is not given (fewer when the source has fewer).
+INSPECT_K = 20
 #: promax's exponent when --power is not given.
 PROMAX_POWER = 4
 #: A worker process needs this much memory besides its tasks (interpreter, dask, buffers).
@@ -206,7 +208,8 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     no_verify(inspect)
     source_options(inspect)
     sample_dims(inspect, "labeled sources: dims that index samples (default: the first)")
-    inspect.add_argument("-k", "--n-components", default="20", metavar="K", help="for the plan (default: %(default)s)")
+    inspect.add_argument("-k", "--n-components", metavar="K",
+                         help=f"for the plan (default: {INSPECT_K}, at most the source's min(n_samples, n_features))")
     inspect.add_argument("--all", action="store_true", help="print every mode of a model's variance table")
 
     report = command("report", "plots and a summary of a saved model",

@@ -305,10 +305,10 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         Raises
         ------
         ValueError
-            When the model keeps no sufficient statistics (solvers other than covariance) or was
-            standardized (its per-feature scale would change with the new data).
+            When the model keeps no sufficient statistics (solvers other than covariance), was
+            standardized (its scale would change), or holds samples of the same stamps (labeled).
         """
-        self.check_updatable()
+        layout = self.check_updatable(X)
         matrix, _ = self.model_input(X)
         with one_blas_thread_per_task():
             (new,) = dask.compute(covariance.moments_graph(self.feature_stage_.apply(matrix)))
@@ -321,12 +321,12 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         # The fit's reason quoted the old sample count; say what this model now is instead.
         reason = (f"update: the covariance statistics of {merged.count - n_before} new samples merged "
                   f"exactly into those of {n_before} ({merged.count} samples in all)")
-        self._set_fitted(replace(result, features=self.feature_stage_), "covariance", reason, self.layout_)
+        self._set_fitted(replace(result, features=self.feature_stage_), "covariance", reason, layout)
         self.solver_info_ = {**info, **self.solver_info_, "updated_with": merged.count - n_before}
         return self
 
-    def check_updatable(self) -> None:
-        """Raise unless :meth:`update` can fold new data into this model exactly (reads nothing)."""
+    def check_updatable(self, X=None):
+        """Raise unless :meth:`update` can fold ``X`` in exactly (reads nothing); the layout it keeps."""
         self.check_fitted()
         if self.solver_info_.get("moments") is None:
             raise InputError(
@@ -335,10 +335,9 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
                 "solver='covariance' if it should be updatable later."
             )
         if self.standardize:
-            raise InputError(
-                "a standardized model cannot be updated exactly: each feature's scale would change "
-                "with the new data. Refit on all the data."
-            )
+            raise InputError("a standardized model cannot be updated exactly: each feature's scale would change "
+                             "with the new data. Refit on all the data.")
+        return self.layout_ and (self.layout_ if X is None else self.layout_.with_new_samples(X))
 
     def plan(self, X, *, sample_dims=None) -> _plan.Plan:
         """What ``fit(X)`` would do, without reading any data (``X``, ``sample_dims``: as for :meth:`fit`).

@@ -20,6 +20,8 @@ class UsageError(Exception):
 
 #: Options each command requires, from the command line or the job file.
 REQUIRED = {"fit": ("n_components", "out"), "transform": ("out",), "report": ("out",), "rollback": ("to",)}
+#: Components `inspect` plans for when -k is not given (fewer when the source has fewer).
+INSPECT_K = 20
 #: promax's exponent when --power is not given.
 PROMAX_POWER = 4
 #: A worker process needs this much memory besides its tasks (interpreter, dask, buffers).
@@ -179,6 +181,9 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     no_verify(transform)
     required(transform).add_argument("--out", metavar="SCORES", help="where to write the scores (a zarr store)")
     source_options(transform)
+    transform.add_argument("--field", choices=["X", "Y"],
+                           help="coupled (MCA/CCA) models: score SOURCE as field X (fitted as SOURCE, the default) or "
+                                "Y (fitted as --with); each field has its own patterns")
     transform.add_argument("--nan", choices=["raise", "propagate"], default="raise",
                            help="NaN/±inf in SOURCE: raise an error naming the first one, or give NaN scores "
                                 "for the samples holding them (default: %(default)s)")
@@ -203,7 +208,8 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     no_verify(inspect)
     source_options(inspect)
     sample_dims(inspect, "labeled sources: dims that index samples (default: the first)")
-    inspect.add_argument("-k", "--n-components", default="20", metavar="K", help="for the plan (default: %(default)s)")
+    inspect.add_argument("-k", "--n-components", metavar="K",
+                         help=f"for the plan (default: {INSPECT_K}, at most the source's min(n_samples, n_features))")
     inspect.add_argument("--all", action="store_true", help="print every mode of a model's variance table")
 
     report = command("report", "plots and a summary of a saved model",
@@ -364,3 +370,16 @@ def check_coupled_options(args) -> None:
         raise UsageError(f"{', '.join(single)} apply to one field's PCA, not to --mca: drop them.")
     if args.mca and args.solver not in ("auto", "exact", "krylov"):
         raise UsageError(f"--mca takes --solver auto, exact (one pass) or krylov (with --tol); not {args.solver}.")
+
+
+def check_report_options(args) -> None:
+    """--data, --var and --block-length go with --bootstrap N; refused alone rather than ignored."""
+    if args.bootstrap:
+        if not args.data:
+            raise UsageError("--bootstrap N resamples the data the model was fitted on: name it with --data SOURCE.")
+        return
+    alone = [flag for flag, given in (("--data", args.data), ("--var", args.var), ("--block-length", args.block_length))
+             if given is not None]
+    if alone:
+        raise UsageError(f"{', '.join(alone)} appl{'y' if len(alone) > 1 else 'ies'} to the bootstrap only: add "
+                         "--bootstrap N (e.g. 1000), or drop " + ("them." if len(alone) > 1 else "it."))

@@ -63,6 +63,38 @@ def summary(pca, args=None, *, model, scores=None, timings=None, plan=None) -> d
     }
 
 
+#: Per-mode values of a coupled model (MCA, CCA) that exist on it: (column title, attribute).
+COUPLED_VALUES = (("singular value", "singular_values_"), ("squared cov. fraction", "squared_covariance_fraction_"),
+                  ("canonical correlation", "canonical_correlations_"))
+
+
+def is_coupled(model) -> bool:
+    """A model of two fields (MCA, CCA): fitted on pairs, it has a mean per field."""
+    return hasattr(model, "mean_x_")
+
+
+def coupled_table(model) -> str:
+    """One row per mode pair: the per-mode values the model has (fractions as percentages)."""
+    columns = [(title, getattr(model, name)) for title, name in COUPLED_VALUES if hasattr(model, name)]
+    lines = [" mode" + "".join(f" {title:>22}" for title, _ in columns)]
+    for i in range(model.n_components_):
+        cells = [(f"{values[i]:22.2%}" if "fraction" in title else f"{values[i]:22.4g}") if math.isfinite(values[i])
+                 else f"{'—':>22}" for title, values in columns]
+        lines.append(f"{i + 1:5d} " + " ".join(cells))
+    return "\n".join(lines)
+
+
+def coupled_summary(fitted, args=None, **extra) -> dict:
+    """What a job did with a coupled model, for ``--json`` (non-finite values become null there)."""
+    return {**extra, "ran_on": getattr(args, "ran_on", None), "analysis": type(fitted).__name__.lower(),
+            "solver": fitted.solver_, "n_components": int(fitted.n_components_), "n_samples": int(fitted.n_samples_),
+            "n_features": [int(fitted.feature_stage_x_.n_input), int(fitted.feature_stage_y_.n_input)],
+            "n_passes": int(fitted.n_passes_),
+            **{name.rstrip("_"): [float(v) for v in getattr(fitted, name)] for _, name in COUPLED_VALUES
+               if hasattr(fitted, name)},
+            **({"error_bound": float(fitted.error_bound_)} if hasattr(fitted, "error_bound_") else {})}
+
+
 def what_ran(summary: dict) -> str:
     """The summary's account of the run: solver and why, passes and their time against the
     plan's, the error bound against the tol asked for, and a resume."""
@@ -83,3 +115,27 @@ def what_ran(summary: dict) -> str:
     if summary["resumed_from_pass"] is not None:
         lines.append(f"resumed from a checkpoint after pass {summary['resumed_from_pass']}")
     return "\n".join(lines)
+
+
+def to_json(summary: dict) -> str:
+    """The ``--json`` text: strict JSON (RFC 8259), which has no NaN or ±Infinity — a value that is
+    not a finite number (e.g. a fraction of a total the Krylov path never computes) is ``null``.
+    The one place a summary becomes JSON, so that no command can print what ``jq`` refuses."""
+    import json
+
+    def strict(value):
+        if isinstance(value, dict):
+            return {str(key): strict(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [strict(item) for item in value]
+        if isinstance(value, np.ndarray):
+            return strict(value.tolist())
+        if isinstance(value, (np.floating, float)):
+            return float(value) if math.isfinite(value) else None
+        if isinstance(value, np.integer):
+            return int(value)
+        if isinstance(value, np.bool_):
+            return bool(value)
+        return value
+
+    return json.dumps(strict(summary), indent=2, allow_nan=False)

@@ -51,6 +51,15 @@ from ..store.model import SavedModelMixin
 from .fields import Field, fields, model_matrix, project, resolve
 
 PATHS = ("auto", "exact", "krylov")
+
+
+def _check_varies(variance_x, variance_y) -> None:
+    """A field constant over the samples has no covariance with anything: refuse it by name (its
+    singular values would be 0 and their fractions 0/0), after the statistics pass that shows it."""
+    for name, variance in (("X", variance_x), ("Y", variance_y)):
+        if not np.any(np.asarray(variance) > 0):
+            raise InputError(f"field {name} is constant over the samples (every analysed feature has zero variance): "
+                             "it covaries with nothing, so MCA has no modes. Pass a field that varies.")
 #: Passes the Krylov path makes (its statistics pass included) when neither ``tol`` nor
 #: ``max_passes`` is given.
 DEFAULT_MAX_PASSES = 20
@@ -187,6 +196,9 @@ class MCA(SavedModelMixin, ParamsMixin):
         self._check_params()
         x, y = fields(X, Y, sample_dims, self.weights, self.standardize)
         n, dx, dy = x.matrix.shape[0], x.matrix.shape[1], y.matrix.shape[1]
+        if n < 2:
+            raise InputError(f"MCA needs at least 2 shared samples to form a cross-covariance; X and Y share {n}. "
+                             "Pass more samples (time steps) of both fields.")
         bound = self._rank_bound(n, dx, dy)
         if self.n_components is not None and self.n_components > bound:
             raise InputError(
@@ -229,6 +241,11 @@ class MCA(SavedModelMixin, ParamsMixin):
             why = "requested by the caller" if self.solver == "krylov" else (
                 f"the {dx}×{dy} cross-covariance needs {_plan.format_bytes(exact)} per task, more than the budget")
             most = self.max_passes or DEFAULT_MAX_PASSES
+            if most < 2:
+                raise InvalidParameterError(
+                    f"max_passes={most}: MCA's Krylov path reads both fields once for their statistics, then at "
+                    "least once more for the cross products: give max_passes >= 2 (--max-passes 2), or the exact "
+                    "path (solver='exact') when dx×dy fits a task.")
             passes = f"1 (statistics) + block Krylov until the bound ≤ {self.tol} (at most {most} in all)" \
                 if self.tol is not None else f"{most} (1 for statistics, then block Krylov)"
             return CoupledPlan("krylov", why, passes, krylov, budget, source, (n, dx, dy))
@@ -242,6 +259,7 @@ class MCA(SavedModelMixin, ParamsMixin):
         n = moments.count
         stage_x = resolve(x, moments.finite_x, n, moments.m2_x / max(n - 1, 1))
         stage_y = resolve(y, moments.finite_y, n, moments.m2_y / max(n - 1, 1))
+        _check_varies(moments.m2_x[stage_x.keep] * stage_x.factor**2, moments.m2_y[stage_y.keep] * stage_y.factor**2)
         k = self._narrowed_k(n, stage_x, stage_y)
         cross = moments.cross[np.ix_(stage_x.keep, stage_y.keep)] * np.outer(stage_x.factor, stage_y.factor)
         cross /= max(n - 1, 1)
@@ -264,6 +282,7 @@ class MCA(SavedModelMixin, ParamsMixin):
         variance = stats.variance()
         stage_x = resolve(x, stats.count[part_x], n, variance[part_x])
         stage_y = resolve(y, stats.count[part_y], n, variance[part_y])
+        _check_varies(variance[part_x][stage_x.keep] * stage_x.factor**2, variance[part_y][stage_y.keep] * stage_y.factor**2)
         k = self._narrowed_k(n, stage_x, stage_y)
         mean_x = stats.mean[part_x][stage_x.keep] * stage_x.factor
         mean_y = stats.mean[part_y][stage_y.keep] * stage_y.factor
@@ -286,10 +305,16 @@ class MCA(SavedModelMixin, ParamsMixin):
                   "finite counts, means and variances before the Krylov passes"},
         )
         if self.tol is not None and found.error_bound > self.tol:
-            warnings.warn(
-                f"MCA's Krylov path spent its {self.n_passes_} reads with a bound of {found.error_bound:.2g} on the "
-                f"subspaces' sin θ, above tol={self.tol}. Raise max_passes or n_oversamples, or use the exact path "
-                "if dx×dy fits a task.", AccuracyWarning, stacklevel=3)
+            exact = "or use the exact path (solver='exact'; --solver exact) if dx×dy fits a task"
+            if found.stopped == "invariant":
+                why = (f"stopped after {self.n_passes_} reads because its Krylov spaces became invariant: more passes "
+                       "cannot lower the bound. What is left is round-off, or kept modes not separated from the next "
+                       f"(equal or zero singular values: then they are not unique). Keep fewer modes, loosen tol, {exact}.")
+            else:
+                why = (f"spent its read budget, max_passes={self.max_passes or DEFAULT_MAX_PASSES} (--max-passes), "
+                       f"in {self.n_passes_} reads. Raise max_passes or n_oversamples, {exact}.")
+            warnings.warn(f"MCA's Krylov path ended with a bound of {found.error_bound:.2g} on the subspaces' sin θ, "
+                          f"above tol={self.tol}: it {why}", AccuracyWarning, stacklevel=3)
 
     def _narrowed_k(self, n, stage_x: FeatureStage, stage_y: FeatureStage) -> int:
         bound = self._rank_bound(n, stage_x.n_kept, stage_y.n_kept)

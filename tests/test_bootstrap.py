@@ -13,20 +13,9 @@ from daskpca.significance import (block_length_cap, block_weights, bootstrap, bo
                                   carlstein_block_length)
 
 from _helpers import low_rank_data, write_zarr
+from benchmarks.bootstrap_coverage import SPECTRUM, ar1_field, coverage
 
-LAMBDA = np.array([10.0, 5.0, 2.5, 0.5, 0.5])
-
-
-def ar1_field(rng, n, phi, variances=LAMBDA, offset=3.0):
-    """Independent AR(1) series (coefficient phi) with stationary variances ``variances``, rotated
-    by a random orthogonal matrix: a field whose covariance spectrum is ``variances`` exactly."""
-    noise = rng.standard_normal((n, variances.size)) * np.sqrt(1 - phi**2)
-    series = np.empty_like(noise)
-    series[0] = rng.standard_normal(variances.size)
-    for t in range(1, n):
-        series[t] = phi * series[t - 1] + noise[t]
-    rotation, _ = np.linalg.qr(rng.standard_normal((variances.size, variances.size)))
-    return series * np.sqrt(variances) @ rotation.T + offset
+LAMBDA = SPECTRUM  # the field's covariance spectrum (benchmarks.bootstrap_coverage's)
 
 
 def test_one_read_for_a_thousand_replicates(tmp_path):
@@ -82,32 +71,18 @@ def test_coverage_of_the_leading_variances_under_ar1_noise():
     # eigenvalues, pooled over repetitions, cover the truth 90–99 % of the time. Exact replicates
     # from the full centred data (what a covariance fit's one read gives), to stay fast.
     # Default (log-t) intervals; benchmarks.bootstrap_coverage measures 200 repetitions (README).
-    rng = np.random.default_rng(0)
-    hits = []
-    # 60 repetitions (180 intervals): the in-memory coverage test pools more; this one checks the
-    # store road's intervals cover as they should (binomial sd of the mean ≈ 0.016 at 95 %).
-    for repetition in range(60):
-        X = ar1_field(rng, 1_000, 0.5)
-        result = bootstrap_scores(X - X.mean(axis=0), n_modes=3, n_replicates=300, random_state=repetition)
-        low, high = result.explained_variance_interval
-        hits.append((low <= LAMBDA[:3]) & (LAMBDA[:3] <= high))
-    coverage = np.mean(hits)
-    assert 0.90 <= coverage <= 0.99, coverage
+    # 60 repetitions pool 180 intervals (binomial sd of the mean ≈ 0.016 at 95 %).
+    pooled, _, _ = coverage(0.5, repetitions=60, n=1_000, replicates=300, interval="log-t", seed=0)
+    assert 0.90 <= pooled <= 0.99, pooled
 
 
 def test_default_intervals_cover_under_persistent_pcs():
     # φ = 0.9, n = 600: ~13 blocks of 45. The default 95 % intervals cover the true variances in
     # ≥ 85 % (measured 0.90 here, 0.88 over 200 repetitions); percentile intervals covered 0.83
     # here (0.815 over 200: the third mode 0.72) — too narrow and centred on the doubled bias.
-    rng = np.random.default_rng(0)
-    hits = []
-    for repetition in range(60):
-        X = ar1_field(rng, 600, 0.9)
-        result = bootstrap_scores(X - X.mean(axis=0), n_modes=3, n_replicates=200, random_state=repetition)
-        low, high = result.explained_variance_interval
-        hits.append((low <= LAMBDA[:3]) & (LAMBDA[:3] <= high))
-    assert result.block_length > 30 and result.interval == "log-t"
-    assert np.mean(hits) >= 0.85, np.mean(hits)
+    pooled, _, block_length = coverage(0.9, repetitions=60, n=600, replicates=200, interval="log-t", seed=0)
+    assert block_length > 30  # the persistence was seen: long blocks, not the ordinary bootstrap
+    assert pooled >= 0.85, pooled
 
 
 @pytest.mark.slow

@@ -117,11 +117,16 @@ class Plan:
     tol: float | None = None
     geometry: Geometry | None = None  # how a pass's tasks read the storage chunks
     threads: int = 1
+    cache: object = None  # the pass cache (daskpca._cache.CacheChoice), set by the estimator
 
     @property
     def seconds(self) -> float | None:
-        """The predicted wall time of the chosen solver (None when its passes are open-ended)."""
-        return self.estimate(self.solver).seconds
+        """The predicted wall time of the chosen solver (None when its passes are open-ended),
+        passes served by the pass cache at their cached time."""
+        seconds = self.estimate(self.solver).seconds
+        if seconds is None or self.cache is None:
+            return seconds
+        return seconds - self.cache.saved_seconds()
 
     def estimate(self, name: str) -> SolverEstimate:
         return next(e for e in self.estimates if e.name == name)
@@ -149,8 +154,9 @@ class Plan:
             f"peak memory per task ≈ {format_bytes(chosen.task_bytes)} "
             f"(budget {format_bytes(self.task_memory_budget)}, {self.memory_source})",
             f"  tasks: {self.geometry.describe()}" if self.geometry else f"  tasks: {chosen.tasks} a pass",
-            f"  predicted time: {chosen.seconds:.3g} s on {self.threads} thread(s)" if chosen.seconds is not None
+            f"  predicted time: {self.seconds:.3g} s on {self.threads} thread(s)" if chosen.seconds is not None
             else "  predicted time: open-ended (passes depend on convergence)",
+            *([f"  pass cache: {self.cache.describe()}"] if self.cache is not None else []),
             f"  runner-up: {self.runner_up!r}" if self.runner_up else "  runner-up: none",
             f"  accuracy asked: sin θ ≤ {self.tol:g}" if self.tol is not None else "  accuracy asked: none (tol=None)",
             "",

@@ -20,7 +20,7 @@ from dataclasses import replace
 import dask
 import numpy as np
 
-from . import _features, _plan, labeled
+from . import _cache, _features, _plan, labeled
 from ._features import FeatureSpec, FeatureStage, matrix_weights
 from .solvers._graph import share, shared
 from .solvers._linalg import flip_signs, one_blas_thread_per_task
@@ -101,6 +101,15 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         Divide every feature by its standard deviation (ddof=1) as well: correlation-matrix PCA.
         Free with the covariance solver; one extra read with the others (weights and the mask of
         features missing everywhere are free with covariance, gram, randomized and krylov).
+    cache : {"auto", "memory", "disk", False}, default="auto"
+        The pass cache (:mod:`daskpca._cache`): when the fit reads its input more than once, the
+        first read keeps the decoded blocks and later passes read those instead of the source —
+        ``"memory"`` (the workers', spilled by distributed if need be), ``"disk"`` (an
+        uncompressed copy under ``$DASKPCA_SCRATCH``, removed when the fit ends), ``False``
+        never. ``"auto"`` takes memory when the blocks fit beside the passes' working set, else
+        disk when the scratch folder has room, else none, and none for input already in memory;
+        dask's config key ``daskpca.cache`` overrides it. The plan states the choice; the results
+        are identical either way.
 
     Attributes
     ----------
@@ -129,6 +138,10 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         The solver that ran (``solver`` itself when it is not ``"auto"``).
     solver_reason_ : str
         Why that solver was used.
+    cache_ : dict
+        The pass cache this fit used: ``{"kind": "memory" | "disk" | None, "bytes": int,
+        "where": str | None, "reason": str}`` (``where``: the workers' memory, this process, or
+        the scratch folder the copy was in — removed since).
     n_passes_ : int
         Full reads of the input that ``fit`` made (in this process: fewer when it resumed from
         a ``checkpoint``).
@@ -200,6 +213,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         checkpoint=None,
         weights=None,
         standardize=False,
+        cache="auto",
     ):
         self.n_components = n_components
         self.solver = solver
@@ -214,6 +228,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         self.checkpoint = checkpoint
         self.weights = weights
         self.standardize = standardize
+        self.cache = cache
     # ------------------------------------------------------------------ fitting
 
     def fit(self, X, y=None, *, sample_dims=None):
@@ -254,7 +269,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             spec = replace(spec, missing_ok=getattr(module, "ACCEPTS_MISSING", False))
         options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
         try:
-            with one_blas_thread_per_task(), PassClock() as clock:
+            with one_blas_thread_per_task(), PassClock() as clock, _cache.for_fit([matrix], plan.cache) as cache:
                 result = _features.solve(module, matrix, request, spec, random_state=self.random_state, **options)
         except NonFiniteInputError as error:
             if layout is None:
@@ -262,6 +277,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             raise labeled.located(error, matrix, layout, X) from error
         self._set_fitted(result, name, reason, layout)
         self.pass_seconds_, self.fit_seconds_ = np.array(clock.passes), clock.seconds
+        self.cache_ = cache.summary
         if spec is not None:
             self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
         unasked = self.solver == "auto" and not getattr(module, "ACCEPTS_MISSING", False)  # ppca: NaN chose it
@@ -381,7 +397,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             reads={name: self._reads(module, spec) for name, module in SOLVERS.items()},
         )
         check_knobs(self, SOLVERS[plan.solver], plan.solver, solvers=SOLVERS)
-        return plan
+        return _cache.plan_with_cache(plan, array, self.cache)
 
     def _set_fitted(self, result: SolverResult, solver: str, reason: str, layout) -> None:
         signs = flip_signs(result.components)
@@ -508,12 +524,13 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
                     f"this PCA was fitted on labeled data (sample_dims {list(self.layout_.sample_dims)}); "
                     f"pass an xarray object, not {type(X).__name__}."
                 )
-            return labeled.to_matrix(self.layout_, X)
+            matrix, kind = labeled.to_matrix(self.layout_, X)
+            return _cache.lookup(matrix), kind  # the job's pass cache, if a fit of it kept X
         if labeled.is_labeled(X):
             raise InputTypeError("this PCA was fitted on a plain matrix; pass a matrix (e.g. X.data), not an xarray object.")
         matrix, kind = as_dask_matrix(X)
         check_n_features(matrix, self.feature_stage_.n_input)
-        return regroup(matrix), kind
+        return _cache.lookup(regroup(matrix)), kind
 
     def _select_modes(self, scores, modes):
         """``(scores, index)``: the columns for ``modes`` (numbered from 1) and their 0-based index."""

@@ -115,6 +115,7 @@ class CacheChoice:
     reads: int = 1
     pass_seconds: float | None = None
     read_seconds: float | None = None
+    sources: tuple = ()  # the matrices to keep (those not in memory already)
 
     def describe(self) -> str:
         """One line for the plan."""
@@ -122,8 +123,9 @@ class CacheChoice:
 
         if self.kind is None:
             return f"none — {self.reason}"
-        later = (f"; passes 2+ ≈ {self.pass_seconds:.3g} s each (cache read + flops) instead of "
-                 f"≈ {self.read_seconds:.3g} s (source read + flops)" if self.pass_seconds is not None else "")
+        later = "" if self.pass_seconds is None else f"; passes 2+ ≈ {self.pass_seconds:.3g} s each (cache read + flops)"
+        if self.pass_seconds is not None and self.read_seconds is not None:
+            later += f" instead of ≈ {self.read_seconds:.3g} s (source read + flops)"
         return f"{self.kind}, {format_bytes(self.nbytes)} — {self.reason}{later}"
 
     def saved_seconds(self) -> float:
@@ -212,17 +214,20 @@ def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_sec
     from ._plan import format_bytes
 
     value = setting(cache)
-    nbytes = int(matrix.nbytes)
+    matrices = list(matrix) if isinstance(matrix, (list, tuple)) else [matrix]
     choice = CacheChoice(None, 0, "", reads if fit_reads is None else fit_reads, None, read_seconds)
     if value is False:
         return replace(choice, reason="cache=False" if cache is False else f"dask config {CONFIG_KEY!r} is False")
     if reads <= 1:
         return replace(choice, reason="the job reads the input once: nothing to reuse")
-    held = in_memory(matrix)
-    if held is not None:
-        return replace(choice, reason=f"the input is already in memory ({held}): used as it is")
+    held = [in_memory(m) for m in matrices]
+    if all(h is not None for h in held):
+        return replace(choice, reason=f"the input is already in memory ({held[0]}): used as it is")
+    stored = [m for m, h in zip(matrices, held) if h is None]
+    nbytes = int(sum(m.nbytes for m in stored))
+    choice = replace(choice, sources=tuple(stored))
     room, where = memory_room(working_bytes)
-    tasks = len(matrix.chunks[0]) * len(matrix.chunks[1])
+    tasks = sum(len(m.chunks[0]) * len(m.chunks[1]) for m in stored)
     task_seconds = 0.9e-3 * tasks / max(worker_resources()[0], 1)
     memory = replace(choice, kind="memory", nbytes=nbytes, pass_seconds=flop_seconds + task_seconds)
     if value == "memory":
@@ -295,7 +300,7 @@ class PassCache:
 
     def __init__(self, matrices, choice: CacheChoice):
         self.choice = choice
-        self.matrices = [m for m in matrices]
+        self.matrices = [_sealed(m) for m in matrices] if choice.kind is not None else list(matrices)
         self.sources = {key: (i, j) for i, m in enumerate(self.matrices) for j, key in enumerate(_keys(m))}
         self.kept: dict | None = None  # key -> block (memory), future (distributed) or disk task args
         self.where: str | None = None
@@ -306,11 +311,21 @@ class PassCache:
         self.__wrapped__ = None
         self._config = None
 
+    def input(self, matrix):
+        """What the fit should read for ``matrix``: the same array with its blocks sealed (see
+        :func:`_sealed`) when this cache keeps it, else ``matrix``."""
+        for m in self.matrices:
+            if m.name == matrix.name and m.chunks == matrix.chunks:
+                return m
+        return matrix
+
     # -- lifetime
     def __enter__(self) -> "PassCache":
         if self.choice.kind is not None:
             self.__wrapped__ = unwrap_scheduler(dask.base.get_scheduler()) or dask.threaded.get
-            self._config = dask.config.set(scheduler=self)
+            # Low-level fusion would merge an input block into its one consumer (a rechunk's
+            # split, say) under a new key: the block could then be neither kept nor served.
+            self._config = dask.config.set({"scheduler": self, "optimization.fuse.active": False})
             self._config.__enter__()
         return self
 
@@ -438,6 +453,20 @@ class PassCache:
         return da.Array(graph, m.name, m.chunks, meta=m._meta)
 
 
+def _sealed(matrix):
+    """``matrix`` with the same name, chunks and tasks, its graph materialised as a plain mapping.
+
+    Why: dask fuses a chain of blockwise layers (the stored read, the feature stage's
+    ``map_blocks``) into single tasks under new keys before any scheduler sees the graph, and a
+    later pass whose graph no longer names the input's blocks could not be served from the cache
+    (it would read the source again). A plain mapping is not blockwise: the input's block keys
+    survive in every graph built on it. The tasks are the same; only that fusion is given up.
+    """
+    import dask.array as da
+
+    return da.Array(dict(matrix.__dask_graph__()), matrix.name, matrix.chunks, meta=matrix._meta)
+
+
 def _block_shapes(matrix) -> list[tuple]:
     """The shape of every block of ``matrix``, in the order of its flattened keys."""
     import itertools
@@ -471,9 +500,12 @@ def later_reads() -> int:
 
 @contextmanager
 def for_fit(matrices, choice: CacheChoice) -> Iterator[PassCache]:
-    """The pass cache of one fit (``choice`` from :func:`choose`): serves the fit's graphs; kept
-    for the job inside :func:`job`, released when the fit ends otherwise."""
-    cache = PassCache(matrices, choice)
+    """The pass cache of one fit (``choice`` from :func:`choose`; it names the matrices to keep,
+    else ``matrices``): serves the fit's graphs; kept for the job inside :func:`job`, released
+    when the fit ends otherwise."""
+    if choice is None:  # an estimator whose plan states no cache
+        choice = CacheChoice(None, 0, "no pass cache for this estimator")
+    cache = PassCache(choice.sources or matrices, choice)
     kept = _job.get()
     try:
         with cache:

@@ -270,7 +270,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
         try:
             with one_blas_thread_per_task(), PassClock() as clock, _cache.for_fit([matrix], plan.cache) as cache:
-                result = _features.solve(module, matrix, request, spec, random_state=self.random_state, **options)
+                result = _features.solve(module, cache.input(matrix), request, spec, random_state=self.random_state, **options)
         except NonFiniteInputError as error:
             if layout is None:
                 raise

@@ -116,6 +116,7 @@ class CacheChoice:
     pass_seconds: float | None = None
     read_seconds: float | None = None
     sources: tuple = ()  # the matrices to keep (those not in memory already)
+    warning: str | None = None  # said once by the fit: a disk cache wanted but the scratch folder unusable
 
     def describe(self) -> str:
         """One line for the plan."""
@@ -235,8 +236,13 @@ def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_sec
             "" if nbytes <= room else f"; {format_bytes(nbytes)} exceeds the room ({format_bytes(room)}): the workers will spill"))
     if value == "auto" and nbytes <= room:
         return replace(memory, reason=f"{format_bytes(nbytes)} fits in {format_bytes(room)} ({where})")
-    from .store.scratch import free_bytes, remove_dead, scratch_root
+    from .store.scratch import check_root, free_bytes, remove_dead, scratch_root
 
+    try:
+        check_root()
+    except ScratchError as error:  # missing, a file, not writable: no cache, said once
+        return replace(choice, reason=f"no disk cache: {error}", warning=f"{error} No pass cache: the fit reads its "
+                       "source on every pass.")
     remove_dead()  # killed jobs' copies first: they may be what fills the disk
     shared = disk_unshared()
     if shared is not None:
@@ -248,9 +254,10 @@ def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_sec
         why = "asked for (cache='disk')" if value == "disk" else \
             f"{format_bytes(nbytes)} exceeds the memory room ({format_bytes(room)}, {where})"
         return replace(disk, reason=f"{why}; an uncompressed copy under {scratch_root()}")
-    return replace(choice, reason=f"no room: {format_bytes(nbytes)} exceeds the memory room ({format_bytes(room)}) and the "
-                                  f"free space of the scratch folder {scratch_root()} ({format_bytes(free)}); "
-                                  "set $DASKPCA_SCRATCH to a local disk with room")
+    reason = (f"no room: {format_bytes(nbytes)} exceeds the memory room ({format_bytes(room)}) and the free space of "
+              f"the scratch folder {scratch_root()} ({format_bytes(free)}); set $DASKPCA_SCRATCH to a local disk with room")
+    return replace(choice, reason=reason, warning=f"{reason}. No pass cache: the fit reads its source on every pass."
+                   if value == "disk" else None)
 
 
 # ----------------------------------------------------------------------------------------- running
@@ -505,6 +512,8 @@ def for_fit(matrices, choice: CacheChoice) -> Iterator[PassCache]:
     when the fit ends otherwise."""
     if choice is None:  # an estimator whose plan states no cache
         choice = CacheChoice(None, 0, "no pass cache for this estimator")
+    if choice.warning:
+        warnings.warn(choice.warning, CacheWarning, stacklevel=4)
     cache = PassCache(choice.sources or matrices, choice)
     kept = _job.get()
     try:
@@ -524,13 +533,14 @@ def for_fit(matrices, choice: CacheChoice) -> Iterator[PassCache]:
         cache.release()
 
 
-def lookup(matrix):
-    """The cached copy of ``matrix`` kept by a fit of this job, or ``matrix`` itself."""
+def lookup(matrix, kind: str):
+    """``(matrix, kind)`` with ``matrix`` replaced by its cached copy when a fit of this job kept it
+    (``kind``, the input's kind, passes through: it decides what the caller returns)."""
     for cache in _job.get() or ():
         for index, m in enumerate(cache.matrices):
-            if m.name == matrix.name and m.chunks == matrix.chunks:
-                return cache.matrix(index)
-    return matrix
+            if m.name == matrix.name and m.chunks == matrix.chunks and cache.kept is not None:
+                return cache.matrix(index), kind
+    return matrix, kind
 
 
 def plan_with_cache(plan, matrix, cache="auto", *, one_read: bool = False):

@@ -102,14 +102,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         Free with the covariance solver; one extra read with the others (weights and the mask of
         features missing everywhere are free with covariance, gram, randomized and krylov).
     cache : {"auto", "memory", "disk", False}, default="auto"
-        The pass cache (:mod:`daskpca._cache`): when the fit reads its input more than once, the
-        first read keeps the decoded blocks and later passes read those instead of the source —
-        ``"memory"`` (the workers', spilled by distributed if need be), ``"disk"`` (an
-        uncompressed copy under ``$DASKPCA_SCRATCH``, removed when the fit ends), ``False``
-        never. ``"auto"`` takes memory when the blocks fit beside the passes' working set, else
-        disk when the scratch folder has room, else none, and none for input already in memory;
-        dask's config key ``daskpca.cache`` overrides it. The plan states the choice; the results
-        are identical either way.
+        Pass cache (:mod:`daskpca._cache`; dask config ``daskpca.cache`` overrides "auto").
 
     Attributes
     ----------
@@ -139,9 +132,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
     solver_reason_ : str
         Why that solver was used.
     cache_ : dict
-        The pass cache this fit used: ``{"kind": "memory" | "disk" | None, "bytes": int,
-        "where": str | None, "reason": str}`` (``where``: the workers' memory, this process, or
-        the scratch folder the copy was in — removed since).
+        ``{"kind": "memory"|"disk"|None, "bytes", "where", "reason"}`` of the pass cache.
     n_passes_ : int
         Full reads of the input that ``fit`` made (in this process: fewer when it resumed from
         a ``checkpoint``).
@@ -276,8 +267,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
                 raise
             raise labeled.located(error, matrix, layout, X) from error
         self._set_fitted(result, name, reason, layout)
-        self.pass_seconds_, self.fit_seconds_ = np.array(clock.passes), clock.seconds
-        self.cache_ = cache.summary
+        self.pass_seconds_, self.fit_seconds_, self.cache_ = np.array(clock.passes), clock.seconds, cache.summary
         if spec is not None:
             self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
         unasked = self.solver == "auto" and not getattr(module, "ACCEPTS_MISSING", False)  # ppca: NaN chose it
@@ -291,10 +281,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             source = labeled.from_xarray(X, sample_dims, self.weights)
             return source.matrix, source.layout, FeatureSpec(source.weights, bool(self.standardize))
         if sample_dims is not None:
-            raise InputTypeError(
-                f"sample_dims={sample_dims!r} applies to xarray input only; a plain matrix already has "
-                "samples as rows."
-            )
+            raise InputTypeError(f"sample_dims={sample_dims!r} applies to xarray input only; a plain matrix "
+                                 "already has samples as rows.")
         matrix = regroup(as_dask_matrix(X)[0])
         if self.weights is None and not self.standardize:
             return matrix, None, None
@@ -520,27 +508,22 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         one road back into the model, for transforms here and readers such as the bootstrap."""
         if self.layout_ is not None:
             if not labeled.is_labeled(X):
-                raise InputTypeError(
-                    f"this PCA was fitted on labeled data (sample_dims {list(self.layout_.sample_dims)}); "
-                    f"pass an xarray object, not {type(X).__name__}."
-                )
-            matrix, kind = labeled.to_matrix(self.layout_, X)
-            return _cache.lookup(matrix), kind  # the job's pass cache, if a fit of it kept X
+                raise InputTypeError(f"this PCA was fitted on labeled data (sample_dims {list(self.layout_.sample_dims)}); "
+                                     f"pass an xarray object, not {type(X).__name__}.")
+            return _cache.lookup(*labeled.to_matrix(self.layout_, X))  # the job's pass cache, if it kept X
         if labeled.is_labeled(X):
             raise InputTypeError("this PCA was fitted on a plain matrix; pass a matrix (e.g. X.data), not an xarray object.")
         matrix, kind = as_dask_matrix(X)
         check_n_features(matrix, self.feature_stage_.n_input)
-        return _cache.lookup(regroup(matrix)), kind
+        return _cache.lookup(regroup(matrix), kind)
 
     def _select_modes(self, scores, modes):
         """``(scores, index)``: the columns for ``modes`` (numbered from 1) and their 0-based index."""
         k = self.n_components_
         if modes is None:
             if scores.shape[1] != k:
-                raise InputError(
-                    f"scores have {scores.shape[1]} columns, but this PCA has {k} components. "
-                    "Pass the output of transform()."
-                )
+                raise InputError(f"scores have {scores.shape[1]} columns, but this PCA has {k} components. "
+                                 "Pass the output of transform().")
             return scores, np.arange(k)
         index = np.atleast_1d(np.asarray(modes, dtype=int)) - 1
         if scores.shape[1] == k:

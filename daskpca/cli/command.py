@@ -287,7 +287,7 @@ def _as_fitted(data, model):
 
 
 def cmd_fit(args) -> dict:
-    from .. import HilbertPCA, PCA, Rotator, io
+    from .. import HilbertPCA, PCA, Rotator, _cache, io
 
     n_components = cli_options.n_components(args.n_components)
     cli_options.check_coupled_options(args)
@@ -303,16 +303,18 @@ def cmd_fit(args) -> dict:
             data = _embedded(data, args.lags, args.lag_step, sample_dims)
         if args.hilbert:
             pca = HilbertPCA(n_components, solver=args.solver, tol=args.tol, max_passes=args.max_passes,
-                             whiten=args.whiten, weights=args.weights, random_state=args.random_state)
+                             whiten=args.whiten, weights=args.weights, random_state=args.random_state,
+                             cache=cli_options.cache_setting(args.cache))
         else:
             pca = PCA(n_components=n_components, solver=args.solver, whiten=args.whiten,
                       random_state=args.random_state, weights=args.weights, max_passes=args.max_passes,
                       **{name: value for name, value in (("max_iter", args.max_iter), ("tol", args.tol)) if value is not None},
-                      checkpoint=_checkpoint_path(args.out))
+                      checkpoint=_checkpoint_path(args.out), cache=cli_options.cache_setting(args.cache))
         plan = pca.plan(data, sample_dims=sample_dims)  # parameters and shape checked; nothing read
         _check_memory(args, plan)
         timings = {}
-        with runner(args, data.nbytes):
+        # The job's pass cache: a fit followed by its scores keeps the first read's blocks for both.
+        with runner(args, data.nbytes), _cache.job(later_reads=1 if args.scores else 0):
             start = time.perf_counter()
             pca.fit(data, **({} if sample_dims is None else {"sample_dims": sample_dims}))
             timings["fit_s"] = time.perf_counter() - start
@@ -343,7 +345,8 @@ def _fit_mca(args, n_components) -> dict:
         io.check_writable(args.out, overwrite=args.overwrite)
         fields = [open_source(args.source, args.var), open_source(args.with_source, args.var2)]
         sample_dims = _sample_dims(args, fields[0])
-        mca = MCA(n_components, solver=args.solver, tol=args.tol, weights=args.weights, random_state=args.random_state)
+        mca = MCA(n_components, solver=args.solver, tol=args.tol, weights=args.weights, random_state=args.random_state,
+                  cache=cli_options.cache_setting(args.cache))
         mca.plan(*fields, sample_dims=sample_dims)  # the pair, k and parameters checked; nothing read
         with runner(args, fields[0].nbytes + fields[1].nbytes):
             start = time.perf_counter()
@@ -358,7 +361,7 @@ def _fit_mca(args, n_components) -> dict:
             "n_components": int(mca.n_components_), "n_samples": int(mca.n_samples_), "n_passes": int(mca.n_passes_),
             "singular_values": [float(v) for v in mca.singular_values_],
             "squared_covariance_fraction": [float(v) for v in mca.squared_covariance_fraction_],
-            "error_bound": float(mca.error_bound_), "timings": {"fit_s": fit_s}}
+            "error_bound": float(mca.error_bound_), "cache": mca.cache_, "timings": {"fit_s": fit_s}}
 
 
 def cmd_transform(args) -> dict:

@@ -59,6 +59,7 @@ def summary(pca, args=None, *, model, scores=None, timings=None, plan=None) -> d
         "predicted_seconds": predicted,
         "fit_seconds": getattr(pca, "fit_seconds_", None),
         "resumed_from_pass": pca.solver_info_.get("resumed_from_pass"),
+        "cache": getattr(pca, "cache_", None),  # the pass cache: kind, bytes, where, reason
         "timings": timings or {},
     }
 
@@ -82,4 +83,16 @@ def what_ran(summary: dict) -> str:
     lines.append(f"error bound: {text}" + (f"; tol asked for {tol:g}" if tol is not None else ""))
     if summary["resumed_from_pass"] is not None:
         lines.append(f"resumed from a checkpoint after pass {summary['resumed_from_pass']}")
+    cache = summary.get("cache")
+    if cache:
+        lines.append(cache_text(cache))
     return "\n".join(lines)
+
+
+def cache_text(cache: dict) -> str:
+    """``pass cache: memory, 3.8 MiB in the workers' memory`` or ``pass cache: none (why)``."""
+    if not cache.get("kind"):
+        return f"pass cache: none ({cache.get('reason')})"
+    where = cache.get("where") or ""
+    where = f" at {where} (removed)" if cache["kind"] == "disk" else f" in {where}"
+    return f"pass cache: {cache['kind']}, {cache['bytes'] / 2**20:.1f} MiB{where}"

@@ -20,7 +20,7 @@ from dataclasses import replace
 import dask
 import numpy as np
 
-from . import _cache, _features, _plan, labeled
+from . import _features, _plan, labeled
 from ._features import FeatureSpec, FeatureStage, matrix_weights
 from .solvers._graph import share, shared
 from .solvers._linalg import flip_signs, one_blas_thread_per_task
@@ -31,7 +31,7 @@ from ._params import ParamsMixin, check_knobs, check_params
 from ._probabilistic import ProbabilisticMixin, project_block
 from ._validation import as_dask_matrix, check_n_features, check_nan_policy
 from .exceptions import InputError, InputTypeError, NonFiniteInputError, NotFittedError
-from .solvers import SOLVERS, covariance
+from .solvers import SOLVERS, _cache, covariance
 from .solvers._base import ComponentRequest, SolverResult
 from .solvers._geometry import geometry_of, regroup
 
@@ -102,7 +102,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         Free with the covariance solver; one extra read with the others (weights and the mask of
         features missing everywhere are free with covariance, gram, randomized and krylov).
     cache : {"auto", "memory", "disk", False}, default="auto"
-        Pass cache (:mod:`daskpca._cache`; dask config ``daskpca.cache`` overrides "auto").
+        Pass cache (:mod:`daskpca.solvers._cache`; dask config ``daskpca.cache`` overrides "auto").
 
     Attributes
     ----------
@@ -385,7 +385,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             reads={name: self._reads(module, spec) for name, module in SOLVERS.items()},
         )
         check_knobs(self, SOLVERS[plan.solver], plan.solver, solvers=SOLVERS)
-        return _cache.plan_with_cache(plan, array, self.cache)
+        return _plan.with_cache(plan, array, self.cache)
 
     def _set_fitted(self, result: SolverResult, solver: str, reason: str, layout) -> None:
         signs = flip_signs(result.components)

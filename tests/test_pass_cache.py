@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from daskpca import PCA, _cache
+from daskpca import PCA
+from daskpca.solvers import _cache
 from daskpca.coupled.mca import MCA
 from daskpca.eof.hilbert import HilbertPCA
 from daskpca.exceptions import CacheWarning, InvalidParameterError, ScratchError

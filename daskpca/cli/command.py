@@ -287,7 +287,8 @@ def _as_fitted(data, model):
 
 
 def cmd_fit(args) -> dict:
-    from .. import HilbertPCA, PCA, Rotator, _cache, io
+    from .. import HilbertPCA, PCA, Rotator, io
+    from ..solvers import _cache
 
     n_components = cli_options.n_components(args.n_components)
     cli_options.check_coupled_options(args)

@@ -40,7 +40,8 @@ import dask
 import numpy as np
 from scipy.linalg import svd
 
-from .. import _cache, _plan, io, labeled
+from .. import _plan, io, labeled
+from ..solvers import _cache
 from .._features import FeatureStage, column_stats_graph
 from .._params import ParamsMixin
 from ..exceptions import AccuracyWarning, DamagedModelError, InputError, InvalidParameterError, NotFittedError
@@ -67,7 +68,7 @@ class CoupledPlan:
     budget: int
     budget_source: str
     shape: tuple
-    cache: object = None  # the pass cache (daskpca._cache.CacheChoice)
+    cache: object = None  # the pass cache (daskpca.solvers._cache.CacheChoice)
 
     def __str__(self) -> str:
         n, dx, dy = self.shape
@@ -105,7 +106,7 @@ class MCA(SavedModelMixin, ParamsMixin):
     random_state : int, numpy.random.Generator or None
         Krylov path: the Gaussian starting blocks.
     cache : {"auto", "memory", "disk", False}, default="auto"
-        The pass cache (:mod:`daskpca._cache`), as for :class:`daskpca.PCA`: on the Krylov path
+        The pass cache (:mod:`daskpca.solvers._cache`), as for :class:`daskpca.PCA`: on the Krylov path
         the statistics pass keeps both fields' blocks and the Krylov passes read those.
         ``cache_`` says what was kept and where.
 

@@ -27,7 +27,7 @@ import copy
 
 import numpy as np
 
-from .. import _cache, _plan, labeled
+from .. import _plan, labeled
 from .._params import check_knobs
 from ..solvers._graph import map_column_blocks, tree_reduce
 from .._validation import check_nan_policy, find_nonfinite
@@ -176,7 +176,7 @@ class HilbertPCA(PCA):
         if not plan.estimate(solver).feasible:
             raise InputError(self._strip_advice(plan, array, solver))
         check_knobs(self, self._solver_modules[solver], solver, solvers=self._solver_modules)
-        return _cache.plan_with_cache(plan, array, self.cache)
+        return _plan.with_cache(plan, array, self.cache)
 
     def _task_bytes(self, name, n, strip, itemsize, k, rechunked) -> int:
         """The largest task of solver ``name`` on strips of ``strip`` features (+ the rechunk's

@@ -2,7 +2,7 @@
 
 Two things write temporary copies of the input: the Gram solver's column-strip re-layout
 (:class:`daskpca.solvers._geometry.ColumnStrips`) and the disk pass cache
-(:mod:`daskpca._cache`). Both take their folder from :func:`scratch_folder`, which
+(:mod:`daskpca.solvers._cache`). Both take their folder from :func:`scratch_folder`, which
 
 - makes it under ``$DASKPCA_SCRATCH`` (or the system's temporary directory), after checking that
   the place exists, is a folder and is writable — a :class:`~daskpca.exceptions.ScratchError`

@@ -48,6 +48,10 @@ no cache with one :class:`~daskpca.exceptions.CacheWarning`, never a failed fit.
 
 A fit's cache lives until the fit ends; inside :func:`job` (the CLI's ``fit --scores``) it lives
 until the job ends, and :func:`lookup` gives the scores pass the cached matrix.
+
+It lives with the pass kernels because it is one: a solver never sees it, it only changes where
+each pass's blocks come from. The estimators make the choice (:func:`choose`, through
+:func:`daskpca._plan.with_cache` for PCA's plan) and open it around their solve (:func:`for_fit`).
 """
 
 from __future__ import annotations
@@ -65,9 +69,9 @@ from typing import Iterator
 import dask
 import numpy as np
 
-from .exceptions import CacheWarning, InvalidParameterError, ScratchError
-from .solvers._geometry import WORKER_FOOTPRINT, _workers, current_client, worker_resources
-from .solvers._graph import unwrap_scheduler
+from ..exceptions import CacheWarning, InvalidParameterError, ScratchError
+from ._geometry import WORKER_FOOTPRINT, _workers, current_client, worker_resources
+from ._graph import unwrap_scheduler
 
 logger = logging.getLogger("daskpca")
 
@@ -120,8 +124,6 @@ class CacheChoice:
 
     def describe(self) -> str:
         """One line for the plan."""
-        from ._plan import format_bytes
-
         if self.kind is None:
             return f"none — {self.reason}"
         later = "" if self.pass_seconds is None else f"; passes 2+ ≈ {self.pass_seconds:.3g} s each (cache read + flops)"
@@ -134,6 +136,14 @@ class CacheChoice:
         if self.kind is None or self.pass_seconds is None or self.read_seconds is None:
             return 0.0
         return max(self.reads - 1, 0) * max(self.read_seconds - self.pass_seconds, 0.0)
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes in KiB, MiB or GiB, for the plan's cache line and reasons."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
 
 
 def in_memory(matrix) -> str | None:
@@ -186,7 +196,7 @@ def memory_room(working_bytes: int) -> tuple[int, str]:
 def disk_unshared() -> str | None:
     """Why a disk cache cannot serve the workers (some on another host and no ``$DASKPCA_SCRATCH``
     they would share), or None."""
-    from .store.scratch import SCRATCH_ENV
+    from ..store.scratch import SCRATCH_ENV
 
     client = current_client()
     if client is None or os.environ.get(SCRATCH_ENV):
@@ -212,8 +222,6 @@ def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_sec
     predicted time of a pass served by the cache; ``fit_reads``: the reads of the fit itself
     (default ``reads``), whose time the plan predicts. Reads no data.
     """
-    from ._plan import format_bytes
-
     value = setting(cache)
     matrices = list(matrix) if isinstance(matrix, (list, tuple)) else [matrix]
     choice = CacheChoice(None, 0, "", reads if fit_reads is None else fit_reads, None, read_seconds)
@@ -236,7 +244,7 @@ def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_sec
             "" if nbytes <= room else f"; {format_bytes(nbytes)} exceeds the room ({format_bytes(room)}): the workers will spill"))
     if value == "auto" and nbytes <= room:
         return replace(memory, reason=f"{format_bytes(nbytes)} fits in {format_bytes(room)} ({where})")
-    from .store.scratch import check_root, free_bytes, remove_dead, scratch_root
+    from ..store.scratch import check_root, free_bytes, remove_dead, scratch_root
 
     try:
         check_root()
@@ -404,7 +412,7 @@ class PassCache:
         import zarr
         from dask._task_spec import Task, TaskRef
 
-        from .store.scratch import scratch_error, scratch_folder
+        from ..store.scratch import scratch_error, scratch_folder
 
         folder = self._scratch.enter_context(scratch_folder("cache"))
         self.where = str(folder)
@@ -439,7 +447,7 @@ class PassCache:
 
     def _fall_back(self, error) -> None:
         """No cache after all: one warning, the folder removed, the source read as before."""
-        from .store.scratch import scratch_error
+        from ..store.scratch import scratch_error
 
         message = str(error) if isinstance(error, ScratchError) else str(scratch_error(error, self.where))
         self.reason = f"disk cache not made: {message}"
@@ -542,24 +550,3 @@ def lookup(matrix, kind: str):
                 return cache.matrix(index), kind
     return matrix, kind
 
-
-def plan_with_cache(plan, matrix, cache="auto", *, one_read: bool = False):
-    """``plan`` (a :class:`daskpca._plan.Plan`) with its ``cache`` field: the choice for the
-    solver it runs, whose reads are its passes (the most, for one that stops on convergence)
-    plus the job's :func:`later_reads`; ``one_read``: the solver reads the source once whatever
-    its passes (a re-layout copy serves the rest). Reads no data."""
-    from ._plan import FLOP_RATES, FLOPS_PER_SECOND
-
-    chosen = plan.estimate(plan.solver) if plan.solver in {e.name for e in plan.estimates} else None
-    most = plan.most_passes
-    passes = 1 if one_read or (chosen is not None and chosen.copy_passes) else (most if isinstance(most, int) else 2)
-    flop_seconds, read_seconds, working = 0.0, None, 0
-    if chosen is not None:
-        per_pass_passes = max(passes if isinstance(chosen.passes, int) else 1, 1)
-        flop_seconds = chosen.flops / FLOP_RATES.get(chosen.name, FLOPS_PER_SECOND) / per_pass_passes
-        if chosen.seconds is not None and isinstance(chosen.passes, int) and chosen.passes:
-            read_seconds = chosen.seconds / chosen.passes
-        working = chosen.task_bytes
-    choice = choose(matrix, cache, reads=passes + later_reads(), working_bytes=working,
-                    flop_seconds=flop_seconds, read_seconds=read_seconds, fit_reads=passes)
-    return replace(plan, cache=choice)

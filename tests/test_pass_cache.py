@@ -32,6 +32,7 @@ from daskpca.exceptions import CacheWarning, InvalidParameterError, ScratchError
 from daskpca.store import scratch
 
 from _helpers import CountingStore, sin_theta, write_zarr
+from test_publish_s3 import s3  # noqa: F401  (the moto server fixture)
 from test_solver_krylov import hard_spectrum
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -302,3 +303,35 @@ def test_fit_with_scores_reads_the_source_once(tmp_path, scratch_dir, cache, exp
     assert len(data) == 240 and set(data.values()) == {expected}
     scores = xr.open_zarr(tmp_path / "s.zarr", consolidated=False)
     assert int(np.prod(list(scores.sizes.values()))) == 240 * 3
+
+
+def test_on_an_object_store_passes_after_the_first_make_no_request(s3):
+    from daskpca.solvers._progress import listen
+
+    rng = np.random.default_rng(2)
+    values = (rng.standard_normal((96, 3)) @ rng.standard_normal((3, 48)) + 0.1 * rng.standard_normal((96, 48)))
+    ds = xr.Dataset({"t2m": (("time", "lat", "lon"), values.reshape(96, 6, 8).astype(np.float32))},
+                    coords={"lat": np.linspace(-50, 50, 6), "lon": np.arange(8.0)})
+    prefix = "pass-cache/era.zarr"
+    ds.to_zarr(f"s3://daskpca-test/{prefix}", mode="w", encoding={"t2m": {"chunks": (1, 6, 8)}}, zarr_format=3,
+               consolidated=False)
+    inner = s3.server._server  # werkzeug's server: count the requests for the source's objects
+    app, requests = inner.app, []
+
+    def counting(environ, start_response):
+        if prefix in environ.get("PATH_INFO", "") + environ.get("QUERY_STRING", ""):
+            requests.append(environ["PATH_INFO"])
+        return app(environ, start_response)
+
+    marks = []  # requests so far at each pass's start and end
+    inner.app = counting
+    try:
+        field = xr.open_zarr(f"s3://daskpca-test/{prefix}", consolidated=False).t2m
+        with dask.config.set(scheduler="threads"), listen(lambda report: marks.append(len(requests))):
+            pca = PCA(3, solver="krylov", max_passes=4, random_state=0).fit(field, sample_dims="time")
+    finally:
+        inner.app = app
+    assert pca.cache_["kind"] == "memory" and pca.n_passes_ == 4 and len(marks) == 8
+    first = marks[1] - marks[0]
+    assert first >= 96  # the first pass fetched every chunk
+    assert [marks[i + 1] - marks[i] for i in range(2, 8, 2)] == [0, 0, 0]  # passes 2, 3, 4: no request

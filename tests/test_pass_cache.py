@@ -335,3 +335,26 @@ def test_on_an_object_store_passes_after_the_first_make_no_request(s3):
     first = marks[1] - marks[0]
     assert first >= 96  # the first pass fetched every chunk
     assert [marks[i + 1] - marks[i] for i in range(2, 8, 2)] == [0, 0, 0]  # passes 2, 3, 4: no request
+
+
+def test_the_next_scratch_copy_removes_a_killed_jobs_copies_and_only_those(scratch_dir):
+    # A job that made a strip re-layout (or a disk cache) and died: its owner record names a pid
+    # that is gone. A live job's folder and a fresh folder without a record stay.
+    child = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        os.environ["DASKPCA_SCRATCH"] = {str(scratch_dir)!r}
+        from daskpca.store import scratch
+        held = scratch.scratch_folder("strips")
+        folder = held.__enter__()  # never left: as if SIGKILLed
+        print(folder, flush=True)
+        os._exit(0)
+    """)], capture_output=True, text=True, timeout=60)
+    dead = Path(child.stdout.strip())
+    assert dead.exists() and (dead / scratch.OWNER_FILE).exists()
+    fresh = scratch_dir / "daskpca-strips-unowned"
+    fresh.mkdir()
+    with scratch.scratch_folder("cache") as mine:
+        assert not dead.exists() and fresh.exists() and mine.exists()
+        assert scratch.remove_dead() == []  # nothing else is dead: this job's folder stays
+    assert _left(scratch_dir) == ["daskpca-strips-unowned"]

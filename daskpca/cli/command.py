@@ -566,9 +566,12 @@ def main(argv=None) -> int:
         logging.getLogger("distributed").setLevel(logging.WARNING)
     try:
         summary = args.run(args)
-    except KeyboardInterrupt:
-        print("daskpca: interrupted; nothing was published", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        from ..store.scratch import Terminated  # SIGTERM while a temporary copy was open: cleaned up
+
+        terminated = isinstance(exc, Terminated)
+        print(f"daskpca: {'terminated (SIGTERM)' if terminated else 'interrupted'}; nothing was published", file=sys.stderr)
+        return 143 if terminated else 130
     except Exception as exc:  # noqa: BLE001 — every failure ends as one line and an exit code
         code, first = failure_line(exc, args.command)
         if args.verbose:

@@ -147,11 +147,12 @@ def format_bytes(n: float) -> str:
 
 
 def in_memory(matrix) -> str | None:
-    """Why ``matrix``'s blocks need no cache (held in memory already), or None.
+    """Why ``matrix``'s blocks need no cache (they are in memory already), or None.
 
-    True when every datum its graph starts from is an in-memory array or a future (a NumPy
-    array wrapped by dask, a persisted array, blocks on the cluster): only stored sources (zarr,
-    an xarray backend, a store on S3) are worth keeping. Looks at the graph only.
+    Said when every datum its graph starts from is an in-memory array or a future (a NumPy array
+    wrapped by dask, a persisted array, blocks on the cluster); None as soon as one is something
+    else — a stored source (zarr, an xarray backend, a store on S3), what is worth keeping.
+    Looks at the graph only.
     """
     from dask._task_spec import DataNode
 
@@ -176,14 +177,13 @@ def memory_room(working_bytes: int) -> tuple[int, str]:
     client = current_client()
     if client is not None:
         target = dask.config.get("distributed.worker.memory.target", 0.6) or 0.6
-        room, threads = 0, 0
+        room = 0
         for worker in _workers(client):
             limit = worker.get("memory_limit")
             if not limit:
                 return 2**62, "distributed workers without memory limits"
             nthreads = max(worker.get("nthreads", 1), 1)
             room += limit * target - WORKER_FOOTPRINT - nthreads * working_bytes
-            threads += nthreads
         return int(max(room, 0)), (f"the workers' memory limits × {target:g} (distributed's spill threshold), less "
                                    f"their footprint and a task's working set per thread")
     import psutil

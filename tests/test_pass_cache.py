@@ -198,8 +198,11 @@ def test_a_lower_memory_limit_than_the_cache_takes_the_disk_and_the_same_answer(
     with dask.config.set(scheduler="threads"):
         reference = PCA(4, cache=False, **kw).fit(str(tmp_path / "x.zarr"))
     # Workers of 360 MiB: with their footprint (350 MiB) there is no room for any cached byte.
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, memory_limit="360MiB",
-                      dashboard_address=None) as cluster, Client(cluster):
+    # In-process workers (fast to start) would measure this whole test process against that
+    # limit and pause: their memory management is off, only the limit they report is read.
+    quiet = {f"distributed.worker.memory.{key}": False for key in ("target", "spill", "pause", "terminate")}
+    with dask.config.set(quiet), LocalCluster(n_workers=2, threads_per_worker=1, processes=False, memory_limit="360MiB",
+                                              dashboard_address=None) as cluster, Client(cluster):
         pca = PCA(4, **kw).fit(str(tmp_path / "x.zarr"))
         in_memory = PCA(4, cache="memory", **kw).fit(str(tmp_path / "x.zarr"))  # futures on the workers
     assert pca.cache_["kind"] == "disk" and "exceeds the memory room" in pca.cache_["reason"]

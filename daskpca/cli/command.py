@@ -328,7 +328,8 @@ def cmd_fit(args) -> dict:
                     scores = model.transform(data)
                     (io.write_xarray if _is_labeled(scores) else io.write_array)(scores, args.scores, overwrite=args.overwrite)
             timings["write_s"] = time.perf_counter() - start
-    summary = job_summary(pca, args, model=args.out, scores=args.scores, timings=timings, plan=plan)
+    fit_plan = getattr(pca, "_fit_plan", plan)  # made inside the job: its cache row is the one the fit used
+    summary = job_summary(pca, args, model=args.out, scores=args.scores, timings=timings, plan=fit_plan)
     _say(args, variance_table(pca, args.all))
     _say(args, what_ran(summary))
     _say(args, f"wrote the model to {args.out}"

@@ -39,6 +39,8 @@ def summary(pca, args=None, *, model, scores=None, timings=None, plan=None) -> d
     bound = float(getattr(pca, "error_bound_", float("nan")))
     pass_seconds = [float(s) for s in getattr(pca, "pass_seconds_", ())]
     predicted = next((e.seconds for e in plan.estimates if e.name == pca.solver_), None) if plan else None
+    if plan is not None and plan.solver == pca.solver_ and getattr(plan, "cache", None) is not None:
+        predicted = plan.seconds  # passes served by the pass cache at their cached time
     return {
         "model": model,
         "scores": scores,

@@ -164,6 +164,8 @@ RULES = {
     "max_passes": (lambda v: v is None or _is_int(v, 1), "an int >= 1, or None for the solver's default"),
     "checkpoint": (lambda v: v is None or isinstance(v, (str, os.PathLike)), "a file path (str or os.PathLike), or None"),
     "weights": (_is_weights, "None, 'coslat', an array, a DataArray or a dict {variable: weights}"),
+    "cache": (lambda v: v is False or (isinstance(v, str) and v in ("auto", "memory", "disk")),
+              "'auto', 'memory', 'disk' or False (see daskpca.solvers._cache)"),
     "init": (lambda v: v is None or not isinstance(v, (str, bytes, bool, np.bool_)), "an array of shape (k, n_features), or None"),
 }
 

@@ -117,11 +117,16 @@ class Plan:
     tol: float | None = None
     geometry: Geometry | None = None  # how a pass's tasks read the storage chunks
     threads: int = 1
+    cache: object = None  # the pass cache (daskpca.solvers._cache.CacheChoice), set by the estimator
 
     @property
     def seconds(self) -> float | None:
-        """The predicted wall time of the chosen solver (None when its passes are open-ended)."""
-        return self.estimate(self.solver).seconds
+        """The predicted wall time of the chosen solver (None when its passes are open-ended),
+        passes served by the pass cache at their cached time."""
+        seconds = self.estimate(self.solver).seconds
+        if seconds is None or self.cache is None:
+            return seconds
+        return seconds - self.cache.saved_seconds()
 
     def estimate(self, name: str) -> SolverEstimate:
         return next(e for e in self.estimates if e.name == name)
@@ -149,8 +154,9 @@ class Plan:
             f"peak memory per task ≈ {format_bytes(chosen.task_bytes)} "
             f"(budget {format_bytes(self.task_memory_budget)}, {self.memory_source})",
             f"  tasks: {self.geometry.describe()}" if self.geometry else f"  tasks: {chosen.tasks} a pass",
-            f"  predicted time: {chosen.seconds:.3g} s on {self.threads} thread(s)" if chosen.seconds is not None
+            f"  predicted time: {self.seconds:.3g} s on {self.threads} thread(s)" if chosen.seconds is not None
             else "  predicted time: open-ended (passes depend on convergence)",
+            *([f"  pass cache: {self.cache.describe()}"] if self.cache is not None else []),
             f"  runner-up: {self.runner_up!r}" if self.runner_up else "  runner-up: none",
             f"  accuracy asked: sin θ ≤ {self.tol:g}" if self.tol is not None else "  accuracy asked: none (tol=None)",
             "",
@@ -475,3 +481,24 @@ def ill_conditioning_warning(explained_variance, solver: str, n_samples: int) ->
 #: Variance ratio (λ_k / λ_1) below which the squared-data solvers lose relative accuracy:
 #: their eigenvalues carry absolute errors ~1e-16·λ_1·size, so at 1e-10 only ~5 digits remain.
 ILL_CONDITIONED_RATIO = 1e-10
+
+
+def with_cache(plan: Plan, matrix, cache="auto") -> Plan:
+    """``plan`` with its ``cache`` row: the pass cache (:func:`daskpca.solvers._cache.choose`) for
+    the solver it runs, whose reads of the source are its passes (the most, for one that stops on
+    convergence; one for a road that re-lays the input out into a copy of its own) plus the job's
+    later reads (the CLI's scores), and the time of each pass it serves. Reads no data."""
+    from .solvers import _cache
+
+    chosen = plan.estimate(plan.solver) if plan.solver in {e.name for e in plan.estimates} else None
+    most = plan.most_passes if chosen is not None else None  # a solver the planner has no row for: ≥ 2 assumed
+    passes = 1 if chosen is not None and chosen.copy_passes else (most if isinstance(most, int) else 2)
+    flop_seconds, read_seconds, working = 0.0, None, 0
+    if chosen is not None:
+        flop_seconds = chosen.flops / FLOP_RATES.get(chosen.name, FLOPS_PER_SECOND) / max(passes, 1)
+        if chosen.seconds is not None and isinstance(chosen.passes, int) and chosen.passes:
+            read_seconds = chosen.seconds / chosen.passes
+        working = chosen.task_bytes
+    choice = _cache.choose(matrix, cache, reads=passes + _cache.later_reads(), working_bytes=working,
+                           flop_seconds=flop_seconds, read_seconds=read_seconds, fit_reads=passes)
+    return replace(plan, cache=choice)

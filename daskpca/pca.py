@@ -31,7 +31,7 @@ from ._params import ParamsMixin, check_knobs, check_params
 from ._probabilistic import ProbabilisticMixin, project_block
 from ._validation import as_dask_matrix, check_n_features, check_nan_policy
 from .exceptions import InputError, InputTypeError, NonFiniteInputError, NotFittedError
-from .solvers import SOLVERS, covariance
+from .solvers import SOLVERS, _cache, covariance
 from .solvers._base import ComponentRequest, SolverResult
 from .solvers._geometry import geometry_of, regroup
 
@@ -101,6 +101,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         Divide every feature by its standard deviation (ddof=1) as well: correlation-matrix PCA.
         Free with the covariance solver; one extra read with the others (weights and the mask of
         features missing everywhere are free with covariance, gram, randomized and krylov).
+    cache : {"auto", "memory", "disk", False}, default="auto"
+        Pass cache (:mod:`daskpca.solvers._cache`; dask config ``daskpca.cache`` overrides "auto").
 
     Attributes
     ----------
@@ -129,6 +131,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         The solver that ran (``solver`` itself when it is not ``"auto"``).
     solver_reason_ : str
         Why that solver was used.
+    cache_ : dict
+        ``{"kind": "memory"|"disk"|None, "bytes", "where", "reason"}`` of the pass cache.
     n_passes_ : int
         Full reads of the input that ``fit`` made (in this process: fewer when it resumed from
         a ``checkpoint``).
@@ -200,6 +204,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         checkpoint=None,
         weights=None,
         standardize=False,
+        cache="auto",
     ):
         self.n_components = n_components
         self.solver = solver
@@ -214,6 +219,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         self.checkpoint = checkpoint
         self.weights = weights
         self.standardize = standardize
+        self.cache = cache
     # ------------------------------------------------------------------ fitting
 
     def fit(self, X, y=None, *, sample_dims=None):
@@ -254,14 +260,14 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             spec = replace(spec, missing_ok=getattr(module, "ACCEPTS_MISSING", False))
         options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
         try:
-            with one_blas_thread_per_task(), PassClock() as clock:
-                result = _features.solve(module, matrix, request, spec, random_state=self.random_state, **options)
+            with one_blas_thread_per_task(), PassClock() as clock, _cache.for_fit([matrix], plan.cache) as cache:
+                result = _features.solve(module, cache.input(matrix), request, spec, random_state=self.random_state, **options)
         except NonFiniteInputError as error:
             if layout is None:
                 raise
             raise labeled.located(error, matrix, layout, X) from error
         self._set_fitted(result, name, reason, layout)
-        self.pass_seconds_, self.fit_seconds_ = np.array(clock.passes), clock.seconds
+        self.pass_seconds_, self.fit_seconds_, self.cache_ = np.array(clock.passes), clock.seconds, cache.summary
         if spec is not None:
             self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
         unasked = self.solver == "auto" and not getattr(module, "ACCEPTS_MISSING", False)  # ppca: NaN chose it
@@ -275,10 +281,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             source = labeled.from_xarray(X, sample_dims, self.weights)
             return source.matrix, source.layout, FeatureSpec(source.weights, bool(self.standardize))
         if sample_dims is not None:
-            raise InputTypeError(
-                f"sample_dims={sample_dims!r} applies to xarray input only; a plain matrix already has "
-                "samples as rows."
-            )
+            raise InputTypeError(f"sample_dims={sample_dims!r} applies to xarray input only; a plain matrix "
+                                 "already has samples as rows.")
         matrix = regroup(as_dask_matrix(X)[0])
         if self.weights is None and not self.standardize:
             return matrix, None, None
@@ -380,7 +384,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             reads={name: self._reads(module, spec) for name, module in SOLVERS.items()},
         )
         check_knobs(self, SOLVERS[plan.solver], plan.solver, solvers=SOLVERS)
-        return plan
+        return _plan.with_cache(plan, array, self.cache)
 
     def _set_fitted(self, result: SolverResult, solver: str, reason: str, layout) -> None:
         signs = flip_signs(result.components)
@@ -503,26 +507,22 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         one road back into the model, for transforms here and readers such as the bootstrap."""
         if self.layout_ is not None:
             if not labeled.is_labeled(X):
-                raise InputTypeError(
-                    f"this PCA was fitted on labeled data (sample_dims {list(self.layout_.sample_dims)}); "
-                    f"pass an xarray object, not {type(X).__name__}."
-                )
-            return labeled.to_matrix(self.layout_, X)
+                raise InputTypeError(f"this PCA was fitted on labeled data (sample_dims {list(self.layout_.sample_dims)}); "
+                                     f"pass an xarray object, not {type(X).__name__}.")
+            return _cache.lookup(*labeled.to_matrix(self.layout_, X))  # the job's pass cache, if it kept X
         if labeled.is_labeled(X):
             raise InputTypeError("this PCA was fitted on a plain matrix; pass a matrix (e.g. X.data), not an xarray object.")
         matrix, kind = as_dask_matrix(X)
         check_n_features(matrix, self.feature_stage_.n_input)
-        return regroup(matrix), kind
+        return _cache.lookup(regroup(matrix), kind)
 
     def _select_modes(self, scores, modes):
         """``(scores, index)``: the columns for ``modes`` (numbered from 1) and their 0-based index."""
         k = self.n_components_
         if modes is None:
             if scores.shape[1] != k:
-                raise InputError(
-                    f"scores have {scores.shape[1]} columns, but this PCA has {k} components. "
-                    "Pass the output of transform()."
-                )
+                raise InputError(f"scores have {scores.shape[1]} columns, but this PCA has {k} components. "
+                                 "Pass the output of transform().")
             return scores, np.arange(k)
         index = np.atleast_1d(np.asarray(modes, dtype=int)) - 1
         if scores.shape[1] == k:

@@ -22,6 +22,14 @@ from daskpca.solvers import als, ppca, randomized
 
 from _helpers import low_rank_data, write_zarr
 
+
+@pytest.fixture(autouse=True)
+def _no_pass_cache():
+    """These tests count each pass's reads of the source: the pass cache (on by default, see
+    tests/test_pass_cache.py) would serve passes 2+ from the first read's blocks."""
+    with dask.config.set({"daskpca.cache": False}):
+        yield
+
 SHAPE, CHUNKS = (600, 30), (100, 30)
 N_CHUNKS = 6
 MODULES = {"randomized": randomized, "als": als, "ppca": ppca}

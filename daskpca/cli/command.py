@@ -279,6 +279,7 @@ def _as_fitted(data, model):
 
 def cmd_fit(args) -> dict:
     from .. import HilbertPCA, PCA, Rotator, io
+    from ..solvers import _cache
 
     n_components = cli_options.n_components(args.n_components)
     cli_options.check_coupled_options(args)
@@ -294,16 +295,18 @@ def cmd_fit(args) -> dict:
             data = _embedded(data, args.lags, args.lag_step, sample_dims)
         if args.hilbert:
             pca = HilbertPCA(n_components, solver=args.solver, tol=args.tol, max_passes=args.max_passes,
-                             whiten=args.whiten, weights=args.weights, random_state=args.random_state)
+                             whiten=args.whiten, weights=args.weights, random_state=args.random_state,
+                             cache=cli_options.cache_setting(args.cache))
         else:
             pca = PCA(n_components=n_components, solver=args.solver, whiten=args.whiten,
                       random_state=args.random_state, weights=args.weights, max_passes=args.max_passes,
                       **{name: value for name, value in (("max_iter", args.max_iter), ("tol", args.tol)) if value is not None},
-                      checkpoint=_checkpoint_path(args.out))
+                      checkpoint=_checkpoint_path(args.out), cache=cli_options.cache_setting(args.cache))
         plan = pca.plan(data, sample_dims=sample_dims)  # parameters and shape checked; nothing read
         _check_memory(args, plan)
         timings = {}
-        with runner(args, data.nbytes):
+        # The job's pass cache: a fit followed by its scores keeps the first read's blocks for both.
+        with runner(args, data.nbytes), _cache.job(later_reads=1 if args.scores else 0):
             start = time.perf_counter()
             pca.fit(data, **({} if sample_dims is None else {"sample_dims": sample_dims}))
             if args.lags and sample_dims is None:
@@ -320,7 +323,8 @@ def cmd_fit(args) -> dict:
                     scores = model.transform(data)
                     (io.write_xarray if _is_labeled(scores) else io.write_array)(scores, args.scores, overwrite=args.overwrite)
             timings["write_s"] = time.perf_counter() - start
-    summary = job_summary(pca, args, model=args.out, scores=args.scores, timings=timings, plan=plan)
+    fit_plan = getattr(pca, "_fit_plan", plan)  # made inside the job: its cache row is the one the fit used
+    summary = job_summary(pca, args, model=args.out, scores=args.scores, timings=timings, plan=fit_plan)
     _say(args, variance_table(pca, args.all))
     _say(args, what_ran(summary))
     _say(args, f"wrote the model to {args.out}"
@@ -339,7 +343,7 @@ def _fit_mca(args, n_components) -> dict:
         fields = [open_source(args.source, args.var), open_source(args.with_source, args.var2)]
         sample_dims = _sample_dims(args, fields[0])
         mca = MCA(n_components, solver=args.solver, tol=args.tol, max_passes=args.max_passes, weights=args.weights,
-                  random_state=args.random_state)
+                  random_state=args.random_state, cache=cli_options.cache_setting(args.cache))
         mca.plan(*fields, sample_dims=sample_dims)  # the pair, k and parameters checked; nothing read
         with runner(args, fields[0].nbytes + fields[1].nbytes):
             start = time.perf_counter()
@@ -571,9 +575,12 @@ def main(argv=None) -> int:
     try:
         check_paths(args)  # every command: no output is, contains or lies inside an input
         summary = args.run(args)
-    except KeyboardInterrupt:
-        print("daskpca: interrupted; nothing was published", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        from ..store.scratch import Terminated  # SIGTERM while a temporary copy was open: cleaned up
+
+        terminated = isinstance(exc, Terminated)
+        print(f"daskpca: {'terminated (SIGTERM)' if terminated else 'interrupted'}; nothing was published", file=sys.stderr)
+        return 143 if terminated else 130
     except Exception as exc:  # noqa: BLE001 — every failure ends as one line and an exit code
         code, first = failure_line(exc, args.command)
         if args.verbose:

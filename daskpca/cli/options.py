@@ -154,6 +154,10 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     fit.add_argument("--max-passes", type=positive_int, help="krylov: most reads of the data while reaching --tol (default: 8, or 20 with --tol)")
     fit.add_argument("--tol", type=float, help="accuracy asked for: bound on sin θ of the kept subspace (approximate solvers; als/ppca: convergence tolerance, default 1e-8)")
     fit.add_argument("--scores", metavar="SCORES", help="also write the scores to this zarr store")
+    fit.add_argument("--cache", choices=["auto", "memory", "disk", "off"], default="auto",
+                     help="pass cache: keep the first read's blocks in memory or in an uncompressed copy under "
+                          "$DASKPCA_SCRATCH for the later passes and --scores (default: %(default)s: memory if "
+                          "it fits, else disk, else none)")
     eof = fit.add_argument_group("EOF variants")
     eof.add_argument("--hilbert", action="store_true",
                      help="Hilbert (complex) EOFs: the analytic signal along the sample dim (rows in time order)")
@@ -370,6 +374,11 @@ def check_coupled_options(args) -> None:
         raise UsageError(f"{', '.join(single)} apply to one field's PCA, not to --mca: drop them.")
     if args.mca and args.solver not in ("auto", "exact", "krylov"):
         raise UsageError(f"--mca takes --solver auto, exact (one pass) or krylov (with --tol); not {args.solver}.")
+
+
+def cache_setting(value: str):
+    """``--cache`` as the estimators' ``cache=``: ``off`` is False."""
+    return False if value == "off" else value
 
 
 def check_report_options(args) -> None:

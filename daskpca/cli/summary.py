@@ -39,6 +39,8 @@ def summary(pca, args=None, *, model, scores=None, timings=None, plan=None) -> d
     bound = float(getattr(pca, "error_bound_", float("nan")))
     pass_seconds = [float(s) for s in getattr(pca, "pass_seconds_", ())]
     predicted = next((e.seconds for e in plan.estimates if e.name == pca.solver_), None) if plan else None
+    if plan is not None and plan.solver == pca.solver_ and getattr(plan, "cache", None) is not None:
+        predicted = plan.seconds  # passes served by the pass cache at their cached time
     return {
         "model": model,
         "scores": scores,
@@ -59,6 +61,7 @@ def summary(pca, args=None, *, model, scores=None, timings=None, plan=None) -> d
         "predicted_seconds": predicted,
         "fit_seconds": getattr(pca, "fit_seconds_", None),
         "resumed_from_pass": pca.solver_info_.get("resumed_from_pass"),
+        "cache": getattr(pca, "cache_", None),  # the pass cache: kind, bytes, where, reason
         "timings": timings or {},
     }
 
@@ -92,7 +95,8 @@ def coupled_summary(fitted, args=None, **extra) -> dict:
             "n_passes": int(fitted.n_passes_),
             **{name.rstrip("_"): [float(v) for v in getattr(fitted, name)] for _, name in COUPLED_VALUES
                if hasattr(fitted, name)},
-            **({"error_bound": float(fitted.error_bound_)} if hasattr(fitted, "error_bound_") else {})}
+            **({"error_bound": float(fitted.error_bound_)} if hasattr(fitted, "error_bound_") else {}),
+            **({"cache": fitted.cache_} if hasattr(fitted, "cache_") else {})}
 
 
 def what_ran(summary: dict) -> str:
@@ -114,7 +118,19 @@ def what_ran(summary: dict) -> str:
     lines.append(f"error bound: {text}" + (f"; tol asked for {tol:g}" if tol is not None else ""))
     if summary["resumed_from_pass"] is not None:
         lines.append(f"resumed from a checkpoint after pass {summary['resumed_from_pass']}")
+    cache = summary.get("cache")
+    if cache:
+        lines.append(cache_text(cache))
     return "\n".join(lines)
+
+
+def cache_text(cache: dict) -> str:
+    """``pass cache: memory, 3.8 MiB in the workers' memory`` or ``pass cache: none (why)``."""
+    if not cache.get("kind"):
+        return f"pass cache: none ({cache.get('reason')})"
+    where = cache.get("where") or ""
+    where = f" at {where} (removed)" if cache["kind"] == "disk" else f" in {where}"
+    return f"pass cache: {cache['kind']}, {cache['bytes'] / 2**20:.1f} MiB{where}"
 
 
 def to_json(summary: dict) -> str:

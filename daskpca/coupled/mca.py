@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import json
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import dask
 import numpy as np
 from scipy.linalg import svd
 
 from .. import _plan, io, labeled
+from ..solvers import _cache
 from .._features import FeatureStage, column_stats_graph
 from .._params import ParamsMixin
 from ..exceptions import AccuracyWarning, DamagedModelError, InputError, InvalidParameterError, NotFittedError
@@ -76,13 +77,15 @@ class CoupledPlan:
     budget: int
     budget_source: str
     shape: tuple
+    cache: object = None  # the pass cache (daskpca.solvers._cache.CacheChoice)
 
     def __str__(self) -> str:
         n, dx, dy = self.shape
         return (f"MCA of X ({n} × {dx}) and Y ({n} × {dy}): path {self.path!r} — {self.reason}\n"
                 f"passes (each reads both fields): {self.n_passes}\n"
                 f"largest task: {_plan.format_bytes(self.task_bytes)} of a "
-                f"{_plan.format_bytes(self.budget)} budget ({self.budget_source})")
+                f"{_plan.format_bytes(self.budget)} budget ({self.budget_source})"
+                + (f"\npass cache: {self.cache.describe()}" if self.cache is not None else ""))
 
 
 class MCA(SavedModelMixin, ParamsMixin):
@@ -111,6 +114,10 @@ class MCA(SavedModelMixin, ParamsMixin):
         Krylov path: block size ℓ = k + n_oversamples.
     random_state : int, numpy.random.Generator or None
         Krylov path: the Gaussian starting blocks.
+    cache : {"auto", "memory", "disk", False}, default="auto"
+        The pass cache (:mod:`daskpca.solvers._cache`), as for :class:`daskpca.PCA`: on the Krylov path
+        the statistics pass keeps both fields' blocks and the Krylov passes read those.
+        ``cache_`` says what was kept and where.
 
     Attributes
     ----------
@@ -150,7 +157,7 @@ class MCA(SavedModelMixin, ParamsMixin):
     """
 
     def __init__(self, n_components=None, *, solver="auto", weights=None, standardize=False, tol=None,
-                 max_passes=None, n_oversamples=10, random_state=None):
+                 max_passes=None, n_oversamples=10, random_state=None, cache="auto"):
         self.n_components = n_components
         self.solver = solver
         self.weights = weights
@@ -159,6 +166,7 @@ class MCA(SavedModelMixin, ParamsMixin):
         self.max_passes = max_passes
         self.n_oversamples = n_oversamples
         self.random_state = random_state
+        self.cache = cache
 
     # ------------------------------------------------------------------ fitting
 
@@ -183,11 +191,13 @@ class MCA(SavedModelMixin, ParamsMixin):
         fields = self._fields(X, Y, sample_dims)
         plan = self._plan(fields)
         x, y = fields
-        with one_blas_thread_per_task():
+        with one_blas_thread_per_task(), _cache.for_fit([x.matrix, y.matrix], plan.cache) as cache:
+            x, y = (replace(f, matrix=cache.input(f.matrix)) for f in (x, y))
             if plan.path == "exact":
                 self._fit_exact(x, y, plan)
             else:
                 self._fit_krylov(x, y, plan)
+        self.cache_ = cache.summary
         self.__dict__.pop("_loaded_from", None)
         return self
 
@@ -248,11 +258,15 @@ class MCA(SavedModelMixin, ParamsMixin):
                     "path (solver='exact') when dx×dy fits a task.")
             passes = f"1 (statistics) + block Krylov until the bound ≤ {self.tol} (at most {most} in all)" \
                 if self.tol is not None else f"{most} (1 for statistics, then block Krylov)"
-            return CoupledPlan("krylov", why, passes, krylov, budget, source, (n, dx, dy))
+            reads = 1 + (self.max_passes or DEFAULT_MAX_PASSES) if self.tol is None else 2  # the statistics pass, then ≥ 1
+            choice = _cache.choose([x.matrix, y.matrix], self.cache, reads=reads + _cache.later_reads(),
+                                   working_bytes=krylov, fit_reads=reads)
+            return CoupledPlan("krylov", why, passes, krylov, budget, source, (n, dx, dy), choice)
         why = "requested by the caller" if self.solver == "exact" else (
             f"the {dx}×{dy} cross-covariance fits a task" if fits else
             "n_components=None needs every singular value (only the exact path gives them); it does not fit the budget")
-        return CoupledPlan("exact", why, "1", exact, budget, source, (n, dx, dy))
+        choice = _cache.choose([x.matrix, y.matrix], self.cache, reads=1 + _cache.later_reads(), working_bytes=exact)
+        return CoupledPlan("exact", why, "1", exact, budget, source, (n, dx, dy), choice)
 
     def _fit_exact(self, x: Field, y: Field, plan: CoupledPlan) -> None:
         (moments,) = dask.compute(cc.cross_moments_graph(x.matrix, y.matrix))

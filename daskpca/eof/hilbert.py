@@ -69,6 +69,9 @@ class HilbertPCA(PCA):
         for more variable data).
     whiten, weights, standardize, random_state
         As for :class:`PCA` (``standardize`` costs one extra read).
+    cache : {"auto", "memory", "disk", False}, default="auto"
+        The pass cache, as for :class:`PCA`: the Krylov road's passes after the first (and the
+        Gram road's second) read the kept blocks instead of the source.
 
     Notes
     -----
@@ -86,7 +89,7 @@ class HilbertPCA(PCA):
     _solver_modules = dict(HILBERT_SOLVERS.values())
 
     def __init__(self, n_components=None, *, solver="auto", tol=None, max_passes=None, padding="exp",
-                 decay_factor=0.2, whiten=False, weights=None, standardize=False, random_state=None):
+                 decay_factor=0.2, whiten=False, weights=None, standardize=False, random_state=None, cache="auto"):
         self.n_components = n_components
         self.solver = solver
         self.tol = tol
@@ -97,6 +100,7 @@ class HilbertPCA(PCA):
         self.weights = weights
         self.standardize = standardize
         self.random_state = random_state
+        self.cache = cache
 
     def _fit(self, X, sample_dims) -> None:
         self._check_hilbert_params()
@@ -172,7 +176,7 @@ class HilbertPCA(PCA):
         if not plan.estimate(solver).feasible:
             raise InputError(self._strip_advice(plan, array, solver))
         check_knobs(self, self._solver_modules[solver], solver, solvers=self._solver_modules)
-        return plan
+        return _plan.with_cache(plan, array, self.cache)
 
     def _task_bytes(self, name, n, strip, itemsize, k, rechunked) -> int:
         """The largest task of solver ``name`` on strips of ``strip`` features (+ the rechunk's

@@ -51,9 +51,13 @@ def _threaded_scheduler() -> bool:
     configuration is consulted.
     """
     if "distributed" in sys.modules:
-        scheduler = dask.base.get_scheduler()
+        from ._graph import unwrap_scheduler
+
+        scheduler = unwrap_scheduler(dask.base.get_scheduler())
         return scheduler is None or scheduler is dask.threaded.get
-    return dask.config.get("scheduler", None) in (None, "threads", "threading", dask.threaded.get)
+    from ._graph import unwrap_scheduler
+
+    return unwrap_scheduler(dask.config.get("scheduler", None)) in (None, "threads", "threading", dask.threaded.get)
 
 
 @contextmanager

@@ -253,6 +253,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         if spec is not None:
             spec = replace(spec, missing_ok=getattr(module, "ACCEPTS_MISSING", False))
         options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
+        if plan.default_tol is not None and "tol" in options:  # auto's certified road (see _plan.DEFAULT_TOL)
+            options["tol"] = plan.default_tol
         try:
             with one_blas_thread_per_task(), PassClock() as clock:
                 result = _features.solve(module, matrix, request, spec, random_state=self.random_state, **options)

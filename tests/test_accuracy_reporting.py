@@ -30,10 +30,23 @@ def small_tasks(monkeypatch):
     monkeypatch.setattr(_plan, "task_memory_budget", lambda: (30 * 2**20, "a test's budget"))
 
 
+def test_auto_without_tol_certifies_the_default_accuracy_quietly(small_tasks):
+    """No exact solver fits: the default road is block Krylov to DEFAULT_TOL, met, no warning."""
+    X = _noise_continuum(seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AccuracyWarning)
+        pca = PCA(6, random_state=0).fit(da.from_array(X, chunks=(400, 1500)))
+    assert pca.solver_ == "krylov" and "default accuracy" in pca.solver_reason_
+    assert pca.solver_info_["tol"] == _plan.DEFAULT_TOL and pca.tol is None
+    components, _, _ = reference_pca(X)
+    assert sin_theta(pca.components_, components[:6]) <= pca.error_bound_ <= _plan.DEFAULT_TOL
+
+
 def test_auto_without_tol_warns_with_the_bound_of_its_approximate_answer(small_tasks, tmp_path):
     X = _noise_continuum()
+    # 3 reads cannot certify the default accuracy: no road guarantees it, Krylov answers with its bound.
     with pytest.warns(AccuracyWarning, match=r"error bound on sin θ of the kept subspace is \d"):
-        pca = PCA(6, random_state=0).fit(da.from_array(X, chunks=(400, 1500)))
+        pca = PCA(6, random_state=0, max_passes=3).fit(da.from_array(X, chunks=(400, 1500)))
     assert pca.solver_ == "krylov"
     components, _, _ = reference_pca(X)
     true = sin_theta(pca.components_, components[:6])

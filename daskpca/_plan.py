@@ -351,7 +351,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
                   f"in {best.passes} pass{'es' if best.passes != 1 else ''}" + (f" (vs {others})" if others else ""))
     # 4. No accuracy asked: an exact road where it costs about what the certified one does (tall
     #    data: the covariance's one pass), else block Krylov certified to DEFAULT_TOL.
-    elif default_road and (choice := _default_road(by_name, max_passes)) is not None:
+    elif default_road and (choice := _default_road(by_name, max_passes, exact_small)) is not None:
         solver, reason = choice
         default_tol = DEFAULT_TOL if solver == "krylov" else None
     # 5. The exact one-pass (covariance) or two-pass (Gram) solver, when its matrix fits a task.
@@ -387,14 +387,14 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     return plan
 
 
-def _default_road(by_name: dict, max_passes) -> tuple[str, str] | None:
-    """``(solver, reason)`` without a tol: the fastest exact road when it costs at most
-    EXACT_PREMIUM × block Krylov's predicted time for DEFAULT_TOL, else Krylov; None when
-    neither fits (the later rules then decide)."""
+def _default_road(by_name: dict, max_passes, exact_small: str) -> tuple[str, str] | None:
+    """``(solver, reason)`` without a tol: the exact road for the shape (``exact_small``; else the
+    fastest exact one that fits) when it costs at most EXACT_PREMIUM × block Krylov's predicted
+    time for DEFAULT_TOL, else Krylov; None when neither fits (the later rules then decide)."""
     candidates = _guaranteeing(by_name, DEFAULT_TOL, max_passes)
     exact = [e for e in candidates if e.name in EXACT_SOLVERS]
     krylov = next((e for e in candidates if e.name == "krylov"), None)
-    best = min(exact, key=lambda e: e.seconds, default=None)
+    best = next((e for e in exact if e.name == exact_small), None) or min(exact, key=lambda e: e.seconds, default=None)
     if best is None and krylov is None:
         return None
     if krylov is None:

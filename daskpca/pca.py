@@ -139,6 +139,11 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
     pass_seconds_, fit_seconds_ : ndarray of shape (n_reads,), float
         Wall time of each read this ``fit`` made (the feature stage's own first, if any), and of
         the whole solve. Not saved with the model.
+    client_seconds_ : ndarray of shape (n_reads,)
+        Wall time of the client's own work after each read (from its end to the next read's
+        start, or to the end of the solve): the small local solves — Ritz problems and
+        orthogonalisation (Krylov), the d×d or n×n eigensolve (exact solvers) — and building the
+        next pass's graph. Not saved with the model.
     n_iter_ : int
         Iterations of the solver, by solver: ``als`` / ``ppca`` — ALS or EM iterations;
         ``randomized`` — power iterations q; ``krylov`` — blocks in the Krylov basis (one per
@@ -264,6 +269,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
             raise labeled.located(error, matrix, layout, X) from error
         self._set_fitted(result, name, reason, layout)
         self.pass_seconds_, self.fit_seconds_ = np.array(clock.passes), clock.seconds
+        self.client_seconds_ = np.array(clock.client)
         if spec is not None:
             self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
         unasked = self.solver == "auto" and not getattr(module, "ACCEPTS_MISSING", False)  # ppca: NaN chose it

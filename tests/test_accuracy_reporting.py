@@ -69,3 +69,28 @@ def test_auto_with_tol_meets_it_quietly(small_tasks):
 def test_exact_solvers_report_zero_and_unbounded_ones_nan(solver, expected):
     pca = PCA(3, solver=solver, random_state=0).fit(_noise_continuum(n=300, d=40))
     np.testing.assert_equal(pca.error_bound_, expected)
+
+
+@pytest.mark.parametrize("ratio", [1.05, 2.0])
+def test_default_road_bound_is_never_below_the_truth_on_hard_spectra(monkeypatch, tmp_path, ratio):
+    """solver='auto' without tol on a store of one sample per chunk (the archive layout), where no
+    exact solver fits: block Krylov for the default accuracy. λ_k just above a flat noise
+    continuum (λ_k/λ_{k+1} = 1.05 … 2): the reported bound is never below the true sin θ against a
+    float64 LAPACK reference, and either meets DEFAULT_TOL or says so with an AccuracyWarning."""
+    from test_solver_krylov import hard_spectrum
+    from _helpers import write_zarr
+
+    monkeypatch.setattr(_plan, "task_memory_budget", lambda: (8 * 2**20, "a test's budget"))  # no n², d², R fits
+    X = hard_spectrum(600, 800, 4, ratio, seed=5, dtype=np.float32)
+    array, _ = write_zarr(tmp_path / "x.zarr", X, (1, 800))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pca = PCA(4, random_state=0).fit(array)
+    assert pca.solver_ == "krylov" and pca.solver_info_["tol"] == _plan.DEFAULT_TOL
+    components, _, _ = reference_pca(X.astype(np.float64))
+    true = sin_theta(pca.components_, components[:4])
+    assert true <= pca.error_bound_
+    missed = [w for w in caught if issubclass(w.category, AccuracyWarning)]
+    assert bool(missed) == (pca.error_bound_ > _plan.DEFAULT_TOL)
+    if ratio >= 2:  # a gap Krylov resolves within its budget: certified
+        assert pca.error_bound_ <= _plan.DEFAULT_TOL

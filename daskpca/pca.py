@@ -75,8 +75,10 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         bound on the sine of the largest principal angle between the kept subspace and the exact
         one is ≤ ``tol``; with ``solver="auto"`` a ``tol`` lets the planner pick the cheapest
         solver that guarantees it (exact solvers always do). ALS and probabilistic PCA stop when
-        the sine between successive subspaces is ≤ ``tol`` (``None``: 1e-8). ``None`` asks for
-        no particular accuracy: ``solver="auto"`` then stays exact wherever an exact solver fits.
+        the sine between successive subspaces is ≤ ``tol`` (``None``: 1e-8). ``None``:
+        ``solver="auto"`` runs an exact solver where it costs about what a certified answer
+        does, else block Krylov certified to sin θ ≤ 1e-6 (``daskpca._plan.DEFAULT_TOL``, ≤ 1 %
+        of the sampling error √(2/n) of EOFs for any n up to ~10¹⁰; see the README's Solvers).
     max_passes : int or None, default=None
         Approximate solvers: most full reads of the data to make while reaching ``tol``; when the
         budget is spent first, the fit warns (:class:`~daskpca.exceptions.AccuracyWarning`) with

@@ -67,8 +67,15 @@ FLOAT64 = 8
 #: solvers' kernels at 56–88 GF/s.
 READ_BYTES_PER_SECOND = 0.4e9
 FLOPS_PER_SECOND = 60e9
-#: Writing a temporary zarr copy (zstd, float32), for a re-layout into column strips.
-WRITE_BYTES_PER_SECOND = 0.25e9
+#: The strip re-layout's temporary copy is uncompressed (``_geometry.ColumnStrips``): written and
+#: read back at what the local disk and page cache give, not at the codec's rate. Local disk
+#: here: 2.2 GB/s write, 1.3 GB/s cold read (direct I/O, 4 GiB); zarr's per-chunk overhead on top.
+WRITE_BYTES_PER_SECOND = 1.0e9
+COPY_READ_BYTES_PER_SECOND = 1.0e9
+#: The Gram road's local step: Lanczos for the k leading pairs of the n×n matrix (≈ this many
+#: products with it, 2·n² flops each; 236 measured at n = 3000, k = 20) and the Cholesky check
+#: (⅓·n³), see ``solvers._linalg.top_eigenpairs``.
+LANCZOS_PRODUCTS = 300
 #: The sketching passes (randomized, Krylov) stream each float64 slab through two thin products
 #: and emit a d×(ℓ+1) factor per slab: memory-bound, and on 2 cores the products share the CPUs
 #: with zstd decoding. Measured on the reanalysis-shaped store (8760 × 65 160, ℓ = 30, coslat
@@ -246,7 +253,7 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         "covariance": (1, n * d * d + 4 / 3 * d**3, max(block_in + block64 + d * d * FLOAT64, (MERGE_SPLIT_EVERY + 1) * d * d * FLOAT64), True, ""),
         # Gram: a leaf holds its strip, one float64 copy and its n×n product; a merge its
         # MERGE_SPLIT_EVERY inputs and one output.
-        "gram": (2, n * n * d + 2 * n * d * k, max(n * col_strip * (itemsize + FLOAT64) + n * n * FLOAT64, (MERGE_SPLIT_EVERY + 1) * n * n * FLOAT64), True, ""),
+        "gram": (2, n * n * d + 2 * n * d * k + gram_local_flops(n, k), max(n * col_strip * (itemsize + FLOAT64) + n * n * FLOAT64, (MERGE_SPLIT_EVERY + 1) * n * n * FLOAT64), True, ""),
         "tsqr": (1, 2 * n * d * min(n, d) + tsqr_tree_flops, max(tsqr_leaf, tsqr_merge), True, ""),
         # A randomized leaf converts its block one slab (randomized.slab_rows rows) at a
         # time and merges the slabs' d×(ℓ + 1) factors SPLIT_EVERY at a time, like a merge task.
@@ -278,6 +285,16 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
     return estimates
 
 
+def gram_local_flops(n: int, k: int) -> float:
+    """Flops of the Gram road's local eigensolve: Lanczos and its Cholesky check for a fixed k
+    (see LANCZOS_PRODUCTS), a dense eigh (~4·n³) when Lanczos does not apply."""
+    from .solvers._linalg import LANCZOS_MAX_FRACTION, LANCZOS_MIN_SIZE
+
+    if n >= LANCZOS_MIN_SIZE and k <= LANCZOS_MAX_FRACTION * n:
+        return LANCZOS_PRODUCTS * 2.0 * n * n + n**3 / 3
+    return 4.0 * n**3
+
+
 #: Flop rates of the solvers whose kernels are not dense GEMM/SYRK at FLOPS_PER_SECOND.
 FLOP_RATES = {"randomized": SKETCH_FLOPS_PER_SECOND, "krylov": SKETCH_FLOPS_PER_SECOND}
 
@@ -290,10 +307,11 @@ def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, t
     if not isinstance(estimate.passes, int):
         return None
     busy = min(max(estimate.tasks, 1), threads) / threads
-    per_pass = n * d * itemsize / READ_BYTES_PER_SECOND + estimate.tasks * TASK_SECONDS / threads
-    copy = n * d * itemsize / WRITE_BYTES_PER_SECOND if estimate.copy_passes else 0.0
+    size = n * d * itemsize
+    per_pass = size / READ_BYTES_PER_SECOND + estimate.tasks * TASK_SECONDS / threads
+    copy = estimate.copy_passes * size / COPY_READ_BYTES_PER_SECOND + size / WRITE_BYTES_PER_SECOND if estimate.copy_passes else 0.0
     flops = estimate.flops / FLOP_RATES.get(estimate.name, FLOPS_PER_SECOND)
-    return ((estimate.passes + estimate.copy_passes) * per_pass + copy + flops) / busy
+    return (estimate.passes * per_pass + copy + flops) / busy
 
 
 #: Solvers whose answer is exact (to round-off): they meet any ``tol``.

@@ -63,10 +63,15 @@ EXACT_PREMIUM = 1.25
 FLOAT64 = 8
 #: The time model's rates, for the whole machine (both scale with the workers, so only their
 #: ratio ranks solvers). Measured on the 2-core development machine (benchmarks/README.md): a
-#: floor read of zstd float32 zarr runs at ~0.4 GB/s of raw data, the fitted flop rate of the
-#: solvers' kernels at 56–88 GF/s.
-READ_BYTES_PER_SECOND = 0.4e9
+#: floor read of zstd float32 zarr runs at 0.4–0.78 GB/s of raw data (tall 1e6 × 1000: 0.78;
+#: the reanalysis field 8760 × 65 160 read regrouped with ``da.from_zarr``: 4.0–4.3 s, 0.55 GB/s —
+#: xarray's NaN-skipping ``.sum()`` of the same field takes 6.3–7.4 s, not a read), the fitted
+#: flop rate of the solvers' kernels at 56–88 GF/s.
+READ_BYTES_PER_SECOND = 0.55e9
 FLOPS_PER_SECOND = 60e9
+#: The Gram road's leaves are float64 ``syrk`` on column strips: SciPy's ``dsyrk`` did the
+#: 8760² × 65 160 product (5·10¹² multiply-adds) in 67 s on this machine, NumPy's X·Xᵀ in 51 s.
+GRAM_FLOPS_PER_SECOND = 75e9
 #: The strip re-layout's temporary copy is uncompressed (``_geometry.ColumnStrips``): written and
 #: read back at what the local disk and page cache give, not at the codec's rate. Local disk
 #: here: 2.2 GB/s write, 1.3 GB/s cold read (direct I/O, 4 GiB); zarr's per-chunk overhead on top.
@@ -77,11 +82,12 @@ COPY_READ_BYTES_PER_SECOND = 1.0e9
 #: (⅓·n³), see ``solvers._linalg.top_eigenpairs``.
 LANCZOS_PRODUCTS = 300
 #: The sketching passes (randomized, Krylov) stream each float64 slab through two thin products
-#: and emit a d×(ℓ+1) factor per slab: memory-bound, and on 2 cores the products share the CPUs
-#: with zstd decoding. Measured on the reanalysis-shaped store (8760 × 65 160, ℓ = 30, coslat
-#: weights, 18 tasks a pass): 8.6–11 s a Krylov pass against a 6.4 s floor read, i.e. read +
-#: 6.85e10 flops at ~16 GF/s (25e9, fitted earlier without weights, predicted 1.6× too little).
-SKETCH_FLOPS_PER_SECOND = 16e9
+#: and emit a d×(ℓ+1) factor per slab. Measured on the reanalysis-shaped field (8760 × 65 160,
+#: ℓ = 30, coslat weights, 2026-11-25): a Krylov pass over the field persisted in memory takes
+#: 1.8 s for its 4·n·d·ℓ = 6.85e10 flops (38 GF/s); from the zstd store 4.8–5.5 s, i.e. the
+#: 4.1 s read + those flops within 0.9–1.2×. (16e9, fitted on an older kernel that made a
+#: weighted float64 copy of every block, predicted 9–10 s a pass.)
+SKETCH_FLOPS_PER_SECOND = 38e9
 #: What one task costs besides its bytes and flops: the scheduler, and one synchronous zarr call
 #: (an event-loop round trip). Measured: 8760 one-row tasks read 2.1 GiB in 12.0 s, 18 tasks in 4.0 s.
 TASK_SECONDS = 0.9e-3
@@ -296,7 +302,7 @@ def gram_local_flops(n: int, k: int) -> float:
 
 
 #: Flop rates of the solvers whose kernels are not dense GEMM/SYRK at FLOPS_PER_SECOND.
-FLOP_RATES = {"randomized": SKETCH_FLOPS_PER_SECOND, "krylov": SKETCH_FLOPS_PER_SECOND}
+FLOP_RATES = {"randomized": SKETCH_FLOPS_PER_SECOND, "krylov": SKETCH_FLOPS_PER_SECOND, "gram": GRAM_FLOPS_PER_SECOND}
 
 
 def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, threads: int = 1) -> float | None:

@@ -75,10 +75,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         bound on the sine of the largest principal angle between the kept subspace and the exact
         one is ≤ ``tol``; with ``solver="auto"`` a ``tol`` lets the planner pick the cheapest
         solver that guarantees it (exact solvers always do). ALS and probabilistic PCA stop when
-        the sine between successive subspaces is ≤ ``tol`` (``None``: 1e-8). ``None``:
-        ``solver="auto"`` runs an exact solver where it costs about what a certified answer
-        does, else block Krylov certified to sin θ ≤ 1e-6 (``daskpca._plan.DEFAULT_TOL``, ≤ 1 %
-        of the sampling error √(2/n) of EOFs for any n up to ~10¹⁰; see the README's Solvers).
+        the sine between successive subspaces is ≤ ``tol`` (``None``: 1e-8). ``None``: "auto" is
+        exact where that costs about a certified answer, else Krylov to sin θ ≤ 1e-6 (why: the README).
     max_passes : int or None, default=None
         Approximate solvers: most full reads of the data to make while reaching ``tol``; when the
         budget is spent first, the fit warns (:class:`~daskpca.exceptions.AccuracyWarning`) with
@@ -138,14 +136,9 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         Bound on the sine of the largest principal angle between ``components_``' span and the
         exact one: 0 for exact solvers, the Krylov solver's a posteriori bound (see
         :mod:`daskpca.solvers.krylov`), NaN for approximate solvers that compute none.
-    pass_seconds_, fit_seconds_ : ndarray of shape (n_reads,), float
-        Wall time of each read this ``fit`` made (the feature stage's own first, if any), and of
-        the whole solve. Not saved with the model.
-    client_seconds_ : ndarray of shape (n_reads,)
-        Wall time of the client's own work after each read (from its end to the next read's
-        start, or to the end of the solve): the small local solves — Ritz problems and
-        orthogonalisation (Krylov), the d×d or n×n eigensolve (exact solvers) — and building the
-        next pass's graph. Not saved with the model.
+    pass_seconds_, client_seconds_, fit_seconds_ : ndarray of shape (n_reads,), ..., float
+        Wall time of each read this ``fit`` made (the feature stage's own first, if any), of the
+        client's work after each, and of the whole solve. Not saved with the model.
     n_iter_ : int
         Iterations of the solver, by solver: ``als`` / ``ppca`` — ALS or EM iterations;
         ``randomized`` — power iterations q; ``krylov`` — blocks in the Krylov basis (one per
@@ -259,9 +252,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         name, reason, module = plan.solver, plan.reason, self._solver_modules[plan.solver]
         if spec is not None:
             spec = replace(spec, missing_ok=getattr(module, "ACCEPTS_MISSING", False))
-        options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
-        if plan.default_tol is not None and "tol" in options:  # auto's certified road (see _plan.DEFAULT_TOL)
-            options["tol"] = plan.default_tol
+        options = {o: plan.default_tol if o == "tol" and plan.default_tol else getattr(self, o) for o in getattr(module, "OPTIONS", ())}
         try:
             with one_blas_thread_per_task(), PassClock() as clock:
                 result = _features.solve(module, matrix, request, spec, random_state=self.random_state, **options)
@@ -270,8 +261,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
                 raise
             raise labeled.located(error, matrix, layout, X) from error
         self._set_fitted(result, name, reason, layout)
-        self.pass_seconds_, self.fit_seconds_ = np.array(clock.passes), clock.seconds
-        self.client_seconds_ = np.array(clock.client)
+        self.pass_seconds_, self.client_seconds_, self.fit_seconds_ = np.array(clock.passes), np.array(clock.client), clock.seconds
         if spec is not None:
             self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
         unasked = self.solver == "auto" and not getattr(module, "ACCEPTS_MISSING", False)  # ppca: NaN chose it

@@ -75,8 +75,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         bound on the sine of the largest principal angle between the kept subspace and the exact
         one is ≤ ``tol``; with ``solver="auto"`` a ``tol`` lets the planner pick the cheapest
         solver that guarantees it (exact solvers always do). ALS and probabilistic PCA stop when
-        the sine between successive subspaces is ≤ ``tol`` (``None``: 1e-8). ``None`` asks for
-        no particular accuracy: ``solver="auto"`` then stays exact wherever an exact solver fits.
+        the sine between successive subspaces is ≤ ``tol`` (``None``: 1e-8). ``None``: "auto" is
+        exact where that costs about a certified answer, else Krylov to sin θ ≤ 1e-6 (why: the README).
     max_passes : int or None, default=None
         Approximate solvers: most full reads of the data to make while reaching ``tol``; when the
         budget is spent first, the fit warns (:class:`~daskpca.exceptions.AccuracyWarning`) with
@@ -140,9 +140,9 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         Bound on the sine of the largest principal angle between ``components_``' span and the
         exact one: 0 for exact solvers, the Krylov solver's a posteriori bound (see
         :mod:`daskpca.solvers.krylov`), NaN for approximate solvers that compute none.
-    pass_seconds_, fit_seconds_ : ndarray of shape (n_reads,), float
-        Wall time of each read this ``fit`` made (the feature stage's own first, if any), and of
-        the whole solve. Not saved with the model.
+    pass_seconds_, client_seconds_, fit_seconds_ : ndarray of shape (n_reads,), ..., float
+        Wall time of each read this ``fit`` made (the feature stage's own first, if any), of the
+        client's work after each, and of the whole solve. Not saved with the model.
     n_iter_ : int
         Iterations of the solver, by solver: ``als`` / ``ppca`` — ALS or EM iterations;
         ``randomized`` — power iterations q; ``krylov`` — blocks in the Krylov basis (one per
@@ -258,7 +258,7 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         name, reason, module = plan.solver, plan.reason, self._solver_modules[plan.solver]
         if spec is not None:
             spec = replace(spec, missing_ok=getattr(module, "ACCEPTS_MISSING", False))
-        options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
+        options = {o: plan.default_tol if o == "tol" and plan.default_tol else getattr(self, o) for o in getattr(module, "OPTIONS", ())}
         try:
             with one_blas_thread_per_task(), PassClock() as clock, _cache.for_fit([matrix], plan.cache) as cache:
                 result = _features.solve(module, cache.input(matrix), request, spec, random_state=self.random_state, **options)
@@ -267,7 +267,8 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
                 raise
             raise labeled.located(error, matrix, layout, X) from error
         self._set_fitted(result, name, reason, layout)
-        self.pass_seconds_, self.fit_seconds_, self.cache_ = np.array(clock.passes), clock.seconds, cache.summary
+        self.pass_seconds_, self.client_seconds_, self.fit_seconds_ = np.array(clock.passes), np.array(clock.client), clock.seconds
+        self.cache_ = cache.summary
         if spec is not None:
             self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
         unasked = self.solver == "auto" and not getattr(module, "ACCEPTS_MISSING", False)  # ppca: NaN chose it

@@ -38,6 +38,8 @@ def summary(pca, args=None, *, model, scores=None, timings=None, plan=None) -> d
     (solvers that compute none) are null."""
     bound = float(getattr(pca, "error_bound_", float("nan")))
     pass_seconds = [float(s) for s in getattr(pca, "pass_seconds_", ())]
+    client_seconds = [float(s) for s in getattr(pca, "client_seconds_", ())]
+    certified = pca.solver_info_.get("tol") if getattr(pca, "tol", None) is None else None
     predicted = next((e.seconds for e in plan.estimates if e.name == pca.solver_), None) if plan else None
     if plan is not None and plan.solver == pca.solver_ and getattr(plan, "cache", None) is not None:
         predicted = plan.seconds  # passes served by the pass cache at their cached time
@@ -58,6 +60,8 @@ def summary(pca, args=None, *, model, scores=None, timings=None, plan=None) -> d
         "tol": None if getattr(pca, "tol", None) is None else float(pca.tol),
         "pass_seconds": pass_seconds,
         "seconds_per_pass": sum(pass_seconds) / len(pass_seconds) if pass_seconds else None,
+        "client_seconds": client_seconds,
+        "default_tol": None if certified is None else float(certified),
         "predicted_seconds": predicted,
         "fit_seconds": getattr(pca, "fit_seconds_", None),
         "resumed_from_pass": pca.solver_info_.get("resumed_from_pass"),
@@ -108,6 +112,8 @@ def what_ran(summary: dict) -> str:
     passes = passes_text(summary["n_passes"])
     if summary["seconds_per_pass"] is not None:
         passes += f", {format_seconds(summary['seconds_per_pass'])} a pass"
+    if summary.get("client_seconds"):
+        passes += f" + {format_seconds(sum(summary['client_seconds']))} on the client"
     if summary["fit_seconds"] is not None:
         passes += f"; fit {format_seconds(summary['fit_seconds'])}"
         if summary["predicted_seconds"] is not None:
@@ -115,7 +121,9 @@ def what_ran(summary: dict) -> str:
     lines.append(f"passes over the data: {passes}")
     bound, tol = summary["error_bound"], summary["tol"]
     text = "none computed by this solver" if bound is None else f"{bound:.2g} on sin θ" + (" (exact)" if bound == 0 else "")
-    lines.append(f"error bound: {text}" + (f"; tol asked for {tol:g}" if tol is not None else ""))
+    default = summary.get("default_tol")
+    lines.append(f"error bound: {text}" + (f"; tol asked for {tol:g}" if tol is not None else
+                                           f"; the default accuracy {default:g} (no tol given)" if default is not None else ""))
     if summary["resumed_from_pass"] is not None:
         lines.append(f"resumed from a checkpoint after pass {summary['resumed_from_pass']}")
     cache = summary.get("cache")

@@ -331,7 +331,7 @@ def test_power_without_promax_is_refused_even_at_its_default_value(kinds, tmp_pa
 
 def test_update_on_another_grid_does_not_blame_transform(kinds, tmp_path, capsys):
     model = _model(kinds, tmp_path, "plain")
-    _field(30, 2).isel(lon=slice(0, 6)).to_dataset().to_zarr(tmp_path / "narrow.zarr", consolidated=False)
+    _field(30, 2, start=96).isel(lon=slice(0, 6)).to_dataset().to_zarr(tmp_path / "narrow.zarr", consolidated=False)
     assert main(["update", str(model), str(tmp_path / "narrow.zarr"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "has size 6 here but 8 at fit time; the model takes data on the feature grid it was fitted on" in err

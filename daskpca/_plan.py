@@ -14,9 +14,21 @@ rate, and TASK_SECONDS per task, spread over the threads a pass can use: a pass 
 threads (one Gram strip holding the whole field) runs on fewer cores. The task geometry — how many
 storage chunks one task reads (:mod:`daskpca.solvers._geometry`) — is part of the plan and printed
 with it.
-Without ``tol`` the exact solvers are used wherever their matrix fits, except for a few
-components of a matrix large in both directions; an approximate answer then carries its error
-bound (``solver_info_["error_bound"]``).
+Without ``tol`` (and with ``solver="auto"``) the planner compares the same two roads for the
+default accuracy :data:`DEFAULT_TOL` (sin θ ≤ 1e-6, argued below): an exact solver when it costs
+about what the certified road costs — at most :data:`EXACT_PREMIUM` × block Krylov's predicted
+time (tall data: the covariance's one pass at the read floor) — else block Krylov run to that
+accuracy, which reports its bound (``error_bound_``). The plan and ``solver_reason_`` say which
+and why; ``solver="covariance" | "gram" | "tsqr"`` still force an exact answer.
+
+Why 1e-6. What a PCA of n samples estimates carries a sampling error: North et al. (1982) give
+δλ/λ ≈ √(2/n) for the eigenvalues and, for the subspace of the k leading EOFs, an angle of about
+√(2/n)·√(λ_kλ_{k+1})/(λ_k − λ_{k+1}) ≥ √(2/n)·(something of order one for the gaps that make
+modes worth keeping). At n = 10⁴ samples that is ~1e-2; it only falls below 1e-4 beyond n = 2·10⁸
+samples. A numerical error of 1e-6 is thus ≤ 1 % of the statistical one for any n up to ~10¹⁰ —
+invisible in every figure a user draws from the EOFs — while exact-to-1e-15 answers cost the n²·d
+(or d²·n) flops of a Gram (covariance) matrix, 25× scikit-learn on a reanalysis year. Asking for
+``tol`` overrides it either way (``tol=1e-10`` for near-exact, ``tol=1e-3`` for a quick look).
 """
 
 from __future__ import annotations
@@ -42,24 +54,40 @@ TASK_MEMORY_FRACTION = 0.5
 #: k "much smaller" than min(n, d): below this fraction a randomized or ALS solve touches far less
 #: than an exact d×d (or n×n) matrix and wins.
 SMALL_K_FRACTION = 0.1
-#: Exact solvers' small side beyond which the d³ (or n³) local eigensolve and the d² (n²) matrices
-#: stop being cheap compared with the data; randomized then wins when k is small.
-EXACT_MAX_SMALL_SIDE = 20_000
+#: The accuracy (bound on sin θ of the kept subspace) that ``solver="auto"`` certifies when no
+#: ``tol`` is given and an exact solver would cost more (see the module notes for the argument).
+DEFAULT_TOL = 1e-6
+#: Without ``tol``, an exact solver is preferred while its predicted time is at most this multiple
+#: of block Krylov's for DEFAULT_TOL: exactness is worth a little, not an order of magnitude.
+EXACT_PREMIUM = 1.25
 FLOAT64 = 8
 #: The time model's rates, for the whole machine (both scale with the workers, so only their
 #: ratio ranks solvers). Measured on the 2-core development machine (benchmarks/README.md): a
-#: floor read of zstd float32 zarr runs at ~0.4 GB/s of raw data, the fitted flop rate of the
-#: solvers' kernels at 56–88 GF/s.
-READ_BYTES_PER_SECOND = 0.4e9
+#: floor read of zstd float32 zarr runs at 0.4–0.78 GB/s of raw data (tall 1e6 × 1000: 0.78;
+#: the reanalysis field 8760 × 65 160 read regrouped with ``da.from_zarr``: 4.0–4.3 s, 0.55 GB/s —
+#: xarray's NaN-skipping ``.sum()`` of the same field takes 6.3–7.4 s, not a read), the fitted
+#: flop rate of the solvers' kernels at 56–88 GF/s.
+READ_BYTES_PER_SECOND = 0.55e9
 FLOPS_PER_SECOND = 60e9
-#: Writing a temporary zarr copy (zstd, float32), for a re-layout into column strips.
-WRITE_BYTES_PER_SECOND = 0.25e9
+#: The Gram road's leaves are float64 ``syrk`` on column strips: SciPy's ``dsyrk`` did the
+#: 8760² × 65 160 product (5·10¹² multiply-adds) in 67 s on this machine, NumPy's X·Xᵀ in 51 s.
+GRAM_FLOPS_PER_SECOND = 75e9
+#: The strip re-layout's temporary copy is uncompressed (``_geometry.ColumnStrips``): written and
+#: read back at what the local disk and page cache give, not at the codec's rate. Local disk
+#: here: 2.2 GB/s write, 1.3 GB/s cold read (direct I/O, 4 GiB); zarr's per-chunk overhead on top.
+WRITE_BYTES_PER_SECOND = 1.0e9
+COPY_READ_BYTES_PER_SECOND = 1.0e9
+#: The Gram road's local step: Lanczos for the k leading pairs of the n×n matrix (≈ this many
+#: products with it, 2·n² flops each; 236 measured at n = 3000, k = 20) and the Cholesky check
+#: (⅓·n³), see ``solvers._linalg.top_eigenpairs``.
+LANCZOS_PRODUCTS = 300
 #: The sketching passes (randomized, Krylov) stream each float64 slab through two thin products
-#: and emit a d×(ℓ+1) factor per slab: memory-bound, and on 2 cores the products share the CPUs
-#: with zstd decoding. Measured on the reanalysis-shaped store (8760 × 65 160, ℓ = 30, coslat
-#: weights, 18 tasks a pass): 8.6–11 s a Krylov pass against a 6.4 s floor read, i.e. read +
-#: 6.85e10 flops at ~16 GF/s (25e9, fitted earlier without weights, predicted 1.6× too little).
-SKETCH_FLOPS_PER_SECOND = 16e9
+#: and emit a d×(ℓ+1) factor per slab. Measured on the reanalysis-shaped field (8760 × 65 160,
+#: ℓ = 30, coslat weights, 2026-11-25): a Krylov pass over the field persisted in memory takes
+#: 1.8 s for its 4·n·d·ℓ = 6.85e10 flops (38 GF/s); from the zstd store 4.8–5.5 s, i.e. the
+#: 4.1 s read + those flops within 0.9–1.2×. (16e9, fitted on an older kernel that made a
+#: weighted float64 copy of every block, predicted 9–10 s a pass.)
+SKETCH_FLOPS_PER_SECOND = 38e9
 #: What one task costs besides its bytes and flops: the scheduler, and one synchronous zarr call
 #: (an event-loop round trip). Measured: 8760 one-row tasks read 2.1 GiB in 12.0 s, 18 tasks in 4.0 s.
 TASK_SECONDS = 0.9e-3
@@ -117,11 +145,19 @@ class Plan:
     tol: float | None = None
     geometry: Geometry | None = None  # how a pass's tasks read the storage chunks
     threads: int = 1
+    cache: object = None  # the pass cache (daskpca.solvers._cache.CacheChoice), set by the estimator
+    #: The accuracy the chosen road certifies without a ``tol`` asked (DEFAULT_TOL when
+    #: ``solver="auto"`` chose block Krylov for it; ``fit`` passes it to the solver), else None.
+    default_tol: float | None = None
 
     @property
     def seconds(self) -> float | None:
-        """The predicted wall time of the chosen solver (None when its passes are open-ended)."""
-        return self.estimate(self.solver).seconds
+        """The predicted wall time of the chosen solver (None when its passes are open-ended),
+        passes served by the pass cache at their cached time."""
+        seconds = self.estimate(self.solver).seconds
+        if seconds is None or self.cache is None:
+            return seconds
+        return seconds - self.cache.saved_seconds()
 
     def estimate(self, name: str) -> SolverEstimate:
         return next(e for e in self.estimates if e.name == name)
@@ -149,10 +185,13 @@ class Plan:
             f"peak memory per task ≈ {format_bytes(chosen.task_bytes)} "
             f"(budget {format_bytes(self.task_memory_budget)}, {self.memory_source})",
             f"  tasks: {self.geometry.describe()}" if self.geometry else f"  tasks: {chosen.tasks} a pass",
-            f"  predicted time: {chosen.seconds:.3g} s on {self.threads} thread(s)" if chosen.seconds is not None
+            f"  predicted time: {self.seconds:.3g} s on {self.threads} thread(s)" if chosen.seconds is not None
             else "  predicted time: open-ended (passes depend on convergence)",
+            *([f"  pass cache: {self.cache.describe()}"] if self.cache is not None else []),
             f"  runner-up: {self.runner_up!r}" if self.runner_up else "  runner-up: none",
-            f"  accuracy asked: sin θ ≤ {self.tol:g}" if self.tol is not None else "  accuracy asked: none (tol=None)",
+            f"  accuracy asked: sin θ ≤ {self.tol:g}" if self.tol is not None else
+            f"  accuracy: sin θ ≤ {self.default_tol:g}, the default (tol=None; see daskpca._plan)" if self.default_tol
+            else "  accuracy asked: none (tol=None)",
             "",
             f"  {'solver':<{width}} {'exact':<6} {'passes':>7} {'flops':>10} {'time':>8} {'task memory':>12}  fits",
         ]
@@ -226,7 +265,7 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         "covariance": (1, n * d * d + 4 / 3 * d**3, max(block_in + block64 + d * d * FLOAT64, (MERGE_SPLIT_EVERY + 1) * d * d * FLOAT64), True, ""),
         # Gram: a leaf holds its strip, one float64 copy and its n×n product; a merge its
         # MERGE_SPLIT_EVERY inputs and one output.
-        "gram": (2, n * n * d + 2 * n * d * k, max(n * col_strip * (itemsize + FLOAT64) + n * n * FLOAT64, (MERGE_SPLIT_EVERY + 1) * n * n * FLOAT64), True, ""),
+        "gram": (2, n * n * d + 2 * n * d * k + gram_local_flops(n, k), max(n * col_strip * (itemsize + FLOAT64) + n * n * FLOAT64, (MERGE_SPLIT_EVERY + 1) * n * n * FLOAT64), True, ""),
         "tsqr": (1, 2 * n * d * min(n, d) + tsqr_tree_flops, max(tsqr_leaf, tsqr_merge), True, ""),
         # A randomized leaf converts its block one slab (_sketch.slab_rows rows) at a
         # time and merges the slabs' d×(ℓ + 1) factors SPLIT_EVERY at a time, like a merge task.
@@ -258,8 +297,18 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
     return estimates
 
 
+def gram_local_flops(n: int, k: int) -> float:
+    """Flops of the Gram road's local eigensolve: Lanczos and its Cholesky check for a fixed k
+    (see LANCZOS_PRODUCTS), a dense eigh (~4·n³) when Lanczos does not apply."""
+    from .solvers._linalg import LANCZOS_MAX_FRACTION, LANCZOS_MIN_SIZE
+
+    if n >= LANCZOS_MIN_SIZE and k <= LANCZOS_MAX_FRACTION * n:
+        return LANCZOS_PRODUCTS * 2.0 * n * n + n**3 / 3
+    return 4.0 * n**3
+
+
 #: Flop rates of the solvers whose kernels are not dense GEMM/SYRK at FLOPS_PER_SECOND.
-FLOP_RATES = {"randomized": SKETCH_FLOPS_PER_SECOND, "krylov": SKETCH_FLOPS_PER_SECOND}
+FLOP_RATES = {"randomized": SKETCH_FLOPS_PER_SECOND, "krylov": SKETCH_FLOPS_PER_SECOND, "gram": GRAM_FLOPS_PER_SECOND}
 
 
 def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, threads: int = 1) -> float | None:
@@ -270,10 +319,11 @@ def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, t
     if not isinstance(estimate.passes, int):
         return None
     busy = min(max(estimate.tasks, 1), threads) / threads
-    per_pass = n * d * itemsize / READ_BYTES_PER_SECOND + estimate.tasks * TASK_SECONDS / threads
-    copy = n * d * itemsize / WRITE_BYTES_PER_SECOND if estimate.copy_passes else 0.0
+    size = n * d * itemsize
+    per_pass = size / READ_BYTES_PER_SECOND + estimate.tasks * TASK_SECONDS / threads
+    copy = estimate.copy_passes * size / COPY_READ_BYTES_PER_SECOND + size / WRITE_BYTES_PER_SECOND if estimate.copy_passes else 0.0
     flops = estimate.flops / FLOP_RATES.get(estimate.name, FLOPS_PER_SECOND)
-    return ((estimate.passes + estimate.copy_passes) * per_pass + copy + flops) / busy
+    return (estimate.passes * per_pass + copy + flops) / busy
 
 
 #: Solvers whose answer is exact (to round-off): they meet any ``tol``.
@@ -294,19 +344,24 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     """
     budget, source = task_memory_budget()
     threads = worker_resources()[0]
-    reads = reads or {}
+    reads = dict(reads or {})
+    # Without a tol, solver="auto" weighs the exact roads against Krylov run to DEFAULT_TOL.
+    default_road = tol is None and requested is None and not needs_spectrum and not has_missing
+    road_tol = DEFAULT_TOL if default_road else tol
+    if default_road and "krylov" in reads:  # the solver will get DEFAULT_TOL, hence its budget
+        reads["krylov"] = (reads["krylov"][0], pass_budget(road_tol, max_passes))
     estimates = [
         e.with_reads(*reads.get(e.name, (0, None))).with_seconds(n, d, itemsize, threads)
         for e in estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget,
-                                  available=available, tol=tol, max_passes=max_passes)
+                                  available=available, tol=road_tol, max_passes=max_passes)
     ]
     by_name = {e.name: e for e in estimates}
     fits = lambda name: name in by_name and by_name[name].feasible  # noqa: E731
-    small_side = min(n, d)
     exact_small = "covariance" if d <= n else "gram"
     approximate = "krylov" if "krylov" in by_name else "randomized"
     warnings = []
 
+    default_tol = None
     # 0. The caller's choice is the plan (its memory is checked below).
     if requested is not None:
         solver, reason = requested, "requested by the caller"
@@ -324,13 +379,11 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
         others = ", ".join(f"{e.name} ≈ {e.seconds:.3g} s" for e in candidates if e is not best)
         reason = (f"tol = {tol:g}: the fastest solver that guarantees it, ≈ {best.seconds:.3g} s "
                   f"in {best.passes} pass{'es' if best.passes != 1 else ''}" + (f" (vs {others})" if others else ""))
-    # 4. Few components of a matrix large in both directions: block Krylov reads the data a few
-    #    times but never forms a d×d or n×n matrix; it reports its error bound.
-    elif small_side > EXACT_MAX_SMALL_SIDE and k <= SMALL_K_FRACTION * small_side and fits(approximate):
-        solver, reason = approximate, (
-            f"both sides exceed {EXACT_MAX_SMALL_SIDE} and k = {k} ≤ {SMALL_K_FRACTION:g}·min(n, d): "
-            "an exact d×d / n×n matrix would dominate the cost"
-        )
+    # 4. No accuracy asked: an exact road where it costs about what the certified one does (tall
+    #    data: the covariance's one pass), else block Krylov certified to DEFAULT_TOL.
+    elif default_road and (choice := _default_road(by_name, max_passes, exact_small)) is not None:
+        solver, reason = choice
+        default_tol = DEFAULT_TOL if solver == "krylov" else None
     # 5. The exact one-pass (covariance) or two-pass (Gram) solver, when its matrix fits a task.
     elif fits(exact_small):
         solver, reason = exact_small, _shape_reason(n, d)
@@ -346,7 +399,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     if tol is not None and solver == approximate and not (solver == "krylov" and _krylov_reaches(tol, max_passes)):
         warnings.append(f"tol = {tol:g} may not be reached within the read budget of {pass_budget(tol, max_passes)} passes "
                         "(predicted for λ_k/λ_{ℓ+1} ≈ 2); the fit reports the bound it reaches")
-    if tol is None and solver == approximate:
+    if tol is None and solver == approximate and default_tol is None:
         warnings.append("no tol given and an approximate solver chosen: the fit reports its error bound "
                         "(solver_info_['error_bound']); pass tol= to ask for an accuracy")
     runner_up = next(
@@ -356,11 +409,39 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     )
     if solver in by_name and by_name[solver].copy_passes:  # the re-layout is part of the road: say so
         reason += f"; {by_name[solver].note}"
-    plan = Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, tol, geometry, threads)
+    plan = Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, tol, geometry, threads,
+                default_tol=default_tol)
     if requested is not None:
         check_requested(requested, plan)
     logger.info("daskpca: solver=%r (%s)", solver, reason)
     return plan
+
+
+def _default_road(by_name: dict, max_passes, exact_small: str) -> tuple[str, str] | None:
+    """``(solver, reason)`` without a tol: the exact road for the shape (``exact_small``; else the
+    fastest exact one that fits) when it costs at most EXACT_PREMIUM × block Krylov's predicted
+    time for DEFAULT_TOL, else Krylov; None when neither fits (the later rules then decide)."""
+    candidates = _guaranteeing(by_name, DEFAULT_TOL, max_passes)
+    exact = [e for e in candidates if e.name in EXACT_SOLVERS]
+    krylov = next((e for e in candidates if e.name == "krylov"), None)
+    best = next((e for e in exact if e.name == exact_small), None) or min(exact, key=lambda e: e.seconds, default=None)
+    if best is None and krylov is None:
+        return None
+    if krylov is None:
+        return best.name, f"exact: {_shape_reason_of(best)} (≈ {best.seconds:.3g} s); block Krylov does not fit or " \
+                          f"cannot certify the default accuracy {DEFAULT_TOL:g} within its read budget"
+    if best is not None and best.seconds <= EXACT_PREMIUM * krylov.seconds:
+        return best.name, (f"exact at about the cost of a certified answer: {_shape_reason_of(best)}, ≈ {best.seconds:.3g} s "
+                           f"against ≈ {krylov.seconds:.3g} s for block Krylov to sin θ ≤ {DEFAULT_TOL:g}")
+    against = f" against ≈ {best.seconds:.3g} s for the exact {best.name!r}" if best is not None else ""
+    return "krylov", (f"no tol given: block Krylov certified to the default accuracy sin θ ≤ {DEFAULT_TOL:g} "
+                      f"(≈ {krylov.seconds:.3g} s in {krylov.passes} predicted passes{against}; "
+                      "error_bound_ reports the bound reached; pass tol= or an exact solver= to change it)")
+
+
+def _shape_reason_of(estimate: SolverEstimate) -> str:
+    return {"covariance": "one pass building the d×d covariance", "gram": "the n×n Gram matrix (the N < D trick)",
+            "tsqr": "one pass of TSQR"}.get(estimate.name, estimate.name)
 
 
 def _krylov_reaches(tol: float, max_passes) -> bool:
@@ -424,9 +505,9 @@ def error_bound(info: dict) -> float:
 
 def fit_warnings(model, module, solver: str, *, chosen_by_planner: bool) -> list[tuple[str, type]]:
     """``(message, category)`` of every warning a finished fit owes its caller (the estimator
-    emits them): kept components too small for a solver that squares the data, and an
-    approximate answer nobody asked for (``solver="auto"`` without ``tol`` where no exact solver
-    fit) with the bound it carries. A ``tol`` missed within ``max_passes`` is the solver's own
+    emits them): kept components too small for a solver that squares the data, an approximate
+    answer nobody asked for (``solver="auto"`` without ``tol`` where no exact solver fit and no
+    bound was certified) with the bound it carries, and a default accuracy (DEFAULT_TOL) missed. A ``tol`` missed within ``max_passes`` is the solver's own
     warning (it knows the bound it reached). ``module`` is the solver that ran (its declarations
     say whether it squares the data), ``solver`` its name for the messages."""
     from .exceptions import AccuracyWarning, IllConditionedWarning
@@ -437,7 +518,15 @@ def fit_warnings(model, module, solver: str, *, chosen_by_planner: bool) -> list
         message = ill_conditioning_warning(model.explained_variance_, solver, model.n_samples_)
     if message:
         out.append((message, IllConditionedWarning))
-    if chosen_by_planner and model.tol is None and model.error_bound_ != 0:
+    default = model.solver_info_.get("tol") if chosen_by_planner and model.tol is None else None
+    if default is not None and not model.error_bound_ <= default:  # the default accuracy was missed
+        out.append((
+            f"solver='auto' ran block Krylov for the default accuracy sin θ ≤ {default:g} without reaching it: its "
+            f"error bound is {model.error_bound_:.1e} (error_bound_). Raise max_passes, or use an exact solver "
+            "(solver='covariance' or 'gram').",
+            AccuracyWarning,
+        ))
+    elif default is None and chosen_by_planner and model.tol is None and model.error_bound_ != 0:
         bound = model.error_bound_
         out.append((
             f"no exact solver fits a task for this input, so solver='auto' ran the approximate {solver!r} "
@@ -475,3 +564,24 @@ def ill_conditioning_warning(explained_variance, solver: str, n_samples: int) ->
 #: Variance ratio (λ_k / λ_1) below which the squared-data solvers lose relative accuracy:
 #: their eigenvalues carry absolute errors ~1e-16·λ_1·size, so at 1e-10 only ~5 digits remain.
 ILL_CONDITIONED_RATIO = 1e-10
+
+
+def with_cache(plan: Plan, matrix, cache="auto") -> Plan:
+    """``plan`` with its ``cache`` row: the pass cache (:func:`daskpca.solvers._cache.choose`) for
+    the solver it runs, whose reads of the source are its passes (the most, for one that stops on
+    convergence; one for a road that re-lays the input out into a copy of its own) plus the job's
+    later reads (the CLI's scores), and the time of each pass it serves. Reads no data."""
+    from .solvers import _cache
+
+    chosen = plan.estimate(plan.solver) if plan.solver in {e.name for e in plan.estimates} else None
+    most = plan.most_passes if chosen is not None else None  # a solver the planner has no row for: ≥ 2 assumed
+    passes = 1 if chosen is not None and chosen.copy_passes else (most if isinstance(most, int) else 2)
+    flop_seconds, read_seconds, working = 0.0, None, 0
+    if chosen is not None:
+        flop_seconds = chosen.flops / FLOP_RATES.get(chosen.name, FLOPS_PER_SECOND) / max(passes, 1)
+        if chosen.seconds is not None and isinstance(chosen.passes, int) and chosen.passes:
+            read_seconds = chosen.seconds / chosen.passes
+        working = chosen.task_bytes
+    choice = _cache.choose(matrix, cache, reads=passes + _cache.later_reads(), working_bytes=working,
+                           flop_seconds=flop_seconds, read_seconds=read_seconds, fit_reads=passes)
+    return replace(plan, cache=choice)

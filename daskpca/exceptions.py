@@ -129,3 +129,14 @@ __all__ = [
     "OutputExistsError",
     "StoreChangedError",
 ]
+
+
+class ScratchError(InputError):
+    """The scratch folder (``$DASKPCA_SCRATCH``, or the system's temporary directory) cannot hold
+    a temporary copy: missing, not a folder, not writable, or full. The message names the folder,
+    the variable and the fix."""
+
+
+class CacheWarning(UserWarning):
+    """The pass cache chosen (or asked for) could not be made — no room, an unwritable or full
+    scratch folder — and the fit read its source on every pass instead. Said once per fit."""

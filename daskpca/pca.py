@@ -34,8 +34,8 @@ from ._validation import NonFinite, as_dask_matrix, check_nan_policy
 from .exceptions import InputError, InputTypeError, NonFiniteInputError
 from .models import _format
 from .models._base import Estimator, model_matrix, positions, project_matrix, reconstruct, scores_out
-from .models._constraints import ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Interval, Options
-from .solvers import SOLVERS, covariance
+from .models._constraints import ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Interval, Options, Predicate
+from .solvers import SOLVERS, _cache, covariance
 from .solvers._base import ComponentRequest, SolverResult
 from .solvers._geometry import geometry_of, regroup
 from .solvers._linalg import flip_signs, one_blas_thread_per_task
@@ -101,22 +101,26 @@ class BasePCA(Estimator):
         request = self._request(matrix)
         if plan is None:
             plan = self._make_plan(matrix, request, spec)
-        else:
+        else:  # planned once; its cache row is chosen here, in the job's context (its cluster, later reads)
             self._check_given_plan(plan, matrix, request)
+            plan = _plan.with_cache(plan, matrix, self.cache)
         self._fit_plan = plan  # shown by _repr_html_
         name, reason, module = plan.solver, plan.reason, self._solver_modules[plan.solver]
         if spec is not None:
             spec = replace(spec, missing_ok=getattr(module, "ACCEPTS_MISSING", False))
         options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
+        if plan.default_tol is not None and "tol" in options:  # auto's certified road (see _plan.DEFAULT_TOL)
+            options["tol"] = plan.default_tol
         try:
-            with one_blas_thread_per_task(), PassClock() as clock:
-                result = _features.solve(module, matrix, request, spec, random_state=self.random_state, **options)
+            with one_blas_thread_per_task(), PassClock() as clock, _cache.for_fit([matrix], plan.cache) as cache:
+                result = _features.solve(module, cache.input(matrix), request, spec, random_state=self.random_state, **options)
         except NonFiniteInputError as error:
             if layout is None:
                 raise
             raise labeled.located(error, matrix, layout, X) from error
         self._set_fitted(result, name, reason, layout)
-        self.pass_seconds_, self.fit_seconds_ = np.array(clock.passes), clock.seconds
+        self.pass_seconds_, self.fit_seconds_, self.cache_ = np.array(clock.passes), clock.seconds, cache.summary
+        self.client_seconds_ = np.array(clock.client)
         if spec is not None:
             self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
         unasked = self.solver == "auto" and not getattr(module, "ACCEPTS_MISSING", False)  # ppca: NaN chose it
@@ -277,9 +281,9 @@ class BasePCA(Estimator):
         rows = self._field_values(reconstruct(matrix, basis, self.mean_, self.feature_stage_, lazy=lazy))
         return labeled.field_from_rows(self.layout_, rows, given) if self.layout_ is not None else rows
 
-    def check_updatable(self) -> None:
-        """Raise unless ``update`` can fold new data into this model exactly (reads nothing): the
-        family declares the capability, a member without ``update`` says why not."""
+    def check_updatable(self, X=None):
+        """Raise unless ``update`` can fold new data (``X``) into this model exactly (reads
+        nothing): the family declares the capability, a member without ``update`` says why not."""
         self.check_fitted()
         if self._cannot_update is not None:
             raise InputError(self._cannot_update)
@@ -524,8 +528,10 @@ class PCA(ProbabilisticMixin, BasePCA):
         bound on the sine of the largest principal angle between the kept subspace and the exact
         one is ≤ ``tol``; with ``solver="auto"`` a ``tol`` lets the planner pick the cheapest
         solver that guarantees it (exact solvers always do). ALS and probabilistic PCA stop when
-        the sine between successive subspaces is ≤ ``tol`` (``None``: 1e-8). ``None`` asks for
-        no particular accuracy: ``solver="auto"`` then stays exact wherever an exact solver fits.
+        the sine between successive subspaces is ≤ ``tol`` (``None``: 1e-8). ``None``:
+        ``solver="auto"`` runs an exact solver where it costs about what a certified answer
+        does, else block Krylov certified to sin θ ≤ 1e-6 (``daskpca._plan.DEFAULT_TOL``, ≤ 1 %
+        of the sampling error √(2/n) of EOFs for any n up to ~10¹⁰; see the README's Solvers).
     max_passes : int or None, default=None
         Approximate solvers: most full reads of the data to make while reaching ``tol``; when the
         budget is spent first, the fit warns (:class:`~daskpca.exceptions.AccuracyWarning`) with
@@ -550,6 +556,8 @@ class PCA(ProbabilisticMixin, BasePCA):
         Divide every feature by its standard deviation (ddof=1) as well: correlation-matrix PCA.
         Free with the covariance solver; one extra read with the others (weights and the mask of
         features missing everywhere are free with covariance, gram, randomized and krylov).
+    cache : {"auto", "memory", "disk", False}, default="auto"
+        Pass cache (:mod:`daskpca.solvers._cache`; dask config ``daskpca.cache`` overrides "auto").
 
     Attributes
     ----------
@@ -578,6 +586,8 @@ class PCA(ProbabilisticMixin, BasePCA):
         The solver that ran (``solver`` itself when it is not ``"auto"``).
     solver_reason_ : str
         Why that solver was used.
+    cache_ : dict
+        ``{"kind": "memory"|"disk"|None, "bytes", "where", "reason"}`` of the pass cache.
     n_passes_ : int
         Full reads of the input that ``fit`` made (in this process: fewer when it resumed from
         a ``checkpoint``).
@@ -588,6 +598,11 @@ class PCA(ProbabilisticMixin, BasePCA):
     pass_seconds_, fit_seconds_ : ndarray of shape (n_reads,), float
         Wall time of each read this ``fit`` made (the feature stage's own first, if any), and of
         the whole solve. Not saved with the model.
+    client_seconds_ : ndarray of shape (n_reads,)
+        Wall time of the client's own work after each read (from its end to the next read's
+        start, or to the end of the solve): the small local solves — Ritz problems and
+        orthogonalisation (Krylov), the d×d or n×n eigensolve (exact solvers) — and building the
+        next pass's graph. Not saved with the model.
     n_iter_ : int
         Iterations of the solver, by solver: ``als`` / ``ppca`` — ALS or EM iterations;
         ``randomized`` — power iterations q; ``krylov`` — blocks in the Krylov basis (one per
@@ -645,6 +660,7 @@ class PCA(ProbabilisticMixin, BasePCA):
         "checkpoint": [NONE, PATH],
         "weights": [WEIGHTS],
         "init": [NONE, ARRAY],
+        "cache": [Options(("auto", "memory", "disk")), Predicate(lambda v: v is False, "False")],
     }
     #: Parameters that steer one solver's reads or iterations: given (not left at their default)
     #: to a solver that does not take them (its module's ``OPTIONS``), they are refused.
@@ -667,6 +683,7 @@ class PCA(ProbabilisticMixin, BasePCA):
         checkpoint=None,
         weights=None,
         standardize=False,
+        cache="auto",
     ):
         self.n_components = n_components
         self.solver = solver
@@ -681,6 +698,7 @@ class PCA(ProbabilisticMixin, BasePCA):
         self.checkpoint = checkpoint
         self.weights = weights
         self.standardize = standardize
+        self.cache = cache
 
     def update(self, X):
         """Fold new samples into the fitted model exactly, reading only the new data (one pass).
@@ -703,10 +721,10 @@ class PCA(ProbabilisticMixin, BasePCA):
         Raises
         ------
         ValueError
-            When the model keeps no sufficient statistics (solvers other than covariance) or was
-            standardized (its per-feature scale would change with the new data).
+            When the model keeps no sufficient statistics (solvers other than covariance), was
+            standardized (its scale would change), or holds samples of the same stamps (labeled).
         """
-        self.check_updatable()
+        layout = self.check_updatable(X)
         matrix, _ = self.model_input(X)
         with one_blas_thread_per_task():
             (new,) = dask.compute(covariance.moments_graph(self.feature_stage_.apply(matrix)))
@@ -719,13 +737,13 @@ class PCA(ProbabilisticMixin, BasePCA):
         # The fit's reason quoted the old sample count; say what this model now is instead.
         reason = (f"update: the covariance statistics of {merged.count - n_before} new samples merged "
                   f"exactly into those of {n_before} ({merged.count} samples in all)")
-        self._set_fitted(replace(result, features=self.feature_stage_), "covariance", reason, self.layout_)
+        self._set_fitted(replace(result, features=self.feature_stage_), "covariance", reason, layout)
         self.solver_info_ = {**info, **self.solver_info_, "updated_with": merged.count - n_before}
         return self
 
-    def check_updatable(self) -> None:
-        """Raise unless :meth:`update` can fold new data into this model exactly (reads nothing)."""
-        super().check_updatable()
+    def check_updatable(self, X=None):
+        """Raise unless :meth:`update` can fold ``X`` in exactly (reads nothing); the layout it keeps."""
+        super().check_updatable(X)
         if self.solver_info_.get("moments") is None:
             raise InputError(
                 f"this model was fitted with solver={self.solver_!r}, which keeps no sufficient "
@@ -737,6 +755,7 @@ class PCA(ProbabilisticMixin, BasePCA):
                 "a standardized model cannot be updated exactly: each feature's scale would change "
                 "with the new data. Refit on all the data."
             )
+        return self.layout_ and (self.layout_ if X is None else self.layout_.with_new_samples(X))
 
     def _make_plan(self, array, request: ComponentRequest, spec) -> _plan.Plan:
         """The plan ``fit`` runs: the solver asked for (or the planner's choice) with every read
@@ -751,5 +770,5 @@ class PCA(ProbabilisticMixin, BasePCA):
             reads=_features.plan_reads(SOLVERS, spec, self.get_params(deep=False)),
         )
         self.refuse_ignored_knobs(plan.solver, SOLVERS)
-        return plan
+        return _plan.with_cache(plan, array, self.cache)
 

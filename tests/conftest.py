@@ -5,6 +5,11 @@ workers, an input three times the cluster's memory) are skipped in a contributor
 and run with ``--run-slow``, or whenever ``DASKPCA_RUN_SLOW=1`` or ``CI`` is set in the
 environment (CI sets it), so CI still runs the whole suite.
 
+**Container smoke run** (``@pytest.mark.containers``: deploy/smoke.sh builds the image and runs
+the compose cluster under podman, several minutes) is never part of the default run, CI's
+included: run it with ``--run-containers`` or ``DASKPCA_RUN_CONTAINERS=1``. Where podman is
+absent it skips with that reason.
+
 No test uses a fixed port: clusters are started with ``dashboard_address=None`` (or ``":0"``)
 and workers on ``127.0.0.1`` with ephemeral ports, so parallel runs and a running Jupyter do not
 collide ("port 8787 already in use").
@@ -20,6 +25,8 @@ import pytest
 def pytest_addoption(parser):
     parser.addoption("--run-slow", action="store_true", default=False,
                      help="also run the slow stress variants (@pytest.mark.slow); CI always does")
+    parser.addoption("--run-containers", action="store_true", default=False,
+                     help="also run the container smoke run (@pytest.mark.containers: podman, minutes)")
 
 
 def run_slow(config) -> bool:
@@ -28,14 +35,22 @@ def run_slow(config) -> bool:
                 or os.environ.get("CI", "").lower() not in ("", "0", "false"))
 
 
+def run_containers(config) -> bool:
+    """Whether this run includes the container smoke run (never by default, not in CI)."""
+    return bool(config.getoption("--run-containers") or os.environ.get("DASKPCA_RUN_CONTAINERS") == "1")
+
+
 def pytest_collection_modifyitems(config, items):
-    if run_slow(config):
-        return
-    skip = pytest.mark.skip(reason="slow stress variant: run with --run-slow (CI runs it)")
+    skip_slow = pytest.mark.skip(reason="slow stress variant: run with --run-slow (CI runs it)")
+    skip_containers = pytest.mark.skip(
+        reason="container smoke run: run with --run-containers (or deploy/smoke.sh); not in the default suite")
     for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+        if "slow" in item.keywords and not run_slow(config):
+            item.add_marker(skip_slow)
+        if "containers" in item.keywords and not run_containers(config):
+            item.add_marker(skip_containers)
 
 
 def pytest_report_header(config):
-    return "slow stress variants: " + ("run" if run_slow(config) else "skipped (--run-slow to run them)")
+    return ["slow stress variants: " + ("run" if run_slow(config) else "skipped (--run-slow to run them)"),
+            "container smoke run: " + ("run" if run_containers(config) else "skipped (--run-containers to run it)")]

@@ -30,10 +30,23 @@ def small_tasks(monkeypatch):
     monkeypatch.setattr(_plan, "task_memory_budget", lambda: (30 * 2**20, "a test's budget"))
 
 
+def test_auto_without_tol_certifies_the_default_accuracy_quietly(small_tasks):
+    """No exact solver fits: the default road is block Krylov to DEFAULT_TOL, met, no warning."""
+    X = _noise_continuum(seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AccuracyWarning)
+        pca = PCA(6, random_state=0).fit(da.from_array(X, chunks=(400, 1500)))
+    assert pca.solver_ == "krylov" and "default accuracy" in pca.solver_reason_
+    assert pca.solver_info_["tol"] == _plan.DEFAULT_TOL and pca.tol is None
+    components, _, _ = reference_pca(X)
+    assert sin_theta(pca.components_, components[:6]) <= pca.error_bound_ <= _plan.DEFAULT_TOL
+
+
 def test_auto_without_tol_warns_with_the_bound_of_its_approximate_answer(small_tasks, tmp_path):
     X = _noise_continuum()
+    # 3 reads cannot certify the default accuracy: no road guarantees it, Krylov answers with its bound.
     with pytest.warns(AccuracyWarning, match=r"error bound on sin θ of the kept subspace is \d"):
-        pca = PCA(6, random_state=0).fit(da.from_array(X, chunks=(400, 1500)))
+        pca = PCA(6, random_state=0, max_passes=3).fit(da.from_array(X, chunks=(400, 1500)))
     assert pca.solver_ == "krylov"
     components, _, _ = reference_pca(X)
     true = sin_theta(pca.components_, components[:6])
@@ -56,3 +69,28 @@ def test_auto_with_tol_meets_it_quietly(small_tasks):
 def test_exact_solvers_report_zero_and_unbounded_ones_nan(solver, expected):
     pca = PCA(3, solver=solver, random_state=0).fit(_noise_continuum(n=300, d=40))
     np.testing.assert_equal(pca.error_bound_, expected)
+
+
+@pytest.mark.parametrize("ratio", [1.05, 2.0])
+def test_default_road_bound_is_never_below_the_truth_on_hard_spectra(monkeypatch, tmp_path, ratio):
+    """solver='auto' without tol on a store of one sample per chunk (the archive layout), where no
+    exact solver fits: block Krylov for the default accuracy. λ_k just above a flat noise
+    continuum (λ_k/λ_{k+1} = 1.05 … 2): the reported bound is never below the true sin θ against a
+    float64 LAPACK reference, and either meets DEFAULT_TOL or says so with an AccuracyWarning."""
+    from test_solver_krylov import hard_spectrum
+    from _helpers import write_zarr
+
+    monkeypatch.setattr(_plan, "task_memory_budget", lambda: (8 * 2**20, "a test's budget"))  # no n², d², R fits
+    X = hard_spectrum(600, 800, 4, ratio, seed=5, dtype=np.float32)
+    array, _ = write_zarr(tmp_path / "x.zarr", X, (1, 800))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pca = PCA(4, random_state=0).fit(array)
+    assert pca.solver_ == "krylov" and pca.solver_info_["tol"] == _plan.DEFAULT_TOL
+    components, _, _ = reference_pca(X.astype(np.float64))
+    true = sin_theta(pca.components_, components[:4])
+    assert true <= pca.error_bound_
+    missed = [w for w in caught if issubclass(w.category, AccuracyWarning)]
+    assert bool(missed) == (pca.error_bound_ > _plan.DEFAULT_TOL)
+    if ratio >= 2:  # a gap Krylov resolves within its budget: certified
+        assert pca.error_bound_ <= _plan.DEFAULT_TOL

@@ -21,6 +21,14 @@ from daskpca.solvers._geometry import geometry_of, group_chunks, regroup
 from _helpers import CountingStore, align_signs, sin_theta
 from test_publish_s3 import s3  # noqa: F401  (the moto server fixture)
 
+
+@pytest.fixture(autouse=True)
+def _no_pass_cache():
+    """These tests count each pass's reads of the stored chunks: the pass cache (on by default, see
+    tests/test_pass_cache.py) would serve passes 2+ from the first read's blocks."""
+    with dask.config.set({"daskpca.cache": False}):
+        yield
+
 N_TIME, N_LAT, N_LON = 360, 12, 16
 
 

@@ -255,7 +255,7 @@ def test_fit_says_what_ran_in_text_and_json(sources, tmp_path, capsys):
     captured = capsys.readouterr()
     pca = daskpca.load(tmp_path / "a.zarr")
     assert "solver: krylov (" in captured.out
-    assert re.search(rf"passes over the data: {pca.n_passes_} passes, [\d.]+ s a pass; fit [\d.]+ s "
+    assert re.search(rf"passes over the data: {pca.n_passes_} passes, [\d.]+ s a pass \+ [\d.]+ s on the client; fit [\d.]+ s "
                      r"\(the plan predicted ≈ [\d.]+ s\)", captured.out), captured.out
     assert re.search(r"error bound: \d\.?\d*e-\d\d on sin θ; tol asked for 1e-06", captured.out), captured.out
     # Passes of milliseconds: the log has only the last line (a pass's own after 2 s of it).
@@ -268,6 +268,9 @@ def test_fit_says_what_ran_in_text_and_json(sources, tmp_path, capsys):
     assert len(summary["pass_seconds"]) == summary["n_passes"] == pca.n_passes_
     assert summary["seconds_per_pass"] == pytest.approx(np.mean(summary["pass_seconds"]))
     assert summary["fit_seconds"] >= sum(summary["pass_seconds"]) and summary["predicted_seconds"] > 0
+    # The client's share: one entry per pass (its work after that pass), inside the fit's time.
+    assert len(summary["client_seconds"]) == summary["n_passes"] and min(summary["client_seconds"]) >= 0
+    assert sum(summary["pass_seconds"]) + sum(summary["client_seconds"]) <= summary["fit_seconds"]
 
     # An exact solver: bound 0, no tol; a solver that computes no bound says so (null in JSON).
     assert cli.main(["fit", str(root / "matrix.zarr"), "-k", "3", "--out", str(tmp_path / "c.zarr")]) == 0

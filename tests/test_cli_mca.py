@@ -59,3 +59,51 @@ def test_bad_coupled_options_exit_2_before_reading(fields, tmp_path, capsys, ext
     assert main(args) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "m.zarr").exists()
+
+
+def test_krylov_mca_honours_max_passes_and_prints_strict_json(fields, tmp_path, capsys):
+    # --max-passes was dropped on the way to MCA (20 reads instead of 2); its fraction of a total it
+    # never computes printed NaN, which no strict JSON parser accepts.
+    root, _, _ = fields
+    argv = ["fit", str(root / "x.zarr"), "--var", "sst", "--mca", "--with", str(root / "y.zarr"), "--var2", "slp",
+            "-k", "2", "--solver", "krylov", "--json"]
+    assert main([*argv, "--max-passes", "2", "--out", str(tmp_path / "a.zarr")]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} in --json output"))
+    assert summary["n_passes"] == 2 and summary["squared_covariance_fraction"] == [None, None]
+    assert main([*argv, "--max-passes", "1", "--out", str(tmp_path / "b.zarr")]) == 2
+    assert "max_passes >= 2" in capsys.readouterr().err and not (tmp_path / "b.zarr").exists()
+
+
+def test_inspect_and_transform_accept_the_mca_models_fit_writes(fields, tmp_path, capsys):
+    import xarray as xr
+
+    root, x, y = fields
+    out = tmp_path / "mca.zarr"
+    assert main(["fit", str(root / "x.zarr"), "--var", "sst", "--mca", "--with", str(root / "y.zarr"), "--var2", "slp",
+                 "-k", "2", "--out", str(out), "--quiet"]) == 0
+    assert main(["inspect", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    model = load(out)
+    assert summary["analysis"] == "mca" and summary["n_components"] == 2
+    np.testing.assert_allclose(summary["singular_values"], model.singular_values_, rtol=1e-12)
+    assert main(["inspect", str(out)]) == 0
+    assert "MCA model" in capsys.readouterr().out
+    expected = model.transform(x, y)
+    for field, source, var, want in (("X", "x.zarr", "sst", expected[0]), ("Y", "y.zarr", "slp", expected[1])):
+        scores = tmp_path / f"scores_{field}.zarr"
+        assert main(["transform", str(out), str(root / source), "--var", var, "--field", field, "--out", str(scores),
+                     "--quiet"]) == 0
+        got = xr.open_zarr(scores, consolidated=False)
+        got = got[list(got.data_vars)[0]]
+        np.testing.assert_allclose(got.values, want.values, rtol=1e-10, atol=1e-12)
+    # --field belongs to coupled models; the wrong field's source is refused by its shape.
+    from daskpca import PCA
+
+    PCA(2).fit(np.random.default_rng(0).standard_normal((30, 4))).save(tmp_path / "pca.zarr")
+    assert main(["transform", str(tmp_path / "pca.zarr"), str(root / "x.zarr"), "--field", "Y",
+                 "--out", str(tmp_path / "s.zarr")]) == 2
+    assert "drop --field" in capsys.readouterr().err
+    assert main(["transform", str(out), str(root / "x.zarr"), "--var", "sst", "--field", "Y",
+                 "--out", str(tmp_path / "bad.zarr")]) == 2
+    capsys.readouterr()

@@ -146,7 +146,7 @@ def test_bootstrap_reads_on_worker_processes_as_locally(client, tmp_path):
     write_zarr(tmp_path / "x.zarr", X, (200, 10))
     pca = PCA(3, solver="covariance").fit(X)
     with dask.config.set(scheduler="sync"):
-        local = bootstrap(pca, X, n_replicates=100, random_state=3)
-    remote = bootstrap(pca, da.from_zarr(str(tmp_path / "x.zarr")), n_replicates=100, random_state=3)
+        local = bootstrap(pca, X, n_replicates=200, random_state=3)
+    remote = bootstrap(pca, da.from_zarr(str(tmp_path / "x.zarr")), n_replicates=200, random_state=3)
     np.testing.assert_allclose(remote.explained_variance_interval, local.explained_variance_interval, rtol=1e-9)
     np.testing.assert_allclose(remote.components_interval, local.components_interval, rtol=1e-9, atol=1e-12)

@@ -154,3 +154,35 @@ def test_tasks_get_one_blas_thread_and_the_local_eigh_gets_the_callers(monkeypat
         assert blas_threads() == callers  # restored after the fit
     assert seen["task"] == {1}
     assert seen["eigh"] == [callers]
+
+
+# ---- the Gram road's local eigensolve: Lanczos, certified, on hard spectra ---------------------
+
+
+@pytest.mark.parametrize("ratio", [1.05, 2.0])
+def test_gram_lanczos_matches_lapack_on_hard_spectra(ratio):
+    """n ≥ LANCZOS_MIN_SIZE: the Gram road's k pairs come from certified Lanczos, to LAPACK's
+    accuracy even when λ_k sits just above a flat noise continuum."""
+    from test_solver_krylov import hard_spectrum
+    from daskpca.solvers._linalg import LANCZOS_MIN_SIZE
+
+    n, d = LANCZOS_MIN_SIZE + 50, 800
+    X = hard_spectrum(n, d, K, ratio, seed=2)
+    components, variance, _ = reference_pca(X)
+    pca = PCA(n_components=K, solver="gram").fit(da.from_array(X, chunks=(n, 200)))
+    assert pca.solver_info_["eigensolver"] == "lanczos" and pca.error_bound_ == 0
+    assert sin_theta(pca.components_, components[:K]) <= 1e-10
+    np.testing.assert_allclose(pca.explained_variance_, variance[:K], rtol=1e-10)
+
+
+def test_lanczos_check_catches_a_missed_eigenvalue():
+    """Pairs that skip the largest eigenvalue (what a Lanczos start lacking its eigenvector would
+    return) fail the Cholesky check, so the solve falls back to LAPACK."""
+    from daskpca.solvers._linalg import _certified_top
+
+    rng = np.random.default_rng(0)
+    q, _ = np.linalg.qr(rng.standard_normal((400, 400)))
+    values = np.concatenate([[50.0, 40.0, 30.0, 20.0], np.linspace(1.0, 0.5, 396)])
+    G = (q * values) @ q.T
+    assert _certified_top(G, values[:4], q[:, :4], 3)
+    assert not _certified_top(G, values[1:5], q[:, 1:5], 3)  # the 50 is missing

@@ -3,6 +3,8 @@ output with masks and weights, two passes, and the saved model."""
 
 from __future__ import annotations
 
+import dask
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -15,6 +17,14 @@ from daskpca.eof.hilbert import HilbertPCA
 from daskpca.solvers.hilbert import analytic_signal
 
 from _helpers import write_zarr
+
+
+@pytest.fixture(autouse=True)
+def _no_pass_cache():
+    """These tests count each pass's reads: the pass cache (tests/test_pass_cache.py) would serve
+    passes 2+ from the first read's blocks."""
+    with dask.config.set({"daskpca.cache": False}):
+        yield
 
 
 def _wave(n=240, n_lat=4, n_lon=12, seed=0, noise=0.2):

@@ -135,11 +135,12 @@ def test_each_field_is_read_once_on_the_exact_path_and_once_per_pass_on_krylov(t
         for store in (store_x, store_y):
             assert set(store.chunk_reads().values()) == {1}
             store.reads.clear()
-        krylov = MCA(3, solver="krylov", max_passes=4, random_state=0).fit(array_x, array_y)
+        krylov = MCA(3, solver="krylov", max_passes=4, random_state=0, cache=False).fit(array_x, array_y)
     assert krylov.n_passes_ == 4
     for store, chunks in ((store_x, chunks_x), (store_y, chunks_y)):
         reads = store.chunk_reads()
-        assert len(reads) == chunks and set(reads.values()) == {4}
+        assert len(reads) == chunks and set(reads.values()) == {4}  # cache=False: every pass reads (cached: once,
+        # tests/test_pass_cache.py)
 
 
 def test_bad_pairs_get_one_clear_error_before_any_read(tmp_path):
@@ -289,3 +290,23 @@ def test_a_field_stored_one_sample_per_chunk_is_read_in_tasks_of_whole_chunks(tm
     assert max(store_x.chunk_reads().values()) == 1 and len(store_x.chunk_reads()) == 240
     assert max(store_y.chunk_reads().values()) == 1 and len(store_y.chunk_reads()) == 240
     np.testing.assert_allclose(mca.singular_values_, MCA(3).fit(X, Y).singular_values_, rtol=1e-12)
+
+
+def test_krylov_is_exact_with_bound_zero_when_k_is_the_smaller_field_and_says_why_it_stopped():
+    import warnings
+
+    from daskpca.exceptions import AccuracyWarning
+
+    rng = np.random.default_rng(4)
+    x, y = rng.standard_normal((120, 9)), rng.standard_normal((120, 3))
+    y[:, :2] += x[:, :2]
+    fit = MCA(3, solver="krylov", tol=1e-10, random_state=0).fit(x, y)  # k = dy: the exact answer
+    exact = MCA(3, solver="exact").fit(x, y)
+    assert fit.error_bound_ <= 1e-10 and fit.n_passes_ < 20  # the true, round-off bound; stopped at tol
+    np.testing.assert_allclose(fit.singular_values_, exact.singular_values_, rtol=1e-10)
+    # Stopped early (invariant Krylov spaces) above tol: the warning says so, not "budget spent".
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        MCA(2, solver="krylov", tol=1e-12, n_oversamples=0, random_state=0).fit(np.tile(x[:, :1], 3), np.tile(y[:, :1], 2))
+    messages = [str(w.message) for w in caught if issubclass(w.category, AccuracyWarning)]
+    assert len(messages) == 1 and "became invariant" in messages[0] and "read budget" not in messages[0], messages

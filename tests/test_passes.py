@@ -9,6 +9,14 @@ from daskpca import PCA
 from _helpers import low_rank_data, sin_theta, write_zarr
 
 
+@pytest.fixture(autouse=True)
+def _no_pass_cache():
+    """These tests count each pass's reads of the source: the pass cache (on by default, see
+    tests/test_pass_cache.py) would serve passes 2+ from the first read's blocks."""
+    with dask.config.set({"daskpca.cache": False}):
+        yield
+
+
 @pytest.mark.parametrize(
     "solver, shape, chunks, passes",
     [

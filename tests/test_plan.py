@@ -148,10 +148,35 @@ def test_tol_picks_the_fastest_solver_that_guarantees_it(shape, chunks, tol, exp
             assert chosen.seconds <= other.seconds
 
 
-def test_without_tol_auto_stays_exact_where_exact_fits():
-    plan = PCA(10).plan(lazy((40_000, 10_000), (2_000, 10_000)))
-    assert plan.solver == "covariance"  # 1e4² fits a task since merges are pairwise
-    assert plan.estimate("krylov").passes == 8 and "error bound reported" in plan.estimate("krylov").note
+@pytest.mark.parametrize(
+    "shape, chunks, expected",
+    [
+        ((1_000_000, 500), (20_000, 500), "covariance"),  # tall: one exact pass at the read floor
+        ((2_000, 200_000), (2_000, 10_000), "gram"),  # wide in column strips: two passes, small n²·d
+        ((40_000, 10_000), (2_000, 10_000), "krylov"),  # n·d² + d³ cost several times the certified road
+    ],
+)
+def test_without_tol_auto_is_exact_only_where_it_costs_about_the_certified_road(shape, chunks, expected):
+    from daskpca._plan import DEFAULT_TOL, EXACT_PREMIUM
+
+    plan = PCA(10).plan(lazy(shape, chunks))
+    assert plan.solver == expected, str(plan)
+    krylov = plan.estimate("krylov")
+    assert "tol = 1e-06" in krylov.note  # the certified road is costed for the default accuracy
+    exact = min((e for e in plan.estimates if e.exact and e.feasible), key=lambda e: e.seconds)
+    if expected == "krylov":
+        assert exact.seconds > EXACT_PREMIUM * krylov.seconds
+        assert plan.default_tol == DEFAULT_TOL and "sin θ ≤ 1e-06, the default" in str(plan)
+        assert "default accuracy" in plan.reason and not plan.warnings
+    else:
+        assert plan.estimate(expected).seconds <= EXACT_PREMIUM * krylov.seconds and plan.default_tol is None
+        assert "exact at about the cost of a certified answer" in plan.reason
+
+
+def test_forced_exact_solvers_stay_exact_without_tol():
+    for solver in ("covariance", "gram", "tsqr"):
+        plan = PCA(10, solver=solver).plan(lazy((4_000, 1_000), (500, 1_000)))
+        assert plan.solver == solver and plan.default_tol is None and "accuracy asked: none" in str(plan)
 
 
 def test_tol_beyond_the_budget_falls_back_to_exact_or_warns():

@@ -236,3 +236,23 @@ def test_sigkill_at_every_s3_publish_step_leaves_a_complete_model(s3):
     PCA(3).fit(X).save(target, overwrite=True)
     assert len(_versions(target)) == len(io.history(target)) == 2
     assert daskpca.load(target).n_components_ == 3
+
+
+def test_results_daskpca_writes_to_s3_are_sources_for_every_command(s3, tmp_path, capsys):
+    # Published stores are a pointer to a version: every SOURCE (fit, inspect, --with, report --data)
+    # reads the current version, not the pointer's prefix ("is not a zarr store").
+    import zarr
+
+    source = tmp_path / "in.zarr"
+    zarr.create_array(str(source), shape=X.shape, chunks=(20, 6), dtype="f8")[...] = X
+    model, scores = url("model.zarr"), url("scores.zarr")
+    assert cli.main(["fit", str(source), "-k", "3", "--out", model, "--scores", scores, "--quiet"]) == 0
+    assert cli.main(["inspect", scores, "--json"]) == 0  # 3 columns: the default k is at most 3
+    assert json.loads(capsys.readouterr().out)["shape"] == [80, 3]
+    again = url("again.zarr")
+    assert cli.main(["fit", scores, "-k", "2", "--solver", "covariance", "--out", again, "--quiet"]) == 0
+    assert cli.main(["fit", str(source), "--mca", "--with", scores, "-k", "2", "--out", url("mca.zarr"), "--quiet"]) == 0
+    pytest.importorskip("matplotlib")
+    assert cli.main(["report", again, "--out", str(tmp_path / "rep"), "--bootstrap", "200", "--data", scores,
+                     "--quiet"]) == 0
+    assert "Moving-block bootstrap (200 replicates" in (tmp_path / "rep" / "summary.md").read_text()

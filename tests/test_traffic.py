@@ -6,9 +6,20 @@ hand, then that the node formulas plus tree_reduce's structure reproduce a real 
 
 from __future__ import annotations
 
+import dask
+import pytest
+
 from benchmarks.traffic_model import SolverModel, predicted_step, size_formulas
 from benchmarks.traffic_place import PLACEMENTS, simulate
 from benchmarks.traffic_record import PROXIES, proxy_array, record_fit, record_solver
+
+
+@pytest.fixture(autouse=True)
+def _no_pass_cache():
+    """The recorded graphs and the traffic formulas are those of uncached passes (the pass cache,
+    tests/test_pass_cache.py, keeps the first read's blocks on the workers instead)."""
+    with dask.config.set({"daskpca.cache": False}):
+        yield
 
 
 def _covariance_recording(folder, n_blocks, n_rows=20, d=12):

@@ -13,7 +13,6 @@ which ran.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -25,10 +24,12 @@ import numpy as np
 
 from . import options as cli_options
 from .options import UsageError
+from .declarations import check_paths
 from .errors import failure_line
 from .demo import demo_data, demo_folder
 from .cluster import LOCAL_CLUSTER, cluster_asked, dask_client, runner
-from .summary import passes_text, say as _say, summary as job_summary, variance_table, what_ran
+from .summary import (coupled_summary, coupled_table, is_coupled, passes_text, say as _say, summary as job_summary, to_json,
+                      variance_table, what_ran)
 
 log = logging.getLogger("daskpca")
 
@@ -56,33 +57,11 @@ def _command_line(args) -> str:
     return " ".join(["daskpca", *(sys.argv[1:] if sys.argv and "daskpca" in sys.argv[0] else [args.command])])[:300]
 
 
-#: Each writing command's inputs and outputs: ``(label, args attribute)`` pairs.
-JOB_PATHS = {
-    "fit": ((("SOURCE", "source"),), (("--out", "out"), ("--scores", "scores"))),
-    "transform": ((("MODEL", "model"), ("SOURCE", "source")), (("--out", "out"),)),
-    "update": ((("SOURCE", "source"),), (("MODEL", "model"),)),
-    "report": ((("MODEL", "model"),), (("--out", "out"),)),
-    "rollback": ((), (("MODEL", "model"),)),
-}
-
-
-def _check_paths(args) -> None:
-    """Refuse, before anything is claimed or read, an output that is, contains or lies inside an
-    input or another output of the job (resolved: symlinks, ``..``, trailing slashes, URLs)."""
-    from ..io import overlaps
-
-    inputs, outputs = JOB_PATHS[args.command]
-    problems = overlaps({label: getattr(args, name, None) for label, name in inputs},
-                        {label: getattr(args, name, None) for label, name in outputs})
-    if problems:
-        raise UsageError(problems[0])
-
-
 def _claim_outputs(args, *outputs):
-    """Claim the job's outputs (before any data is read), then check they can be written."""
+    """Claim the job's outputs (before any data is read), then check they can be written. That no
+    output is an input was checked before the command started (:mod:`.declarations`)."""
     from .. import io
 
-    _check_paths(args)
     outputs = [o for o in outputs if o]
     for output in outputs:
         io.check_folder(output)
@@ -105,6 +84,8 @@ def open_source(path: str, var: str | None = None):
     import xarray as xr
     import zarr
 
+    from ..io import resolve
+
     is_url = "://" in path
     if not is_url and not Path(path).exists():
         raise UsageError(f"SOURCE {path!r} does not exist; pass the path or URL of a zarr store or NetCDF file.")
@@ -114,8 +95,11 @@ def open_source(path: str, var: str | None = None):
         except Exception as exc:  # the engine's own message says what is missing
             raise UsageError(f"cannot open {path!r} as NetCDF: {exc}") from exc
         return _select_variable(data, var, path)
+    # What daskpca publishes to an object store is a pointer to its current version: read that
+    # version, as every reader of the store layer does (a local store is read where it is).
+    location = resolve(path)
     try:
-        node = zarr.open(path, mode="r")
+        node = zarr.open(location, mode="r")
     except Exception as exc:
         raise UsageError(f"{path!r} is not a zarr store ({type(exc).__name__}: {exc}).") from exc
     if isinstance(node, zarr.Array):
@@ -124,7 +108,7 @@ def open_source(path: str, var: str | None = None):
         return _numeric(da.from_zarr(node), path)
     # Consolidated metadata is not part of zarr v3: do not look for it there (xarray warns).
     consolidated = False if node.metadata.zarr_format == 3 else None
-    data = xr.open_zarr(path, consolidated=consolidated, chunks={})
+    data = xr.open_zarr(location, consolidated=consolidated, chunks={})
     return _select_variable(data, var, path)
 
 
@@ -189,12 +173,19 @@ def _load_model(path, *, coupled: bool = False, verify: bool = True):
     return from_dataset(ds, None if coupled or ROTATION in ds.attrs else BasePCA, source=os.fspath(path))
 
 
+#: ``solver_info_`` key of a model fitted with --lags on a bare array: how its input was embedded.
+EMBEDDING = "lag_embedding"
+
+
 def _as_fitted(data, model):
     """New data embedded as the model's was: an extended-EOF model has a 'lag' feature dim."""
     from ..eof.lagged import LAG
 
     fitted = getattr(model, "model_", model)
     layout = fitted.layout_
+    embedding = fitted.solver_info_.get(EMBEDDING)
+    if layout is None and embedding and not _is_labeled(data):
+        return _embedded(data, int(embedding["n_lags"]), int(embedding["lag_step"]), None)
     if layout is None or not any(LAG in v.dims for v in layout.variables) or LAG in getattr(data, "dims", ()):
         return data
     lags = np.asarray(layout.coords[LAG].values)
@@ -207,6 +198,7 @@ def _as_fitted(data, model):
 
 def cmd_fit(args) -> dict:
     from .. import HilbertPCA, PCA, Rotator, io
+    from ..solvers import _cache
 
     n_components = cli_options.n_components(args.n_components)
     cli_options.check_coupled_options(args)
@@ -230,9 +222,14 @@ def cmd_fit(args) -> dict:
         plan = pca.plan(data, sample_dims=sample_dims)  # parameters and shape checked; nothing read
         _check_memory(args, plan)
         timings = {}
-        with runner(args, data.nbytes):
+        # The job's pass cache: a fit followed by its scores keeps the first read's blocks for both.
+        with runner(args, data.nbytes), _cache.job(later_reads=1 if args.scores else 0):
             start = time.perf_counter()
             pca.fit(data, plan=plan, **({} if sample_dims is None else {"sample_dims": sample_dims}))  # planned once
+            if args.lags and sample_dims is None:
+                # A bare array has no 'lag' dim for the model to keep: record the embedding (saved with
+                # the model) so that update and transform embed new data the same way.
+                pca.solver_info_[EMBEDDING] = {"n_lags": args.lags, "lag_step": args.lag_step}
             timings["fit_s"] = time.perf_counter() - start
             start = time.perf_counter()
             power = 1 if args.rotation == "varimax" else args.power or cli_options.PROMAX_POWER
@@ -243,7 +240,8 @@ def cmd_fit(args) -> dict:
                     scores = model.transform(data)
                     (io.write_xarray if _is_labeled(scores) else io.write_array)(scores, args.scores, overwrite=args.overwrite)
             timings["write_s"] = time.perf_counter() - start
-    summary = job_summary(pca, args, model=args.out, scores=args.scores, timings=timings, plan=plan)
+    fit_plan = getattr(pca, "_fit_plan", plan)  # made inside the job: its cache row is the one the fit used
+    summary = job_summary(pca, args, model=args.out, scores=args.scores, timings=timings, plan=fit_plan)
     _say(args, variance_table(pca, args.all))
     _say(args, what_ran(summary))
     _say(args, f"wrote the model to {args.out}"
@@ -268,15 +266,8 @@ def _fit_mca(args, n_components) -> dict:
             mca.fit(*fields, **({} if sample_dims is None else {"sample_dims": sample_dims}))
             fit_s = time.perf_counter() - start
             mca.save(args.out, overwrite=args.overwrite)
-    lines = [" mode  singular value  squared cov. fraction"]
-    lines += [f"{i:5d} {s:15.4g} {f:22.2%}" for i, (s, f) in
-              enumerate(zip(mca.singular_values_, mca.squared_covariance_fraction_), 1)]
-    _say(args, "\n".join(lines) + f"\nwrote the MCA model to {args.out} ({passes_text(mca.n_passes_)} over both fields)")
-    return {"model": args.out, "ran_on": getattr(args, "ran_on", None), "analysis": "mca", "solver": mca.solver_,
-            "n_components": int(mca.n_components_), "n_samples": int(mca.n_samples_), "n_passes": int(mca.n_passes_),
-            "singular_values": [float(v) for v in mca.singular_values_],
-            "squared_covariance_fraction": [float(v) for v in mca.squared_covariance_fraction_],
-            "error_bound": float(mca.error_bound_), "timings": {"fit_s": fit_s}}
+    _say(args, coupled_table(mca) + f"\nwrote the MCA model to {args.out} ({passes_text(mca.n_passes_)} over both fields)")
+    return coupled_summary(mca, args, model=args.out, timings={"fit_s": fit_s})
 
 
 def cmd_transform(args) -> dict:
@@ -284,14 +275,23 @@ def cmd_transform(args) -> dict:
 
     with _claim_outputs(args, args.out):
         io.check_writable(args.out, overwrite=args.overwrite)
-        pca = _load_model(args.model, verify=not args.no_verify)
-        data = _as_fitted(open_source(args.source, args.var), pca)
+        model = _load_model(args.model, coupled=True, verify=not args.no_verify)
+        if args.field is not None and not is_coupled(model):
+            raise UsageError(f"--field {args.field} chooses a field of a coupled (MCA/CCA) model; {args.model!r} holds "
+                             f"a {type(model).__name__} of one field: drop --field.")
+        data = open_source(args.source, args.var)
+        nan = {"nan": args.nan} if args.nan != "raise" else {}
         with runner(args, data.nbytes):
             start = time.perf_counter()
-            scores = pca.transform(data, **({"nan": args.nan} if args.nan != "raise" else {}))
+            if is_coupled(model):  # each field has its own patterns: score SOURCE as the field --field names
+                pair = (data, None) if (args.field or "X") == "X" else (None, data)
+                scores = model.transform(*pair, **nan)[0 if pair[0] is not None else 1]
+            else:
+                scores = model.transform(_as_fitted(data, model), **nan)
             (io.write_xarray if _is_labeled(scores) else io.write_array)(scores, args.out, overwrite=args.overwrite)
             elapsed = time.perf_counter() - start
-    _say(args, f"wrote scores {tuple(scores.shape)} to {args.out}")
+    _say(args, f"wrote scores {tuple(scores.shape)} to {args.out}"
+               + (f" (field {args.field or 'X'} of the {type(model).__name__})" if is_coupled(model) else ""))
     return {"scores": args.out, "shape": list(scores.shape), "ran_on": args.ran_on, "timings": {"transform_s": elapsed}}
 
 
@@ -340,7 +340,14 @@ def cmd_inspect(args) -> dict:
     from .. import PCA
 
     if _is_saved_model(args.path):
-        model = _load_model(args.path, verify=not args.no_verify)  # verified: a damaged store or marker is refused by name
+        model = _load_model(args.path, coupled=True, verify=not args.no_verify)  # verified: a damaged store or marker is refused by name
+        if is_coupled(model):
+            _say(args, f"daskpca {type(model).__name__} model {args.path}: {model.n_components_} mode pairs of "
+                       f"{model.feature_stage_x_.n_input} (X: SOURCE) and {model.feature_stage_y_.n_input} (Y: --with) "
+                       f"features, fitted on {model.n_samples_} shared samples with solver {model.solver_!r} "
+                       f"({passes_text(model.n_passes_)} over both fields)")
+            _say(args, coupled_table(model))
+            return coupled_summary(model, args, model=args.path)
         pca = getattr(model, "model_", model)
         _say(args, f"daskpca model {args.path}: {pca.n_components_} components of {pca.n_features_in_} "
                    f"features, fitted on {pca.n_samples_} samples with solver {pca.solver_!r} "
@@ -357,7 +364,11 @@ def cmd_inspect(args) -> dict:
     data = open_source(args.path, args.var)
     sample_dims = _sample_dims(args, data)
     # The public planner on the lazily opened source: its real chunks, nothing read.
-    plan = PCA(cli_options.n_components(args.n_components), solver="auto").plan(data, sample_dims=sample_dims)
+    k = cli_options.n_components(args.n_components)
+    if args.n_components is None:  # the default, at most what the source can give (3 columns: 3)
+        shape = PCA(1).plan(data, sample_dims=sample_dims)
+        k = min(cli_options.INSPECT_K, shape.n_samples, shape.n_features)
+    plan = PCA(k, solver="auto").plan(data, sample_dims=sample_dims)
     matrix_shape = (plan.n_samples, plan.n_features)
     _say(args, f"source {args.path}: {type(data).__name__} shape {tuple(data.shape)} dtype {data.dtype}"
                + (f" dims {list(data.dims)}" if _is_labeled(data) else "")
@@ -371,6 +382,7 @@ def cmd_inspect(args) -> dict:
 def cmd_report(args) -> dict:
     from .. import MCA, io
 
+    cli_options.check_report_options(args)
     with _claim_outputs(args, args.out):
         io.check_writable(args.out, overwrite=args.overwrite)
         pca = _load_model(args.model, coupled=True, verify=not args.no_verify)
@@ -385,8 +397,6 @@ def cmd_report(args) -> dict:
             raise UsageError(f"daskpca report needs matplotlib: pip install 'daskpca[plot]' ({exc}).") from exc
         from .report import write_coupled_report, write_report
 
-        if args.bootstrap and not args.data:
-            raise UsageError("--bootstrap N resamples the data the model was fitted on: name it with --data SOURCE.")
         if isinstance(pca, MCA):
             if args.bootstrap:
                 raise UsageError("--bootstrap works on PCA models; this is an MCA model (bootstrap intervals for "
@@ -478,10 +488,14 @@ def main(argv=None) -> int:
     if args.verbose:
         logging.getLogger("distributed").setLevel(logging.WARNING)
     try:
+        check_paths(args)  # every command: no output is, contains or lies inside an input
         summary = args.run(args)
-    except KeyboardInterrupt:
-        print("daskpca: interrupted; nothing was published", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        from ..store.scratch import Terminated  # SIGTERM while a temporary copy was open: cleaned up
+
+        terminated = isinstance(exc, Terminated)
+        print(f"daskpca: {'terminated (SIGTERM)' if terminated else 'interrupted'}; nothing was published", file=sys.stderr)
+        return 143 if terminated else 130
     except Exception as exc:  # noqa: BLE001 — every failure ends as one line and an exit code
         code, first = failure_line(exc, args.command)
         if args.verbose:
@@ -489,7 +503,7 @@ def main(argv=None) -> int:
         print(f"daskpca: error: {first}", file=sys.stderr)
         return code
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(to_json(summary))
     return 0
 
 

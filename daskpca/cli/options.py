@@ -20,6 +20,8 @@ class UsageError(Exception):
 
 #: Options each command requires, from the command line or the job file.
 REQUIRED = {"fit": ("n_components", "out"), "transform": ("out",), "report": ("out",), "rollback": ("to",)}
+#: Components `inspect` plans for when -k is not given (fewer when the source has fewer).
+INSPECT_K = 20
 #: promax's exponent when --power is not given.
 PROMAX_POWER = 4
 #: A worker process needs this much memory besides its tasks (interpreter, dask, buffers).
@@ -152,6 +154,10 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     fit.add_argument("--max-passes", type=positive_int, help="krylov: most reads of the data while reaching --tol (default: 8, or 20 with --tol)")
     fit.add_argument("--tol", type=float, help="accuracy asked for: bound on sin θ of the kept subspace (approximate solvers; als/ppca: convergence tolerance, default 1e-8)")
     fit.add_argument("--scores", metavar="SCORES", help="also write the scores to this zarr store")
+    fit.add_argument("--cache", choices=["auto", "memory", "disk", "off"], default="auto",
+                     help="pass cache: keep the first read's blocks in memory or in an uncompressed copy under "
+                          "$DASKPCA_SCRATCH for the later passes and --scores (default: %(default)s: memory if "
+                          "it fits, else disk, else none)")
     eof = fit.add_argument_group("EOF variants")
     eof.add_argument("--hilbert", action="store_true",
                      help="Hilbert (complex) EOFs: the analytic signal along the sample dim (rows in time order)")
@@ -179,6 +185,9 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     no_verify(transform)
     required(transform).add_argument("--out", metavar="SCORES", help="where to write the scores (a zarr store)")
     source_options(transform)
+    transform.add_argument("--field", choices=["X", "Y"],
+                           help="coupled (MCA/CCA) models: score SOURCE as field X (fitted as SOURCE, the default) or "
+                                "Y (fitted as --with); each field has its own patterns")
     transform.add_argument("--nan", choices=["raise", "propagate"], default="raise",
                            help="NaN/±inf in SOURCE: raise an error naming the first one, or give NaN scores "
                                 "for the samples holding them (default: %(default)s)")
@@ -203,7 +212,8 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     no_verify(inspect)
     source_options(inspect)
     sample_dims(inspect, "labeled sources: dims that index samples (default: the first)")
-    inspect.add_argument("-k", "--n-components", default="20", metavar="K", help="for the plan (default: %(default)s)")
+    inspect.add_argument("-k", "--n-components", metavar="K",
+                         help=f"for the plan (default: {INSPECT_K}, at most the source's min(n_samples, n_features))")
     inspect.add_argument("--all", action="store_true", help="print every mode of a model's variance table")
 
     report = command("report", "plots and a summary of a saved model",
@@ -363,6 +373,24 @@ def check_coupled_options(args) -> None:
         raise UsageError(f"--mca takes --solver auto, exact (one pass) or krylov (with --tol); not {args.solver}.")
 
 
+def cache_setting(value: str):
+    """``--cache`` as the estimators' ``cache=``: ``off`` is False."""
+    return False if value == "off" else value
+
+
+def check_report_options(args) -> None:
+    """--data, --var and --block-length go with --bootstrap N; refused alone rather than ignored."""
+    if args.bootstrap:
+        if not args.data:
+            raise UsageError("--bootstrap N resamples the data the model was fitted on: name it with --data SOURCE.")
+        return
+    alone = [flag for flag, given in (("--data", args.data), ("--var", args.var), ("--block-length", args.block_length))
+             if given is not None]
+    if alone:
+        raise UsageError(f"{', '.join(alone)} appl{'y' if len(alone) > 1 else 'ies'} to the bootstrap only: add "
+                         "--bootstrap N (e.g. 1000), or drop " + ("them." if len(alone) > 1 else "it."))
+
+
 #: What each ``fit`` option sets: ``(option, args attribute, the parameter it becomes)``. The
 #: command builds its estimators from this table (:func:`estimator_params`), so an option that
 #: none of the pieces it builds takes is refused by name, never silently ignored (``--power``
@@ -377,9 +405,12 @@ FIT_PARAMETERS = (
     ("--random-state", "random_state", "random_state"),
     ("--power", "power", "power"),
     ("--lag-step", "lag_step", "lag_step"),
+    ("--cache", "cache", "cache"),
 )
 #: Values an option has when it is not given (argparse's defaults of the ``fit`` parser).
-_NOT_GIVEN = {"solver": "auto", "lag_step": 1, "whiten": False}
+_NOT_GIVEN = {"solver": "auto", "lag_step": 1, "whiten": False, "cache": "auto"}
+#: Options whose text becomes another value as a parameter.
+_AS_PARAMETER = {"cache": lambda value: False if value == "off" else value}  # --cache off: cache=False
 
 
 def estimator_params(args, parts: dict) -> dict:
@@ -398,7 +429,7 @@ def estimator_params(args, parts: dict) -> dict:
             raise UsageError(f"{option} would be ignored: it sets {parameter}, which this fit ({built}) does not "
                              f"take. Drop {option}" + _HINTS.get(option, "."))
         for piece in takers:
-            params[piece][parameter] = value
+            params[piece][parameter] = _AS_PARAMETER.get(attribute, lambda v: v)(value)
     return params
 
 

@@ -55,7 +55,11 @@ def summary(pca, args=None, *, model, scores=None, timings=None, plan=None) -> d
     (solvers that compute none) are null."""
     bound = float(getattr(pca, "error_bound_", float("nan")))
     pass_seconds = [float(s) for s in getattr(pca, "pass_seconds_", ())]
+    client_seconds = [float(s) for s in getattr(pca, "client_seconds_", ())]
+    certified = pca.solver_info_.get("tol") if getattr(pca, "tol", None) is None else None
     predicted = next((e.seconds for e in plan.estimates if e.name == pca.solver_), None) if plan else None
+    if plan is not None and plan.solver == pca.solver_ and getattr(plan, "cache", None) is not None:
+        predicted = plan.seconds  # passes served by the pass cache at their cached time
     return {
         "model": model,
         "scores": scores,
@@ -73,11 +77,47 @@ def summary(pca, args=None, *, model, scores=None, timings=None, plan=None) -> d
         "tol": None if getattr(pca, "tol", None) is None else float(pca.tol),
         "pass_seconds": pass_seconds,
         "seconds_per_pass": sum(pass_seconds) / len(pass_seconds) if pass_seconds else None,
+        "client_seconds": client_seconds,
+        "default_tol": None if certified is None else float(certified),
         "predicted_seconds": predicted,
         "fit_seconds": getattr(pca, "fit_seconds_", None),
         "resumed_from_pass": pca.solver_info_.get("resumed_from_pass"),
+        "cache": getattr(pca, "cache_", None),  # the pass cache: kind, bytes, where, reason
         "timings": timings or {},
     }
+
+
+#: Per-mode values of a coupled model (MCA, CCA) that exist on it: (column title, attribute).
+COUPLED_VALUES = (("singular value", "singular_values_"), ("squared cov. fraction", "squared_covariance_fraction_"),
+                  ("canonical correlation", "canonical_correlations_"))
+
+
+def is_coupled(model) -> bool:
+    """A model of two fields (MCA, CCA): fitted on pairs, it has a mean per field."""
+    return hasattr(model, "mean_x_")
+
+
+def coupled_table(model) -> str:
+    """One row per mode pair: the per-mode values the model has (fractions as percentages)."""
+    columns = [(title, getattr(model, name)) for title, name in COUPLED_VALUES if hasattr(model, name)]
+    lines = [" mode" + "".join(f" {title:>22}" for title, _ in columns)]
+    for i in range(model.n_components_):
+        cells = [(f"{values[i]:22.2%}" if "fraction" in title else f"{values[i]:22.4g}") if math.isfinite(values[i])
+                 else f"{'—':>22}" for title, values in columns]
+        lines.append(f"{i + 1:5d} " + " ".join(cells))
+    return "\n".join(lines)
+
+
+def coupled_summary(fitted, args=None, **extra) -> dict:
+    """What a job did with a coupled model, for ``--json`` (non-finite values become null there)."""
+    return {**extra, "ran_on": getattr(args, "ran_on", None), "analysis": type(fitted).__name__.lower(),
+            "solver": fitted.solver_, "n_components": int(fitted.n_components_), "n_samples": int(fitted.n_samples_),
+            "n_features": [int(fitted.feature_stage_x_.n_input), int(fitted.feature_stage_y_.n_input)],
+            "n_passes": int(fitted.n_passes_),
+            **{name.rstrip("_"): [float(v) for v in getattr(fitted, name)] for _, name in COUPLED_VALUES
+               if hasattr(fitted, name)},
+            **({"error_bound": float(fitted.error_bound_)} if hasattr(fitted, "error_bound_") else {}),
+            **({"cache": fitted.cache_} if hasattr(fitted, "cache_") else {})}
 
 
 def what_ran(summary: dict) -> str:
@@ -89,6 +129,8 @@ def what_ran(summary: dict) -> str:
     passes = passes_text(summary["n_passes"])
     if summary["seconds_per_pass"] is not None:
         passes += f", {format_seconds(summary['seconds_per_pass'])} a pass"
+    if summary.get("client_seconds"):
+        passes += f" + {format_seconds(sum(summary['client_seconds']))} on the client"
     if summary["fit_seconds"] is not None:
         passes += f"; fit {format_seconds(summary['fit_seconds'])}"
         if summary["predicted_seconds"] is not None:
@@ -96,7 +138,45 @@ def what_ran(summary: dict) -> str:
     lines.append(f"passes over the data: {passes}")
     bound, tol = summary["error_bound"], summary["tol"]
     text = "none computed by this solver" if bound is None else f"{bound:.2g} on sin θ" + (" (exact)" if bound == 0 else "")
-    lines.append(f"error bound: {text}" + (f"; tol asked for {tol:g}" if tol is not None else ""))
+    default = summary.get("default_tol")
+    lines.append(f"error bound: {text}" + (f"; tol asked for {tol:g}" if tol is not None else
+                                           f"; the default accuracy {default:g} (no tol given)" if default is not None else ""))
     if summary["resumed_from_pass"] is not None:
         lines.append(f"resumed from a checkpoint after pass {summary['resumed_from_pass']}")
+    cache = summary.get("cache")
+    if cache:
+        lines.append(cache_text(cache))
     return "\n".join(lines)
+
+
+def cache_text(cache: dict) -> str:
+    """``pass cache: memory, 3.8 MiB in the workers' memory`` or ``pass cache: none (why)``."""
+    if not cache.get("kind"):
+        return f"pass cache: none ({cache.get('reason')})"
+    where = cache.get("where") or ""
+    where = f" at {where} (removed)" if cache["kind"] == "disk" else f" in {where}"
+    return f"pass cache: {cache['kind']}, {cache['bytes'] / 2**20:.1f} MiB{where}"
+
+
+def to_json(summary: dict) -> str:
+    """The ``--json`` text: strict JSON (RFC 8259), which has no NaN or ±Infinity — a value that is
+    not a finite number (e.g. a fraction of a total the Krylov path never computes) is ``null``.
+    The one place a summary becomes JSON, so that no command can print what ``jq`` refuses."""
+    import json
+
+    def strict(value):
+        if isinstance(value, dict):
+            return {str(key): strict(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [strict(item) for item in value]
+        if isinstance(value, np.ndarray):
+            return strict(value.tolist())
+        if isinstance(value, (np.floating, float)):
+            return float(value) if math.isfinite(value) else None
+        if isinstance(value, np.integer):
+            return int(value)
+        if isinstance(value, np.bool_):
+            return bool(value)
+        return value
+
+    return json.dumps(strict(summary), indent=2, allow_nan=False)

@@ -33,7 +33,7 @@ correlation patterns (:meth:`MCA.patterns`).
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from numbers import Integral, Real
 from types import SimpleNamespace
 
@@ -42,11 +42,12 @@ import numpy as np
 from scipy.linalg import svd
 
 from .. import _plan, labeled
+from ..solvers import _cache
 from .._features import FeatureStage, column_stats_graph
 from ..exceptions import AccuracyWarning, InputError, InvalidParameterError
 from ..models import _format
 from ..models._base import Estimator, model_matrix, project
-from ..models._constraints import BOOL, NONE, RANDOM_STATE, WEIGHTS, Interval, Options, PerField
+from ..models._constraints import BOOL, NONE, RANDOM_STATE, WEIGHTS, Interval, Options, PerField, Predicate
 from ..solvers import cross_covariance as cc
 from ..solvers._linalg import flip_signs, one_blas_thread_per_task
 from ..solvers.krylov import check_accuracy_options
@@ -57,6 +58,15 @@ PATHS = ("auto", "exact", "krylov")
 #: others would be ignored there, so they are refused) and whether it is exact (meets any ``tol``).
 PATH_DECLARATIONS = {"exact": SimpleNamespace(OPTIONS=(), EXACT=True),
                      "krylov": SimpleNamespace(OPTIONS=("tol", "max_passes", "n_oversamples"), EXACT=False)}
+
+
+def _check_varies(variance_x, variance_y) -> None:
+    """A field constant over the samples has no covariance with anything: refuse it by name (its
+    singular values would be 0 and their fractions 0/0), after the statistics pass that shows it."""
+    for name, variance in (("X", variance_x), ("Y", variance_y)):
+        if not np.any(np.asarray(variance) > 0):
+            raise InputError(f"field {name} is constant over the samples (every analysed feature has zero variance): "
+                             "it covaries with nothing, so MCA has no modes. Pass a field that varies.")
 #: Passes the Krylov path makes (its statistics pass included) when neither ``tol`` nor
 #: ``max_passes`` is given.
 DEFAULT_MAX_PASSES = 20
@@ -73,13 +83,15 @@ class CoupledPlan:
     budget: int
     budget_source: str
     shape: tuple
+    cache: object = None  # the pass cache (daskpca.solvers._cache.CacheChoice)
 
     def __str__(self) -> str:
         n, dx, dy = self.shape
         return (f"MCA of X ({n} × {dx}) and Y ({n} × {dy}): path {self.path!r} — {self.reason}\n"
                 f"passes (each reads both fields): {self.n_passes}\n"
                 f"largest task: {_plan.format_bytes(self.task_bytes)} of a "
-                f"{_plan.format_bytes(self.budget)} budget ({self.budget_source})")
+                f"{_plan.format_bytes(self.budget)} budget ({self.budget_source})"
+                + (f"\npass cache: {self.cache.describe()}" if self.cache is not None else ""))
 
 
 class MCA(Estimator):
@@ -108,6 +120,10 @@ class MCA(Estimator):
         Krylov path: block size ℓ = k + n_oversamples.
     random_state : int, numpy.random.Generator or None
         Krylov path: the Gaussian starting blocks.
+    cache : {"auto", "memory", "disk", False}, default="auto"
+        The pass cache (:mod:`daskpca.solvers._cache`), as for :class:`daskpca.PCA`: on the Krylov path
+        the statistics pass keeps both fields' blocks and the Krylov passes read those.
+        ``cache_`` says what was kept and where.
 
     Attributes
     ----------
@@ -155,13 +171,14 @@ class MCA(Estimator):
         "max_passes": [NONE, Interval(Integral, 1, None)],
         "n_oversamples": [Interval(Integral, 0, None)],
         "random_state": [RANDOM_STATE],
+        "cache": [Options(("auto", "memory", "disk")), Predicate(lambda v: v is False, "False")],
     }
     _solver_knobs = ("tol", "max_passes", "n_oversamples")
     _fitted_attribute = "components_x_"
     _fit_call = "fit(X, Y)"
 
     def __init__(self, n_components=None, *, solver="auto", weights=None, standardize=False, tol=None,
-                 max_passes=None, n_oversamples=10, random_state=None):
+                 max_passes=None, n_oversamples=10, random_state=None, cache="auto"):
         self.n_components = n_components
         self.solver = solver
         self.weights = weights
@@ -170,6 +187,7 @@ class MCA(Estimator):
         self.max_passes = max_passes
         self.n_oversamples = n_oversamples
         self.random_state = random_state
+        self.cache = cache
 
     # ------------------------------------------------------------------ fitting
 
@@ -194,11 +212,13 @@ class MCA(Estimator):
         fields = self._fields(X, Y, sample_dims)
         plan = self._plan(fields)
         x, y = fields
-        with one_blas_thread_per_task():
+        with one_blas_thread_per_task(), _cache.for_fit([x.matrix, y.matrix], plan.cache) as cache:
+            x, y = (replace(f, matrix=cache.input(f.matrix)) for f in (x, y))
             if plan.path == "exact":
                 self._fit_exact(x, y, plan)
             else:
                 self._fit_krylov(x, y, plan)
+        self.cache_ = cache.summary
         self.__dict__.pop("_loaded_from", None)
         return self
 
@@ -207,6 +227,9 @@ class MCA(Estimator):
         self.validate_params()
         x, y = fields(X, Y, sample_dims, self.weights, self.standardize)
         n, dx, dy = x.matrix.shape[0], x.matrix.shape[1], y.matrix.shape[1]
+        if n < 2:
+            raise InputError(f"MCA needs at least 2 shared samples to form a cross-covariance; X and Y share {n}. "
+                             "Pass more samples (time steps) of both fields.")
         bound = self._rank_bound(n, dx, dy)
         if self.n_components is not None and self.n_components > bound:
             raise InputError(
@@ -249,19 +272,29 @@ class MCA(Estimator):
             why = "requested by the caller" if self.solver == "krylov" else (
                 f"the {dx}×{dy} cross-covariance needs {_plan.format_bytes(exact)} per task, more than the budget")
             most = self.max_passes or DEFAULT_MAX_PASSES
+            if most < 2:
+                raise InvalidParameterError(
+                    f"max_passes={most}: MCA's Krylov path reads both fields once for their statistics, then at "
+                    "least once more for the cross products: give max_passes >= 2 (--max-passes 2), or the exact "
+                    "path (solver='exact') when dx×dy fits a task.")
             passes = f"1 (statistics) + block Krylov until the bound ≤ {self.tol} (at most {most} in all)" \
                 if self.tol is not None else f"{most} (1 for statistics, then block Krylov)"
-            return CoupledPlan("krylov", why, passes, krylov, budget, source, (n, dx, dy))
+            reads = 1 + (self.max_passes or DEFAULT_MAX_PASSES) if self.tol is None else 2  # the statistics pass, then ≥ 1
+            choice = _cache.choose([x.matrix, y.matrix], self.cache, reads=reads + _cache.later_reads(),
+                                   working_bytes=krylov, fit_reads=reads)
+            return CoupledPlan("krylov", why, passes, krylov, budget, source, (n, dx, dy), choice)
         why = "requested by the caller" if self.solver == "exact" else (
             f"the {dx}×{dy} cross-covariance fits a task" if fits else
             "n_components=None needs every singular value (only the exact path gives them); it does not fit the budget")
-        return CoupledPlan("exact", why, "1", exact, budget, source, (n, dx, dy))
+        choice = _cache.choose([x.matrix, y.matrix], self.cache, reads=1 + _cache.later_reads(), working_bytes=exact)
+        return CoupledPlan("exact", why, "1", exact, budget, source, (n, dx, dy), choice)
 
     def _fit_exact(self, x: Field, y: Field, plan: CoupledPlan) -> None:
         (moments,) = dask.compute(cc.cross_moments_graph(x.matrix, y.matrix))
         n = moments.count
         stage_x = resolve(x, moments.finite_x, n, moments.m2_x / max(n - 1, 1))
         stage_y = resolve(y, moments.finite_y, n, moments.m2_y / max(n - 1, 1))
+        _check_varies(moments.m2_x[stage_x.keep] * stage_x.factor**2, moments.m2_y[stage_y.keep] * stage_y.factor**2)
         k = self._narrowed_k(n, stage_x, stage_y)
         cross = moments.cross[np.ix_(stage_x.keep, stage_y.keep)] * np.outer(stage_x.factor, stage_y.factor)
         cross /= max(n - 1, 1)
@@ -284,6 +317,7 @@ class MCA(Estimator):
         variance = stats.variance()
         stage_x = resolve(x, stats.count[part_x], n, variance[part_x])
         stage_y = resolve(y, stats.count[part_y], n, variance[part_y])
+        _check_varies(variance[part_x][stage_x.keep] * stage_x.factor**2, variance[part_y][stage_y.keep] * stage_y.factor**2)
         k = self._narrowed_k(n, stage_x, stage_y)
         mean_x = stats.mean[part_x][stage_x.keep] * stage_x.factor
         mean_y = stats.mean[part_y][stage_y.keep] * stage_y.factor
@@ -306,10 +340,16 @@ class MCA(Estimator):
                   "finite counts, means and variances before the Krylov passes"},
         )
         if self.tol is not None and found.error_bound > self.tol:
-            warnings.warn(
-                f"MCA's Krylov path spent its {self.n_passes_} reads with a bound of {found.error_bound:.2g} on the "
-                f"subspaces' sin θ, above tol={self.tol}. Raise max_passes or n_oversamples, or use the exact path "
-                "if dx×dy fits a task.", AccuracyWarning, stacklevel=3)
+            exact = "or use the exact path (solver='exact'; --solver exact) if dx×dy fits a task"
+            if found.stopped == "invariant":
+                why = (f"stopped after {self.n_passes_} reads because its Krylov spaces became invariant: more passes "
+                       "cannot lower the bound. What is left is round-off, or kept modes not separated from the next "
+                       f"(equal or zero singular values: then they are not unique). Keep fewer modes, loosen tol, {exact}.")
+            else:
+                why = (f"spent its read budget, max_passes={self.max_passes or DEFAULT_MAX_PASSES} (--max-passes), "
+                       f"in {self.n_passes_} reads. Raise max_passes or n_oversamples, {exact}.")
+            warnings.warn(f"MCA's Krylov path ended with a bound of {found.error_bound:.2g} on the subspaces' sin θ, "
+                          f"above tol={self.tol}: it {why}", AccuracyWarning, stacklevel=3)
 
     def _narrowed_k(self, n, stage_x: FeatureStage, stage_y: FeatureStage) -> int:
         bound = self._rank_bound(n, stage_x.n_kept, stage_y.n_kept)

@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import _features, _plan, labeled
 from ..models._base import scores_out
-from ..models._constraints import BOOL, NONE, RANDOM_STATE, WEIGHTS, Interval, Options
+from ..models._constraints import BOOL, NONE, RANDOM_STATE, WEIGHTS, Interval, Options, Predicate
 from ..solvers._graph import map_column_blocks, tree_reduce
 from .._validation import check_nan_policy, find_nonfinite
 from ..exceptions import InputError, InvalidParameterError, NonFiniteInputError
@@ -70,6 +70,9 @@ class HilbertPCA(BasePCA):
         for more variable data).
     whiten, weights, standardize, random_state
         As for :class:`PCA` (``standardize`` costs one extra read).
+    cache : {"auto", "memory", "disk", False}, default="auto"
+        The pass cache, as for :class:`PCA`: the Krylov road's passes after the first (and the
+        Gram road's second) read the kept blocks instead of the source.
 
     Notes
     -----
@@ -95,6 +98,7 @@ class HilbertPCA(BasePCA):
         "standardize": [BOOL],
         "weights": [WEIGHTS],
         "random_state": [RANDOM_STATE],
+        "cache": [Options(("auto", "memory", "disk")), Predicate(lambda v: v is False, "False")],
     }
     _solver_knobs = ("tol", "max_passes")
     _cannot_update = (
@@ -103,7 +107,7 @@ class HilbertPCA(BasePCA):
         "statistics to fold them into. Refit HilbertPCA on the whole series.")
 
     def __init__(self, n_components=None, *, solver="auto", tol=None, max_passes=None, padding="exp",
-                 decay_factor=0.2, whiten=False, weights=None, standardize=False, random_state=None):
+                 decay_factor=0.2, whiten=False, weights=None, standardize=False, random_state=None, cache="auto"):
         self.n_components = n_components
         self.solver = solver
         self.tol = tol
@@ -114,6 +118,7 @@ class HilbertPCA(BasePCA):
         self.weights = weights
         self.standardize = standardize
         self.random_state = random_state
+        self.cache = cache
 
     def _fit_input(self, X, sample_dims):
         if labeled.is_labeled(X) and sample_dims is not None:  # rows must be consecutive times
@@ -176,7 +181,7 @@ class HilbertPCA(BasePCA):
         if not plan.estimate(solver).feasible:
             raise InputError(self._strip_advice(plan, array, solver))
         self.refuse_ignored_knobs(solver, self._solver_modules)
-        return plan
+        return _plan.with_cache(plan, array, self.cache)
 
     def _task_bytes(self, name, n, strip, itemsize, k, rechunked) -> int:
         """The largest task of solver ``name`` on strips of ``strip`` features (+ the rechunk's

@@ -12,7 +12,7 @@ the model as JSON (:meth:`Layout.to_json`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Hashable
 
 import numpy as np
@@ -60,6 +60,9 @@ class Layout:
     name: Hashable  # the DataArray's name (None when unnamed)
     coords: object  # xarray.Coordinates over feature dims only
     attrs: dict = field(default_factory=dict)  # per variable attrs (JSON-able subset)
+    #: ``{"kind": "M" (int64 ns) or "f", "spans": [[first, last], ...]}``: the first sample dim's
+    #: coordinate range of each fit and update, so an update can refuse samples the model holds.
+    sample_spans: dict = field(default_factory=dict)
 
     @property
     def n_features(self) -> int:
@@ -87,7 +90,57 @@ class Layout:
             [k for k, c in ds.coords.items() if set(c.dims) - feature_dims]
         ).coords
         attrs = {str(v.name): _jsonable_attrs(ds[v.name].attrs) for v in variables}
-        return cls(tuple(sample_dims), variables, is_dataarray, name, coords, attrs)
+        return cls(tuple(sample_dims), variables, is_dataarray, name, coords, attrs)._with_samples(ds)
+
+    # ---- which samples the model holds
+
+    def _stamps(self, data):
+        """``(kind, values)`` of the first sample dim's 1-D numeric or time coordinate, or None."""
+        dim = self.sample_dims[0]
+        if dim not in data.coords or data.coords[dim].ndim != 1 or data.coords[dim].size == 0:
+            return None
+        values = np.asarray(data.coords[dim].values)
+        if values.dtype.kind == "M":
+            return "M", values.astype("datetime64[ns]").astype(np.int64)
+        if values.dtype.kind in "iuf":
+            return "f", values.astype(np.float64)
+        return None
+
+    def _with_samples(self, data) -> "Layout":
+        """This layout, also holding the span of ``data``'s samples (fit, update)."""
+        stamps = self._stamps(data)
+        if stamps is None or (self.sample_spans and self.sample_spans["kind"] != stamps[0]):
+            return replace(self, sample_spans={})  # samples without comparable stamps: spans unknown
+        kind, values = stamps
+        span = [int(values.min()), int(values.max())] if kind == "M" else [float(values.min()), float(values.max())]
+        return replace(self, sample_spans={"kind": kind, "spans": [*self.sample_spans.get("spans", []), span]})
+
+    def with_new_samples(self, data) -> "Layout":
+        """The layout after an update with ``data``, refusing samples whose stamps the model holds.
+
+        Raises
+        ------
+        InputError
+            Naming the first stamps of ``data`` that lie within a span of samples already folded
+            in (the same time steps twice would double their weight in the covariance).
+        """
+        stamps = self._stamps(data)
+        if stamps is not None and self.sample_spans and stamps[0] == self.sample_spans["kind"]:
+            kind, values = stamps
+            held = np.zeros(values.shape, dtype=bool)
+            for first, last in self.sample_spans["spans"]:
+                held |= (values >= first) & (values <= last)
+            if held.any():
+                shown = values[held][:3]
+                names = [str(np.datetime64(int(v), "ns")) for v in shown] if kind == "M" else [f"{v:g}" for v in shown]
+                spans = "; ".join((f"{np.datetime64(int(a), 'ns')} … {np.datetime64(int(b), 'ns')}" if kind == "M"
+                                   else f"{a:g} … {b:g}") for a, b in self.sample_spans["spans"])
+                raise InputError(
+                    f"{int(held.sum())} of the {values.size} new samples have {self.sample_dims[0]!r} stamps the model "
+                    f"already holds ({', '.join(names)}{', …' if held.sum() > 3 else ''}; it holds {spans}): folding "
+                    "them in again would count them twice. Pass only samples after those the model was fitted and "
+                    "updated on, or refit on the whole series.")
+        return self._with_samples(data)
 
     # ---- saved with the model
 
@@ -100,6 +153,7 @@ class Layout:
             "variables": [{"name": v.name, "dims": list(v.dims), "shape": list(v.shape)} for v in self.variables],
             "attrs": self.attrs,
             "coords": sorted(str(k) for k in self.coords),
+            "sample_spans": self.sample_spans,
             # A store decodes times as datetime64[ns]: record each time coordinate's own unit.
             "coord_dtypes": {str(k): str(c.dtype) for k, c in self.coords.items() if c.dtype.kind in "mM"},
         }
@@ -116,7 +170,8 @@ class Layout:
             start = layout.stop
         dtypes = info.get("coord_dtypes", {})
         coords = xr.Dataset(coords={k: _with_dtype(coords_source.coords[k].variable, dtypes.get(k)) for k in info["coords"]}).coords
-        return cls(tuple(info["sample_dims"]), variables, info["is_dataarray"], info["name"], coords, info["attrs"])
+        return cls(tuple(info["sample_dims"]), variables, info["is_dataarray"], info["name"], coords, info["attrs"],
+                   info.get("sample_spans", {}))
 
     # ---- dims → matrix
 

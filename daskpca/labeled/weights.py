@@ -14,6 +14,8 @@ from ..exceptions import InputError
 
 #: Coordinate names searched (case-insensitive) for ``weights="coslat"``.
 LATITUDE_NAMES = ("lat", "latitude", "lats", "y", "nav_lat", "rlat", "xlat", "lat_0")
+#: ``units`` of a latitude coordinate in radians (CF: "radians"; anything else is degrees).
+RADIAN_UNITS = ("radians", "radian", "rad")
 
 
 def resolve_weights(weights, ds, layout: Layout) -> np.ndarray:
@@ -59,17 +61,27 @@ def _variable_weights(spec, ds, v: VariableLayout, layout: Layout) -> np.ndarray
     if isinstance(spec, str):
         if spec != "coslat":
             raise InputError(f"weights={spec!r} is not understood; use 'coslat', an array or a dict.")
-        name, lat = _find_latitude(ds, v)
-        lat = lat.astype(np.float64)
-        beyond = ~(np.abs(lat) <= 90)  # NaN too
-        if beyond.any():
+        name, lat, own, units = _find_latitude(ds, v)
+        if np.dtype(own.dtype).kind not in "biuf":
             raise InputError(
-                f"weights='coslat': latitude coordinate {name!r} holds {float(lat[beyond].flat[0])!r}, which is no "
-                f"latitude in degrees (they lie in [-90, 90]); {int(beyond.sum())} value(s) of {lat.size} are so. Fix "
-                "the coordinate, or pass the weights as an array."
+                f"weights='coslat': latitude coordinate {name!r} holds {own.dtype} values (e.g. {own.flat[0]!r}), not "
+                "numbers. Give it numeric latitudes in degrees (or radians with units='radians'), or pass the "
+                "weights as an array.")
+        radians = str(units).strip().lower() in RADIAN_UNITS
+        lat, own = lat.astype(np.float64), own.astype(np.float64)
+        limit = np.pi / 2 if radians else 90.0
+        beyond = ~(np.abs(own) <= limit)  # NaN too; counted over the coordinate's own values, not grid points
+        if beyond.any():
+            unit = "radians (units='radians': they lie in [-π/2, π/2])" if radians else "degrees (they lie in [-90, 90])"
+            raise InputError(
+                f"weights='coslat': latitude coordinate {name!r} holds {float(own[beyond].flat[0])!r}, which is no "
+                f"latitude in {unit}; {int(beyond.sum())} of its {own.size} value(s) are so. Fix "
+                "the coordinate (or its units attribute), or pass the weights as an array."
             )
+        if not radians:
+            lat = np.deg2rad(lat)
         # A pole's cos is 6e-17 in float64, not 0: a tiny positive weight (its grid cell has no area).
-        spec = np.sqrt(np.clip(np.cos(np.deg2rad(lat)), 0.0, 1.0))
+        spec = np.sqrt(np.clip(np.cos(lat), 0.0, 1.0))
     if isinstance(spec, xr.DataArray):
         extra = [d for d in spec.dims if d not in v.dims]
         if extra:
@@ -97,8 +109,9 @@ def _variable_weights(spec, ds, v: VariableLayout, layout: Layout) -> np.ndarray
         ) from None
 
 
-def _find_latitude(ds, v: VariableLayout) -> tuple[str, np.ndarray]:
-    """``(name, values)`` of the latitude coordinate, broadcast over ``v``'s feature dims."""
+def _find_latitude(ds, v: VariableLayout) -> tuple[str, np.ndarray, np.ndarray, str]:
+    """``(name, values broadcast over v's feature dims, the coordinate's own values, its units)``
+    of the latitude coordinate."""
     import xarray as xr
 
     candidates = []
@@ -119,5 +132,9 @@ def _find_latitude(ds, v: VariableLayout) -> tuple[str, np.ndarray]:
             "array instead."
         )
     _, name, coord = sorted(candidates, key=lambda c: c[:2])[0]
+    own = np.asarray(coord.values)
+    units = coord.attrs.get("units", "degrees")
+    if np.dtype(own.dtype).kind not in "biuf":
+        return str(name), own, own, units  # refused by the caller, by name
     template = xr.DataArray(np.ones(v.shape), dims=v.dims)
-    return str(name), (template * coord.variable).transpose(*v.dims).values
+    return str(name), (template * coord.variable).transpose(*v.dims).values, own, units

@@ -11,9 +11,12 @@ estimator layer's constraint vocabulary, the solvers' kernels and the layers bel
 import it: anything but the CLI (its report) and :mod:`daskpca` (tests/test_layers.py holds the order).
 """
 
-from .bootstrap import (INTERVALS, BootstrapResult, block_weights, bootstrap, bootstrap_scores, carlstein_block_length,
-                        lag1_autocorrelation)
+from .bootstrap import (CLIENT_BYTES, INTERVALS, MAX_FLOPS, MIN_BLOCKS, MIN_TAIL, SLAB_BYTES, BootstrapResult,
+                        block_length_cap, block_weights, bootstrap, bootstrap_scores, carlstein_block_length, check_cost,
+                        check_resampling, interval_bounds, lag1_autocorrelation, min_replicates, overlapping_blocks_dof)
 from .north import NorthTest, north_k, north_test
 
-__all__ = ["INTERVALS", "BootstrapResult", "NorthTest", "block_weights", "bootstrap", "bootstrap_scores",
-           "carlstein_block_length", "lag1_autocorrelation", "north_k", "north_test"]
+__all__ = ["CLIENT_BYTES", "INTERVALS", "MAX_FLOPS", "MIN_BLOCKS", "MIN_TAIL", "SLAB_BYTES", "BootstrapResult",
+           "NorthTest", "block_length_cap", "block_weights", "bootstrap", "bootstrap_scores", "carlstein_block_length",
+           "check_cost", "check_resampling", "interval_bounds", "lag1_autocorrelation", "min_replicates", "north_k",
+           "north_test", "overlapping_blocks_dof"]

@@ -11,7 +11,9 @@ count / mean / scatter), :mod:`._linalg` (the small local eigen- and singular-va
 threads) and :mod:`._base` (the solver contract). :mod:`.cross_covariance` holds the passes of two
 fields read together (exact cross-moments, the cross operator and its block Krylov SVD, correlation
 patterns) for the coupled estimators (:mod:`daskpca.coupled`); it is no PCA solver, so it is not in
-``SOLVERS``.
+``SOLVERS``. Nor is :mod:`._resampling`, the moving-block bootstrap's client-side statistics
+(block lengths, replicate weights, intervals, and what a resampling must have to vary and fit),
+which :mod:`daskpca.significance` builds on.
 
 **Imports.** Solvers import only their kernels, :mod:`daskpca._validation` (NaN/±inf checks) and
 :mod:`daskpca.exceptions`; they save resumable state through the checkpoint they receive

@@ -47,12 +47,20 @@ def distributed_client():
     None on the threaded, synchronous and process schedulers, including when a client exists but
     ``dask.config.set(scheduler="threads")`` chose another scheduler for this block.
     """
-    client = getattr(get_scheduler(), "__self__", None)
+    client = getattr(unwrap_scheduler(get_scheduler()), "__self__", None)
     if client is None:
         return None
     from distributed import Client  # only reached when a distributed scheduler is active
 
     return client if isinstance(client, Client) else None
+
+
+def unwrap_scheduler(scheduler):
+    """The scheduler that runs the tasks behind ``scheduler``: a wrapper that rewrites graphs
+    before handing them on (the pass cache, :mod:`daskpca.solvers._cache`) names it ``__wrapped__``."""
+    while hasattr(scheduler, "__wrapped__"):
+        scheduler = scheduler.__wrapped__
+    return scheduler
 
 
 def share(a, client=None):

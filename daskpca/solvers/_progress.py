@@ -119,17 +119,34 @@ def _send(report: PassReport) -> None:
 
 class PassClock:
     """Wall time of the passes reported inside ``with PassClock() as clock:`` (``clock.passes``,
-    in order) and of the whole block (``clock.seconds``)."""
+    in order), of the client's work after each pass (``clock.client``: from a pass's end to the
+    next pass's start or the block's end — the small solves, orthogonalisation and the next
+    pass's graph, while no task runs) and of the whole block (``clock.seconds``)."""
 
     def __enter__(self) -> "PassClock":
         self.passes: list[float] = []
-        self._listening = listen(lambda report: report.seconds is None or self.passes.append(report.seconds))
+        self.client: list[float] = []
+        self._ended: float | None = None
+        self._listening = listen(self._hear)
         self._listening.__enter__()
         self._start = time.perf_counter()
         return self
 
+    def _hear(self, report: PassReport) -> None:
+        now = time.perf_counter()
+        if report.seconds is None:  # a pass starts: the client's work since the last one ends
+            if self._ended is not None:
+                self.client.append(now - self._ended)
+            self._ended = None
+        else:
+            self.passes.append(report.seconds)
+            self._ended = now
+
     def __exit__(self, *exc_info) -> bool:
-        self.seconds = time.perf_counter() - self._start
+        end = time.perf_counter()
+        self.seconds = end - self._start
+        if self._ended is not None:
+            self.client.append(end - self._ended)
         self._listening.__exit__(*exc_info)
         return False
 

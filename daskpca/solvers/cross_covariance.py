@@ -167,6 +167,7 @@ class KrylovSVD:
     error_bound: float
     n_passes: int
     bounds: list  # the bound after every pass
+    stopped: str = "budget"  # why it stopped: "tol" met, "invariant" spans (exact up to round-off), "budget" spent
 
 
 def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: int, n_samples: int, rng) -> KrylovSVD:
@@ -207,7 +208,7 @@ def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: 
     V = orthonormal_extension(np.zeros((dy, 0)), rng.standard_normal((dy, size)))
     basis_u, basis_v = np.zeros((dx, 0)), np.zeros((dy, 0))
     images_v, images_u = np.zeros((dx, 0)), np.zeros((dy, 0))  # C·basis_v, Cᵀ·basis_u
-    bounds, answer = [], None
+    bounds, answer, stopped = [], None, "budget"
     for n_pass in range(1, max_passes + 1):
         P, Q = apply(V, U)
         basis_u, basis_v = np.hstack([basis_u, U]), np.hstack([basis_v, V])
@@ -215,13 +216,17 @@ def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: 
         answer = _ritz(basis_u, basis_v, images_v, images_u, k, n_samples)
         bounds.append(answer[3])
         if tol is not None and answer[3] <= tol:
+            stopped = "tol"
+            break
+        if n_pass == max_passes:
             break
         U = orthonormal_extension(basis_u, P)
         V = orthonormal_extension(basis_v, Q)
         if U.shape[1] == 0 and V.shape[1] == 0:
-            break  # both spans are invariant: the answer is exact
+            stopped = "invariant"  # both spans are invariant: more passes add nothing
+            break
     left, right, values, bound = answer
-    return KrylovSVD(left, right, values, bound, n_pass, bounds)
+    return KrylovSVD(left, right, values, bound, n_pass, bounds, stopped)
 
 
 def _ritz(basis_u, basis_v, images_v, images_u, k, n_samples):
@@ -236,6 +241,13 @@ def _ritz(basis_u, basis_v, images_v, images_u, k, n_samples):
     roundoff = ROUNDOFF_RESIDUAL * np.sqrt(n_samples) * (sigma[0] if len(sigma) else 0.0)
     r_norms = np.linalg.norm(R, axis=0) + roundoff
     s_norms = np.linalg.norm(S, axis=0) + roundoff
+    if k >= min(basis_u.shape[0], basis_v.shape[0]):
+        # k = min(dx, dy): C has no singular value beyond the k-th (α = 0 in Wedin's theorem), so
+        # the gap is σ̂_k itself: an exact answer (the residuals at round-off) gets a round-off bound.
+        residual = np.sqrt(np.sum(r_norms[:k] ** 2) + np.sum(s_norms[:k] ** 2))
+        smallest = sigma[k - 1] if len(sigma) >= k else 0.0
+        bound = 1.0 if smallest <= DEFLATION_RTOL * sigma[0] else min(1.0, float(residual / smallest))
+        return left[:, :k], right[:, :k], sigma[:k], bound
     if len(sigma) <= k:
         return left[:, :k], right[:, :k], sigma[:k], 1.0
     next_upper = sigma[k] + max(r_norms[k], s_norms[k])

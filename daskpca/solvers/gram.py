@@ -14,7 +14,11 @@ tree; means and the total variance come from the same pass.
 Pass 2 reads the strips again for the components X̃ᵀV_k Λ_k^{-1/2} (a d×k product, kept on the
 client: k·d float64).
 
-Passes: 2. Flops: n²·d (``syrk``) + 2·n·d·k + n³ locally. Memory per task: a leaf its column
+Passes: 2. Flops: n²·d (``syrk``) + 2·n·d·k, and locally the k leading eigenpairs of the n×n
+matrix: implicitly restarted Lanczos checked by one Cholesky factorisation (⅓·n³,
+:func:`~daskpca.solvers._linalg.top_eigenpairs`) for a fixed k — a dense ``eigh`` (~4·n³, half of
+it memory-bound) took most of a Gram fit at n = 8760 — and the dense ``eigh`` when every
+eigenvalue is needed (a variance fraction, "mle"). Memory per task: a leaf its column
 strip as read, one float64 copy and n² float64; a pairwise merge 3·n² float64. Pick when n is up
 to ~20k and d is large. Column strips need every row of a range of columns: data stored in
 row-only chunks (n_i × d: one time step per chunk) is first copied into strips
@@ -32,7 +36,7 @@ import numpy as np
 
 from ._geometry import ColumnStrips
 from ._graph import SizedByArrays, map_column_blocks, tree_reduce
-from ._linalg import eigh_descending
+from ._linalg import eigh_descending, top_eigenpairs
 from ._moments import MERGE_SPLIT_EVERY, center_block
 from .._validation import NonFinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
@@ -176,9 +180,14 @@ def result_from_part(X, part: _GramPart, request: ComponentRequest, passes: Pass
     gram = (part.gram + part.gram.T) / 2  # exactly symmetric for the eigensolver
     ddof_count = max(n_samples - 1, 1)
 
-    values, vectors = eigh_descending(gram)
-    spectrum = values[: min(n_samples, n_features)] / ddof_count
-    k = request.resolve(spectrum) if request.needs_spectrum else request.fixed()
+    if request.needs_spectrum:  # a variance fraction or "mle": every eigenvalue, dense LAPACK
+        values, vectors = eigh_descending(gram)
+        spectrum, eigensolver = values[: min(n_samples, n_features)] / ddof_count, "lapack"
+        k = request.resolve(spectrum)
+    else:  # k pairs only: Lanczos, checked to LAPACK's accuracy (see top_eigenpairs)
+        k = request.fixed()
+        values, vectors, eigensolver = top_eigenpairs(gram, min(k, n_samples))
+        spectrum = None
 
     # Directions with (numerically) zero variance have no X̃ᵀv/√λ: complete them afterwards.
     tolerance = values[0] * max(n_samples, n_features) * np.finfo(np.float64).eps if len(values) else 0.0
@@ -194,13 +203,13 @@ def result_from_part(X, part: _GramPart, request: ComponentRequest, passes: Pass
         components = _complete_orthonormal(components, k, random_state)
     return SolverResult(
         components=components,
-        explained_variance=spectrum[:k].copy(),
+        explained_variance=np.concatenate([values[:k], np.zeros(k - min(k, len(values)))]) / ddof_count,
         mean=mean,
         n_samples=n_samples,
         total_variance=float(np.trace(gram) / ddof_count),
         n_passes=N_PASSES if n_defined else 1,
         spectrum=spectrum,
-        info={"error_bound": 0.0},  # exact
+        info={"error_bound": 0.0, "eigensolver": eigensolver},  # exact (to round-off, see top_eigenpairs)
     )
 
 

@@ -52,7 +52,8 @@ class Checkpoint:
 
     def __init__(self, path, fingerprint: dict, source: str | None = None):
         self.path = Path(path)
-        self.fingerprint = hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()
+        self.job = json.dumps(fingerprint, sort_keys=True, default=str)
+        self.fingerprint = hashlib.sha256(self.job.encode()).hexdigest()
         self.source = "" if source is None else source
         self.resumed_from: int | None = None
 
@@ -68,13 +69,13 @@ class Checkpoint:
         try:
             with np.load(self.path, allow_pickle=False) as stored:
                 job = str(stored["__fingerprint__"]) if "__fingerprint__" in stored.files else None
+                described = str(stored["__job__"]) if "__job__" in stored.files else None
                 source = str(stored["__input__"]) if "__input__" in stored.files else None
                 state = {key: stored[key] for key in stored.files if not key.startswith("__")}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile):
             return None
         if job != self.fingerprint:
-            return self._afresh("it was written by another job (a different input shape, chunks, dtype "
-                                "or dask name, or different parameters)")
+            return self._afresh(_what_differs(described, self.job))
         if source != self.source:
             why = ("the input cannot be checked for changes (its zarr store is of a kind whose "
                    "objects cannot be stat'ed)" if "unverifiable" in self.source else
@@ -96,7 +97,8 @@ class Checkpoint:
         """Write ``state`` (arrays and scalars) atomically."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex[:8]}.tmp.npz")
-        np.savez(temporary, __fingerprint__=np.array(self.fingerprint), __input__=np.array(self.source), **{k: np.asarray(v) for k, v in state.items()})
+        np.savez(temporary, __fingerprint__=np.array(self.fingerprint), __job__=np.array(self.job),
+                 __input__=np.array(self.source), **{k: np.asarray(v) for k, v in state.items()})
         os.replace(temporary, self.path)
 
     def clear(self) -> None:
@@ -104,6 +106,26 @@ class Checkpoint:
         self.path.unlink(missing_ok=True)
         for stray in self.path.parent.glob(f".{self.path.name}.*.tmp.npz"):
             stray.unlink(missing_ok=True)
+
+
+def _what_differs(stored: str | None, current: str) -> str:
+    """Why a checkpoint's job is not this one, naming what changed: the tasks the same input is
+    split into (they follow the cluster: --workers, --threads, --memory-limit), the input, or the
+    parameters — not "another job" when it is this job on another cluster."""
+    generic = ("it was written by another job (a different input shape, chunks, dtype or dask name, or different "
+               "parameters)")
+    try:
+        before, now = json.loads(stored), json.loads(current)
+    except (TypeError, ValueError):
+        return generic
+    changed = sorted(key for key in set(before) | set(now) if before.get(key) != now.get(key))
+    if set(changed) <= {"chunks", "name"} and before.get("shape") == now.get("shape"):
+        return ("the same input is now split into other tasks than when it was written (the task size follows the "
+                "cluster: did --workers, --threads or --memory-limit change?), and a solver's saved state belongs to "
+                "the tasks it read. Resume with the cluster of the first run to continue from it")
+    if set(changed) & {"shape", "dtype"}:
+        return f"the input differs ({', '.join(changed)} changed since it was written)"
+    return f"the job differs: {', '.join(changed)} changed since it was written"
 
 
 class CheckpointFile:

@@ -1,0 +1,68 @@
+"""What each command reads and writes, declared once, and the one check that no output is an input.
+
+Every path a command takes is declared here as an input (a store or file it reads: SOURCE, MODEL,
+``--data``, ``--with``, the ``--config`` job file) or an output (a store or folder it writes or
+replaces). :func:`check_paths` runs for every command in :func:`daskpca.cli.main` after parsing
+and before the command starts — before any claim, read, cluster or compute — and refuses, with
+exit code 2, any output that is, contains or lies inside an input or another output
+(:func:`daskpca.store.paths.overlaps`: through symlinks, ``..``, trailing slashes, ``file://``, and
+``s3://``-style URLs). A new command or a new path option needs only its line in :data:`PATHS`;
+``tests/test_declared_paths.py`` walks the parser and fails on a path option left undeclared.
+Paths given in a job file reach ``args`` as the flags' values, so they are checked the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .options import UsageError
+
+
+@dataclass(frozen=True)
+class Paths:
+    """A command's inputs and outputs: ``(label, args attribute)`` pairs."""
+
+    inputs: tuple = ()
+    outputs: tuple = ()
+
+
+#: Every command's path arguments. The job file (``--config``) is an input of every command.
+PATHS = {
+    "fit": Paths(inputs=(("SOURCE", "source"), ("--with", "with_source")),
+                 outputs=(("--out", "out"), ("--scores", "scores"))),
+    "transform": Paths(inputs=(("MODEL", "model"), ("SOURCE", "source")), outputs=(("--out", "out"),)),
+    # update replaces MODEL by the updated model (the old one goes to its history): an output.
+    "update": Paths(inputs=(("SOURCE", "source"),), outputs=(("MODEL", "model"),)),
+    "inspect": Paths(inputs=(("PATH", "path"),)),
+    "report": Paths(inputs=(("MODEL", "model"), ("--data", "data")), outputs=(("--out", "out"),)),
+    "history": Paths(inputs=(("MODEL", "model"),)),
+    "rollback": Paths(outputs=(("MODEL", "model"),)),
+    # demo writes only files it names itself inside --dir (input.zarr, results-*/), never --dir.
+    "demo": Paths(),
+}
+#: Inputs every command has.
+COMMON_INPUTS = (("--config", "config"),)
+
+
+def declared(command: str) -> tuple[dict, dict]:
+    """``({label: attribute}, {label: attribute})``: the inputs and outputs of ``command``."""
+    paths = PATHS[command]
+    return dict(COMMON_INPUTS + paths.inputs), dict(paths.outputs)
+
+
+def check_paths(args) -> None:
+    """Refuse a job whose output is, contains or lies inside one of its inputs or other outputs.
+
+    Raises
+    ------
+    UsageError
+        Naming both options, both paths (and where they resolve when spelled differently) and the
+        fix; raised before anything is claimed, read or written.
+    """
+    from ..store.paths import overlaps
+
+    inputs, outputs = declared(args.command)
+    problems = overlaps({label: getattr(args, name, None) for label, name in inputs.items()},
+                        {label: getattr(args, name, None) for label, name in outputs.items()})
+    if problems:
+        raise UsageError(problems[0])

@@ -379,13 +379,14 @@ class PCA(ProbabilisticMixin, SavedModelMixin, ParamsMixin):
         plan = _plan.make_plan(
             *array.shape, k, array.chunks, array.dtype.itemsize,
             needs_spectrum=request.needs_spectrum, available=tuple(SOLVERS),
-            n_oversamples=self.n_oversamples, n_power_iter=self.n_power_iter,
-            tol=self.tol, max_passes=self.max_passes, geometry=geometry_of(array),
+            n_oversamples=self.n_oversamples, n_power_iter=self.n_power_iter, tol=self.tol, max_passes=self.max_passes,
+            geometry=geometry_of(array),
             requested=None if self.solver == "auto" else self.solver,
             reads={name: self._reads(module, spec) for name, module in SOLVERS.items()},
+            cache_for=lambda estimate: _plan.cache_choice(estimate, array, self.cache),
         )
         check_knobs(self, SOLVERS[plan.solver], plan.solver, solvers=SOLVERS)
-        return _plan.with_cache(plan, array, self.cache)
+        return plan
 
     def _set_fitted(self, result: SolverResult, solver: str, reason: str, layout) -> None:
         signs = flip_signs(result.components)

@@ -617,10 +617,11 @@ def cache_choice(chosen: SolverEstimate | None, matrix, cache="auto"):
 
 
 def cached(estimate: SolverEstimate, choice) -> SolverEstimate:
-    """``estimate`` timed with the passes ``choice`` serves at their cached time."""
+    """``estimate`` timed with the passes ``choice`` serves at their cached time (from its
+    uncached time: a plan timed once with a cache and again in the job is not discounted twice)."""
     if choice is None or estimate.seconds is None:
         return estimate
-    return replace(estimate, seconds=estimate.seconds - choice.saved_seconds(), uncached_seconds=estimate.seconds)
+    return replace(estimate, seconds=estimate.uncached - choice.saved_seconds(), uncached_seconds=estimate.uncached)
 
 
 def with_cache(plan: Plan, matrix, cache="auto") -> Plan:

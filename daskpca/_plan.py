@@ -88,6 +88,12 @@ LANCZOS_PRODUCTS = 300
 #: 4.1 s read + those flops within 0.9–1.2×. (16e9, fitted on an older kernel that made a
 #: weighted float64 copy of every block, predicted 9–10 s a pass.)
 SKETCH_FLOPS_PER_SECOND = 38e9
+#: The client's share of a block Krylov fit: re-orthogonalising each new d×ℓ block against the
+#: basis (twice, 4·d·ℓ·m flops at a basis of m columns) and the final QR of the d×(ℓ·passes)
+#: basis, ~2·d·m² — BLAS-3 on a few threads beside the scheduler. Measured on the reanalysis
+#: field (d = 65 160, ℓ = 30, 10 passes: 2.5·10¹⁰ flops): 8.7–9.0 s of client time, 2.8 GF/s
+#: (benchmarks/README.md, archive layouts, 2026-11-26).
+CLIENT_FLOPS_PER_SECOND = 2.8e9
 #: What one task costs besides its bytes and flops: the scheduler, and one synchronous zarr call
 #: (an event-loop round trip). Measured: 8760 one-row tasks read 2.1 GiB in 12.0 s, 18 tasks in 4.0 s.
 TASK_SECONDS = 0.9e-3
@@ -115,6 +121,13 @@ class SolverEstimate:
     tasks: int = 1  # tasks of one pass (row blocks, or column strips for gram)
     copy_passes: int = 0  # passes over a temporary re-laid-out copy (written once) besides ``passes``
     most_passes: int | None = None
+    client_flops: float = 0.0  # the small dense algebra on the client between and after the passes
+    uncached_seconds: float | None = None  # ``seconds`` before a pass cache served the later passes
+
+    @property
+    def uncached(self) -> float | None:
+        """The predicted time reading the source on every pass."""
+        return self.seconds if self.uncached_seconds is None else self.uncached_seconds
 
     def with_reads(self, extra: int, most: int | None) -> "SolverEstimate":
         """This estimate with ``extra`` reads of the feature stage before the solver's own and the
@@ -153,11 +166,8 @@ class Plan:
     @property
     def seconds(self) -> float | None:
         """The predicted wall time of the chosen solver (None when its passes are open-ended),
-        passes served by the pass cache at their cached time."""
-        seconds = self.estimate(self.solver).seconds
-        if seconds is None or self.cache is None:
-            return seconds
-        return seconds - self.cache.saved_seconds()
+        passes served by the pass cache at their cached time (:func:`cached`)."""
+        return self.estimate(self.solver).seconds
 
     def estimate(self, name: str) -> SolverEstimate:
         return next(e for e in self.estimates if e.name == name)
@@ -293,8 +303,17 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
             continue
         passes, flops, task, exact, note = costs[name]
         estimates.append(SolverEstimate(name, passes, float(flops), int(task), budget is None or task <= budget, exact, note,
-                                        tasks=strips if name == "gram" else row_tasks, copy_passes=copy_passes.get(name, 0)))
+                                        tasks=strips if name == "gram" else row_tasks, copy_passes=copy_passes.get(name, 0),
+                                        client_flops=krylov_client_flops(d, ell, krylov_passes) if name == "krylov" else 0.0))
     return estimates
+
+
+def krylov_client_flops(d: int, ell: int, passes: int) -> float:
+    """Block Krylov's client flops: pass j re-orthogonalises its d×ℓ block twice against the j·ℓ
+    columns before it (4·d·ℓ·jℓ), and the answer comes from a QR of the whole d×(ℓ·passes)
+    basis (2·d·m²) — see ``solvers/krylov.py``."""
+    m = ell * passes
+    return 4.0 * d * ell * ell * passes * (passes + 1) / 2 + 2.0 * d * m * m
 
 
 def gram_local_flops(n: int, k: int) -> float:
@@ -323,7 +342,7 @@ def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, t
     per_pass = size / READ_BYTES_PER_SECOND + estimate.tasks * TASK_SECONDS / threads
     copy = estimate.copy_passes * size / COPY_READ_BYTES_PER_SECOND + size / WRITE_BYTES_PER_SECOND if estimate.copy_passes else 0.0
     flops = estimate.flops / FLOP_RATES.get(estimate.name, FLOPS_PER_SECOND)
-    return (estimate.passes * per_pass + copy + flops) / busy
+    return (estimate.passes * per_pass + copy + flops) / busy + estimate.client_flops / CLIENT_FLOPS_PER_SECOND
 
 
 #: Solvers whose answer is exact (to round-off): they meet any ``tol``.
@@ -332,7 +351,7 @@ EXACT_SOLVERS = ("covariance", "gram", "tsqr")
 
 def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=False, available, n_oversamples=10,
               n_power_iter="auto", tol=None, max_passes=None, geometry: Geometry | None = None, requested=None,
-              reads=None) -> Plan:
+              reads=None, cache_for=None) -> Plan:
     """Choose a solver with ordered rules; see the module docstring.
 
     ``tol`` is the accuracy asked for (a bound on the sine of the largest principal angle; None:
@@ -340,7 +359,10 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     ``requested`` is the solver the caller named (None: the rules choose); the plan is then that
     solver's, refused when its task does not fit (:func:`check_requested`). ``reads`` maps a
     solver to ``(extra reads of the feature stage before it, its most reads or None)``, from the
-    estimator (:meth:`SolverEstimate.with_reads`), so that the plan counts what the fit reads.
+    estimator (:meth:`SolverEstimate.with_reads`), so that the plan counts what the fit reads. ``cache_for`` gives the pass cache a solver's fit
+    would keep (``estimate -> CacheChoice``, :func:`cache_choice`): every solver is then timed with
+    its later passes served by it, so the choice between an exact road and an iterative one weighs
+    what each really costs (the cache makes a Krylov pass its flops, not a decode).
     """
     budget, source = task_memory_budget()
     threads = worker_resources()[0]
@@ -355,6 +377,8 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
         for e in estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget,
                                   available=available, tol=road_tol, max_passes=max_passes)
     ]
+    caches = {e.name: cache_for(e) for e in estimates} if cache_for is not None else {}
+    estimates = [cached(e, caches.get(e.name)) for e in estimates]
     by_name = {e.name: e for e in estimates}
     fits = lambda name: name in by_name and by_name[name].feasible  # noqa: E731
     exact_small = "covariance" if d <= n else "gram"
@@ -410,7 +434,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     if solver in by_name and by_name[solver].copy_passes:  # the re-layout is part of the road: say so
         reason += f"; {by_name[solver].note}"
     plan = Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, tol, geometry, threads,
-                default_tol=default_tol)
+                cache=caches.get(solver), default_tol=default_tol)
     if requested is not None:
         check_requested(requested, plan)
     logger.info("daskpca: solver=%r (%s)", solver, reason)
@@ -566,22 +590,45 @@ def ill_conditioning_warning(explained_variance, solver: str, n_samples: int) ->
 ILL_CONDITIONED_RATIO = 1e-10
 
 
-def with_cache(plan: Plan, matrix, cache="auto") -> Plan:
-    """``plan`` with its ``cache`` row: the pass cache (:func:`daskpca.solvers._cache.choose`) for
-    the solver it runs, whose reads of the source are its passes (the most, for one that stops on
-    convergence; one for a road that re-lays the input out into a copy of its own) plus the job's
-    later reads (the CLI's scores), and the time of each pass it serves. Reads no data."""
+def cache_choice(chosen: SolverEstimate | None, matrix, cache="auto"):
+    """The pass cache (:func:`daskpca.solvers._cache.choose`) a fit with the solver of ``chosen``
+    would keep: its reads of the source are its passes (the most, for one that stops on
+    convergence; one for a road that re-lays the input out into a copy of its own; at least 2
+    for a solver the planner has no row for) plus the job's later reads (the CLI's scores), and
+    the time of each pass it serves. Reads no data."""
     from .solvers import _cache
 
-    chosen = plan.estimate(plan.solver) if plan.solver in {e.name for e in plan.estimates} else None
-    most = plan.most_passes if chosen is not None else None  # a solver the planner has no row for: ≥ 2 assumed
+    most = None if chosen is None else (chosen.passes if chosen.most_passes is None else chosen.most_passes)
     passes = 1 if chosen is not None and chosen.copy_passes else (most if isinstance(most, int) else 2)
+    # Whether to cache is decided on the most reads the fit may make; its predicted time (what
+    # the cache saves) on the reads the plan predicts — the budget would count passes never run
+    # (a Krylov fit planned at 10 passes within a budget of 20 was predicted a negative time).
+    predicted = passes
+    if chosen is not None and not chosen.copy_passes and isinstance(chosen.passes, int) and chosen.passes:
+        predicted = chosen.passes
     flop_seconds, read_seconds, working = 0.0, None, 0
     if chosen is not None:
-        flop_seconds = chosen.flops / FLOP_RATES.get(chosen.name, FLOPS_PER_SECOND) / max(passes, 1)
-        if chosen.seconds is not None and isinstance(chosen.passes, int) and chosen.passes:
-            read_seconds = chosen.seconds / chosen.passes
+        flop_seconds = chosen.flops / FLOP_RATES.get(chosen.name, FLOPS_PER_SECOND) / max(predicted, 1)
+        if chosen.uncached is not None and isinstance(chosen.passes, int) and chosen.passes:
+            read_seconds = (chosen.uncached - chosen.client_flops / CLIENT_FLOPS_PER_SECOND) / chosen.passes
         working = chosen.task_bytes
-    choice = _cache.choose(matrix, cache, reads=passes + _cache.later_reads(), working_bytes=working,
-                           flop_seconds=flop_seconds, read_seconds=read_seconds, fit_reads=passes)
-    return replace(plan, cache=choice)
+    return _cache.choose(matrix, cache, reads=passes + _cache.later_reads(), working_bytes=working,
+                         flop_seconds=flop_seconds, read_seconds=read_seconds, fit_reads=predicted)
+
+
+def cached(estimate: SolverEstimate, choice) -> SolverEstimate:
+    """``estimate`` timed with the passes ``choice`` serves at their cached time (from its
+    uncached time: a plan timed once with a cache and again in the job is not discounted twice)."""
+    if choice is None or estimate.seconds is None:
+        return estimate
+    return replace(estimate, seconds=estimate.uncached - choice.saved_seconds(), uncached_seconds=estimate.uncached)
+
+
+def with_cache(plan: Plan, matrix, cache="auto") -> Plan:
+    """``plan`` with the pass cache of the solver it runs (:func:`cache_choice`) and that solver
+    timed with it — for estimators whose planner does not weigh caches itself (Hilbert, MCA)."""
+    names = {e.name for e in plan.estimates}
+    chosen = plan.estimate(plan.solver) if plan.solver in names else None
+    choice = cache_choice(chosen, matrix, cache)
+    estimates = [cached(e, choice) if e is chosen else e for e in plan.estimates]
+    return replace(plan, cache=choice, estimates=estimates)

@@ -764,11 +764,12 @@ class PCA(ProbabilisticMixin, BasePCA):
         plan = _plan.make_plan(
             *array.shape, k, array.chunks, array.dtype.itemsize,
             needs_spectrum=request.needs_spectrum, available=tuple(SOLVERS),
-            n_oversamples=self.n_oversamples, n_power_iter=self.n_power_iter,
-            tol=self.tol, max_passes=self.max_passes, geometry=geometry_of(array),
+            n_oversamples=self.n_oversamples, n_power_iter=self.n_power_iter, tol=self.tol, max_passes=self.max_passes,
+            geometry=geometry_of(array),
             requested=None if self.solver == "auto" else self.solver,
             reads=_features.plan_reads(SOLVERS, spec, self.get_params(deep=False)),
+            cache_for=lambda estimate: _plan.cache_choice(estimate, array, self.cache),
         )
         self.refuse_ignored_knobs(plan.solver, SOLVERS)
-        return _plan.with_cache(plan, array, self.cache)
+        return plan
 

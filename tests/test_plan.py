@@ -212,3 +212,21 @@ def test_gram_task_memory_is_the_largest_measured_task(shape, width):
     largest = largest_task_bytes(gram.gram_graph(X), gram._GramPart, gram.gram_graph(X[:40, :8]))
     (estimate,) = estimate_solvers(*X.shape, 5, X.chunks, 4, available=("gram",))
     assert largest / 1.5 <= estimate.task_bytes <= 1.5 * largest, (estimate.task_bytes / 2**20, largest / 2**20)
+
+
+def test_the_default_road_weighs_the_pass_cache(tmp_path):
+    # An hourly year stored one step per chunk (metadata only: nothing is read). Read from the
+    # store on every pass, 10 certified Krylov passes cost about the exact Gram road; with later
+    # passes served from memory (their flops only) Krylov is several times cheaper — the choice
+    # must weigh what each road really costs, not the uncached Krylov.
+    import dask.array as da
+    import zarr
+
+    zarr.create_array(store=str(tmp_path / "year.zarr"), shape=(8760, 65160), chunks=(1, 65160), dtype="float32")
+    year = da.from_zarr(str(tmp_path / "year.zarr"))
+    cached, uncached = PCA(20).plan(year), PCA(20, cache=False).plan(year)
+    assert cached.solver == "krylov" and cached.cache.kind == "memory", str(cached)
+    krylov = cached.estimate("krylov")
+    assert krylov.seconds < krylov.uncached_seconds == uncached.estimate("krylov").seconds
+    assert cached.seconds == krylov.seconds and "against" in cached.reason
+    assert uncached.solver == "gram" and uncached.cache.kind is None, str(uncached)

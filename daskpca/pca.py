@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import warnings
 from dataclasses import replace
+from functools import partial
 from numbers import Integral, Real
 
 import dask
@@ -768,7 +769,7 @@ class PCA(ProbabilisticMixin, BasePCA):
             geometry=geometry_of(array),
             requested=None if self.solver == "auto" else self.solver,
             reads=_features.plan_reads(SOLVERS, spec, self.get_params(deep=False)),
-            cache_for=lambda estimate: _plan.cache_choice(estimate, array, self.cache),
+            cache_for=partial(_plan.cache_choice, matrix=array, cache=self.cache),  # called by the planner, per solver
         )
         self.refuse_ignored_knobs(plan.solver, SOLVERS)
         return plan

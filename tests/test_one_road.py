@@ -230,7 +230,8 @@ def test_the_top_of_the_package_holds_only_public_faces_and_fit_stages():
 def test_a_fit_follows_a_short_road_through_the_modules(tmp_path):
     # A call trace of PCA(20).fit(X) on a small zarr array, counting changes of daskpca module
     # between calls: 62 hops, pca.py entered 13 times, before the estimator layer (2026-11-25;
-    # the planner asked pca.py for every solver's reads one by one); 54 and 6 after. The bound on
+    # the planner asked pca.py for every solver's reads one by one); 54 and 6 after; with the pass cache's own
+    # calls (2026-11-26) 108 and 6, where main had 124 and 13. The bound on
     # the estimator is the point (a road that bounces back into it for every solver fails); the
     # total is generous, for the planner's and the solvers' own calls, which grow with them.
     import sys
@@ -256,4 +257,4 @@ def test_a_fit_follows_a_short_road_through_the_modules(tmp_path):
         PCA(20).fit(store)
     finally:
         sys.setprofile(None)
-    assert entered["daskpca.pca"] <= 8 and hops <= 90, (hops, entered.most_common(5))
+    assert entered["daskpca.pca"] <= 8 and hops <= 160, (hops, entered.most_common(5))

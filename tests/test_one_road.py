@@ -23,6 +23,7 @@ from daskpca.solvers import SOLVERS
 from daskpca.solvers._base import SolverResult
 
 from _helpers import reference_pca, sin_theta
+from test_layers import _module_name, imports_of
 
 PACKAGE = Path(daskpca.__file__).parent
 
@@ -117,40 +118,18 @@ def test_a_new_solver_works_on_labeled_input_without_touching_the_labeled_layer(
 # ---------------------------------------------------------------------------------------- shape
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def _imports(path: Path, modules: set[str]) -> set[str]:
-    """daskpca modules imported anywhere in ``path`` (function-level imports included).
-
-    ``from . import x`` counts as importing the submodule ``x`` when there is one. Importing a
-    module of a subpackage also runs that subpackage's ``__init__`` (the root package's is not
-    counted: Python lets submodules import siblings while it is initialising).
-    """
+    """daskpca modules imported anywhere in ``path`` (function-level imports included; read by
+    test_layers.imports_of). Importing a module of a subpackage also runs that subpackage's
+    ``__init__`` (the root package's is not counted: Python lets submodules import siblings while
+    it is initialising)."""
     name = _module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = package
-            for _ in range(node.level - 1):
-                base = base.rpartition(".")[0]
-            base = f"{base}.{node.module}" if node.level and node.module else (base if node.level else node.module)
-            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
-        else:
-            continue
-        for target in targets:
-            while target and target not in modules:
-                target = target.rpartition(".")[0]
-            if target and target != name:
-                found.add(target)
-                parent = target.rpartition(".")[0]
-                if parent and parent != "daskpca" and parent != name and not name.startswith(parent + "."):
-                    found.add(parent)
+    for target in {found_import.target for found_import in imports_of(path, modules)}:
+        found.add(target)
+        parent = target.rpartition(".")[0]
+        if parent and parent != "daskpca" and parent != name and not name.startswith(parent + "."):
+            found.add(parent)
     return found
 
 

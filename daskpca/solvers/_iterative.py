@@ -16,6 +16,7 @@ import numpy as np
 
 from ._base import open_checkpoint
 from ._graph import SizedByArrays
+from ._linalg import tall_norm2, tall_qr
 from .._validation import NonFinite, find_nonfinite
 from ..exceptions import InputError
 
@@ -88,9 +89,8 @@ def combine_column_moments(parts) -> ColumnMoments:
 
 
 def orthonormal_columns(matrix: np.ndarray) -> np.ndarray:
-    """Orthonormal basis (thin Householder QR) of the columns of a tall matrix."""
-    q, _ = np.linalg.qr(matrix)
-    return q
+    """Orthonormal basis (thin Householder QR, by row pieces) of the columns of a tall matrix."""
+    return tall_qr(matrix)[0]
 
 
 def subspace_sine(basis_a: np.ndarray, basis_b: np.ndarray) -> float:
@@ -100,7 +100,7 @@ def subspace_sine(basis_a: np.ndarray, basis_b: np.ndarray) -> float:
     below ~1e-8 in float64.
     """
     residual = basis_b - basis_a @ (basis_a.T @ basis_b)
-    return float(np.linalg.norm(residual, 2)) if residual.size else 0.0
+    return tall_norm2(residual)
 
 
 def as_generator(random_state):

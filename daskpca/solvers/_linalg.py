@@ -204,5 +204,54 @@ def flip_signs(components: np.ndarray) -> np.ndarray:
 
 def orthonormal_basis(matrix: np.ndarray) -> np.ndarray:
     """Orthonormal basis of the column space of a tall matrix (thin QR, Q factor)."""
-    q, _ = np.linalg.qr(matrix)
-    return q
+    return tall_qr(matrix)[0]
+
+
+#: Bytes of one row piece of a tall matrix factored by :func:`tall_qr`: a few MiB, so that
+#: LAPACK's column-by-column sweeps of a piece run in cache.
+TALL_PIECE_BYTES = 2**21
+
+
+def tall_qr(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Thin QR ``matrix = Q·R`` of a tall matrix (d×m, d ≫ m), as a TSQR over row pieces.
+
+    LAPACK's Householder QR of a tall-skinny matrix is level-2 BLAS: each of its m reflections
+    sweeps the whole d×m matrix through memory (65 160 × 30: 147 ms on one thread and 303 ms on
+    two here, most of a Krylov fit's client time). Factoring row pieces of ~TALL_PIECE_BYTES
+    (each sweep in cache), then the stacked m×m R factors, and multiplying each piece's Q by its
+    block of the second Q is the same orthogonal factorisation (TSQR, Demmel et al. 2012), as
+    stable as Householder: 15 ms there. Real or complex; a matrix with no more than two
+    pieces' rows is factored directly.
+
+    Returns
+    -------
+    q : ndarray of shape (d, min(d, m))
+    r : ndarray of shape (min(d, m), m)
+    """
+    d, m = matrix.shape
+    rows = max(8 * m, TALL_PIECE_BYTES // (matrix.itemsize * max(m, 1)))
+    if d <= 2 * rows or m == 0:
+        return np.linalg.qr(matrix)
+    pieces = [np.linalg.qr(matrix[start:start + rows]) for start in range(0, d, rows)]
+    inner, r = tall_qr(np.concatenate([piece_r for _, piece_r in pieces], axis=0))
+    q = np.empty((d, r.shape[0]), dtype=inner.dtype)
+    offset = 0
+    for start, (piece_q, piece_r) in zip(range(0, d, rows), pieces):
+        q[start:start + piece_q.shape[0]] = piece_q @ inner[offset:offset + piece_r.shape[0]]
+        offset += piece_r.shape[0]
+    return q, r
+
+
+def tall_norm2(matrix: np.ndarray) -> float:
+    """Spectral norm ‖A‖₂ of a tall (or wide) matrix from the eigenvalues of its small Gram AᴴA.
+
+    ``np.linalg.norm(A, 2)`` takes a full SVD of A, level-2 sweeps of the d×m matrix (40 ms at
+    65 160 × 30, 84 ms with two threads); the largest eigenvalue of the m×m Gram is accurate to
+    round-off relative to ‖A‖₂² (no cancellation: it is the largest), so its square root is ‖A‖₂
+    to ~ε relative — all a norm is used for (scales, residuals, sines of formed differences).
+    """
+    if matrix.size == 0:
+        return 0.0
+    small = matrix.conj().T if matrix.shape[0] < matrix.shape[1] else matrix
+    gram = small.conj().T @ small
+    return float(np.sqrt(max(np.linalg.eigvalsh(gram)[-1], 0.0)))

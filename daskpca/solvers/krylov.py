@@ -125,16 +125,16 @@ N. Halko, P.-G. Martinsson, J. A. Tropp, SIAM Review 53 (2011) 217–288, doi:10
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from numbers import Integral, Real
 
 import numpy as np
-from scipy.linalg import eigh, qr, svd
+from scipy.linalg import eigh, svd
 
 from ..exceptions import AccuracyWarning, InputError
 from ._base import ComponentRequest, SolverResult, open_checkpoint
 from ._iterative import as_generator, subspace_sine
-from ._linalg import client_blas_threads
+from ._linalg import client_blas_threads, tall_norm2, tall_qr
 from ._progress import Passes
 # The sketch kernel shared with the randomized solver: its first pass (fused with the feature
 # stage, hence ``fuses_features`` here too) and every later pass are this solver's.
@@ -224,35 +224,45 @@ def _h(a: np.ndarray) -> np.ndarray:
     return a.conj().T if np.iscomplexobj(a) else a.T
 
 
-def orthonormal_extension(V: np.ndarray, block: np.ndarray) -> np.ndarray:
+def orthonormal_extension(V: np.ndarray, block: np.ndarray, coefficients: np.ndarray | None = None) -> np.ndarray:
     """Orthonormal columns spanning ``(I − VVᴴ)·block``, without directions already in span V.
 
     Projected twice (block CGS2), then a rank-revealing factorisation (thin QR, SVD of its ℓ×ℓ
     R) keeps the directions above DEFLATION_RTOL of the block's norm, and one more projection
-    removes what the normalisation amplified.
+    removes what the normalisation amplified. ``coefficients``: Vᴴ·block when the caller has it
+    already (the Krylov loop does: it is the last block column of T), saving the first of the
+    three d×m×ℓ products.
     """
-    scale = np.linalg.norm(block, 2) if block.size else 0.0
+    scale = tall_norm2(block)
     if scale == 0.0:
         return block[:, :0]
-    for _ in range(2):
-        block = block - V @ (_h(V) @ block)
-    q, r = np.linalg.qr(block)
+    for projection in range(2):
+        known = coefficients is not None and projection == 0
+        block = block - V @ (coefficients if known else _h(V) @ block)
+    q, r = tall_qr(block)
     left, values, _ = svd(r, check_finite=False)
     fresh = q @ left[:, values > DEFLATION_RTOL * scale]
     fresh = fresh - V @ (_h(V) @ fresh)
-    q, _ = np.linalg.qr(fresh)
-    return q
+    return tall_qr(fresh)[0]
 
 
 @dataclass(frozen=True)
 class Basis:
     """The kept Krylov basis V (d×m, orthonormal), its image W = C·V, and the small products
-    T = VᵀW and P = WᵀW, updated a block at a time (O(d·m·ℓ) per pass instead of O(d·m²))."""
+    T = VᵀW and P = WᵀW, updated a block at a time (O(d·m·ℓ) per pass instead of O(d·m²)).
+
+    V and W are column-major views of the first m columns of buffers with room to grow
+    (``room``: the buffers and how many of their columns are filled), so a pass appends its
+    block in place instead of copying the whole basis (at 65 160 × 300, 2 × 156 MB a pass);
+    room doubles when it runs out. Only the newest basis appends in place: extending an older
+    one copies.
+    """
 
     V: np.ndarray
     W: np.ndarray
     T: np.ndarray
     P: np.ndarray
+    room: list | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def empty(cls, n_features: int, dtype=np.float64) -> "Basis":
@@ -264,11 +274,20 @@ class Basis:
 
     def extend(self, block: np.ndarray, image: np.ndarray) -> "Basis":
         """Append a block V_j (orthonormal, ⟂ V) and its image W_j = C·V_j."""
-        cross_t = _h(self.V) @ image  # (m, b); blockᴴ·W is its conjugate transpose up to round-off
+        cross_t = _h(self.V) @ image  # (m, b) = VᴴCV_j; its conjugate transpose is V_jᴴ·W (C is Hermitian)
         cross_p = _h(self.W) @ image
-        T = np.block([[self.T, cross_t], [_h(block) @ self.W, _h(block) @ image]])
+        T = np.block([[self.T, cross_t], [_h(cross_t), _h(block) @ image]])
         P = np.block([[self.P, cross_p], [_h(cross_p), _h(image) @ image]])
-        return Basis(np.hstack([self.V, block]), np.hstack([self.W, image]), T, P)
+        m, size = self.size, self.size + block.shape[1]
+        room = self.room
+        if room is None or room[2] != m or room[0].shape[1] < size:  # not the newest, or full
+            dtype = np.result_type(self.V, block)
+            buffers = [np.empty((self.V.shape[0], max(2 * size, 1)), dtype=dtype, order="F") for _ in range(2)]
+            buffers[0][:, :m], buffers[1][:, :m] = self.V, self.W
+            room = [*buffers, m]
+        room[0][:, m:size], room[1][:, m:size] = block, image
+        room[2] = size
+        return Basis(room[0][:, :size], room[1][:, :size], T, P, room)
 
     def ritz(self) -> tuple[np.ndarray, np.ndarray]:
         """Ritz values (descending) and the eigenvectors Y of the symmetrised T."""
@@ -320,7 +339,7 @@ def _plain_ritz(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray, n_sample
     X = basis.V @ Y[:, :kept]
     R = basis.W @ Y[:, :kept] - X * theta[:kept]  # in d-space: no cancellation in ‖r‖
     norms = np.linalg.norm(R, axis=0)
-    residual = float(np.linalg.norm(R[:, :k], 2)) if k <= R.shape[1] else np.inf
+    residual = tall_norm2(R[:, :k]) if k <= R.shape[1] else np.inf
     residual += ROUNDOFF_RESIDUAL * np.sqrt(n_samples) * max(theta[0], 0.0)
     gap = theta[k - 1] - theta[k] - norms[k] if kept > k else -np.inf
     if k >= basis.V.shape[0]:  # the kept subspace is the whole space
@@ -331,39 +350,58 @@ def _plain_ritz(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray, n_sample
     return X[:, :k], theta[:k], norms[:k], bound, eig_error, gap
 
 
+#: The returned answer comes from the Gram route of :func:`_left_ritz` (an m×m eigenproblem)
+#: when its smallest kept value is at least this fraction of its largest: squaring then costs at
+#: most ~m·ε/GRAM_RANGE ≈ 1e-11 relative on the k-th variance and a factor σ₁/(2σ_k) ≤ 50 on the
+#: vectors' round-off, far below any bound the fit reports; wider ranges (κ(X) = 1e10 is tested)
+#: take the QR route.
+GRAM_RANGE = 1e-4
+
+
 def _left_ritz(basis: Basis, k: int, g: np.ndarray, Z: np.ndarray, *, stable: bool) -> tuple[np.ndarray, np.ndarray]:
     """Top-k singular values and right vectors (k×d) of Q_KᵀX̃ = G^{-½}·Wᵀ, G = VᵀW = T = Z g Zᵀ
     (the Ritz decomposition: G is the Rayleigh quotient matrix).
 
-    ``stable``: an SVD of that m×d matrix (O(d·m²), once, for the returned answer). Otherwise
-    the eigenproblem of its m×m Gram g^{-½}Zᵀ·P·Z·g^{-½} (P = WᵀW, kept up to date), which
-    squares it once more — good enough to decide when to stop, cheap enough for every pass.
+    The Gram route: the eigenproblem of that m×d matrix's m×m Gram g^{-½}Zᵀ·P·Z·g^{-½} (P = WᵀW,
+    kept up to date), which squares it once more — cheap enough for every pass, and accurate
+    enough for the returned answer when the kept values span less than GRAM_RANGE (whatever
+    route, the bound measures the returned vectors' distance to the certified ones).
+    ``stable`` and a wider range: an SVD of the m×d matrix itself (O(d·m²), once).
     """
     keep = g > DEFLATION_RTOL * max(g.max(initial=0.0), 0.0)
     scaled = Z[:, keep] / np.sqrt(g[keep])  # (m, m'): Q_K = X̃·V·scaled
-    if stable and scaled.shape[1] >= k:
-        # B = (W·scaled)ᵀ is m'×d with d ≫ m': its SVD from a Householder QR of the tall d×m'
-        # matrix, W·scaled = Q·R, and the SVD of the small Rᵀ = U·S·V̂ᵀ (B = U·S·(Q·V̂)ᵀ):
-        # LAPACK's SVD of the wide matrix itself is just as stable but ran 3.5× slower here
-        # (65 160 × 270: 20 s against 5.7 s, one thread) — on the reanalysis store it was most
-        # of the client's time in a fit.
-        q, r = qr(basis.W @ scaled, mode="economic", overwrite_a=True, check_finite=False)
+    if stable and not _gram_route_suffices(_gram_route(basis, k, scaled)[0], k):
+        if scaled.shape[1] < k:
+            return leading_right_vectors((basis.W @ scaled).T, k)
+        # B = (W·scaled)ᵀ is m'×d with d ≫ m': its SVD from a QR of the tall d×m' matrix,
+        # W·scaled = Q·R, and the SVD of the small Rᵀ = U·S·V̂ᵀ (B = U·S·(Q·V̂)ᵀ): LAPACK's SVD
+        # of the wide matrix itself is just as stable but ran 3.5× slower (65 160 × 270: 20 s
+        # against 5.7 s, one thread).
+        q, r = tall_qr(basis.W @ scaled)
         _, values, small = svd(r.T, check_finite=False)
         return values[:k], small[:k] @ q.T
-    if stable:
-        return leading_right_vectors((basis.W @ scaled).T, k)
+    return _gram_route(basis, k, scaled)
+
+
+def _gram_route(basis: Basis, k: int, scaled: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_left_ritz` by the m×m eigenproblem (see there)."""
     values, Y = eigh(scaled.T @ basis.P @ scaled, check_finite=False)
     values, Y = np.clip(values[::-1][:k], 0.0, None), Y[:, ::-1][:, :k]
     vectors = basis.W @ (scaled @ Y)
     positive = values > DEFLATION_RTOL * max(values.max(initial=0.0), 0.0)
     vectors[:, positive] /= np.sqrt(values[positive])
     if not positive.all() or vectors.shape[1] < k:  # rank < k: any orthonormal completion
-        vectors = np.linalg.qr(np.hstack([vectors[:, positive], basis.V]))[0][:, :k]
+        vectors = tall_qr(np.hstack([vectors[:, positive], basis.V]))[0][:, :k]
         values = np.concatenate([values[positive], np.zeros(k - positive.sum())])
     else:
-        orthonormal = np.linalg.qr(vectors)[0]  # re-orthonormalised, same directions and signs
+        orthonormal = tall_qr(vectors)[0]  # re-orthonormalised, same directions and signs
         vectors = orthonormal * np.sign(np.sum(orthonormal * vectors, axis=0))
     return np.sqrt(values), vectors.T
+
+
+def _gram_route_suffices(singular_values: np.ndarray, k: int) -> bool:
+    """Whether the Gram route's answer (its k values, descending) can be the returned one."""
+    return singular_values.size >= k > 0 and singular_values[k - 1] ** 2 >= GRAM_RANGE * singular_values[0] ** 2
 
 
 def estimate(basis: Basis, k: int, *, n_samples: int = 1, stable: bool = False) -> Estimate:
@@ -436,7 +474,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
     )
     state = store.load()
     if state is None:
-        block = np.linalg.qr(as_generator(random_state).standard_normal((n_features, ell)))[0]
+        block = tall_qr(as_generator(random_state).standard_normal((n_features, ell)))[0]
         basis = Basis.empty(n_features)
         done, total_m2, restarts = 0, None, 0
     else:
@@ -474,7 +512,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             passes.bound(history[-1])
             if result.certified(tol) <= target or done + n_passes >= budget:
                 break
-            block = orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:])
+            block = orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:], basis.T[:, -block.shape[1]:])
             if block.shape[1] == 0:  # span V is invariant under C: the projection is exact
                 invariant = True
                 break
@@ -483,8 +521,9 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
                 restarts += 1
             store.save({"V": basis.V, "W": basis.W, "T": basis.T, "P": basis.P, "block": block,
                         "passes": done + n_passes, "m2": total_m2, "restarts": restarts, **stage_state(stage)})
-    with client_blas_threads():
-        result = estimate(basis, k, n_samples=n_samples, stable=True)  # the returned answer from an SVD (see _left_ritz)
+    if not _gram_route_suffices(result.singular_values, k):  # the last pass's estimate is the answer, else an SVD
+        with client_blas_threads():
+            result = estimate(basis, k, n_samples=n_samples, stable=True)
     projection = "left"
     if tol is not None and result.error_bound > tol >= result.ritz_bound:
         result, projection = result.plain(), "plain"  # only the plain Ritz vectors are certified ≤ tol

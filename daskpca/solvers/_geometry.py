@@ -283,7 +283,9 @@ def regroup(array, row_axis: int = 0, whole_axes: tuple[int, ...] = (), *, encod
     if chunks == array.chunks:
         return remember(array, geometry)
     if source is not None:
-        regrouped = da.from_array(source, chunks=chunks, lock=False, asarray=True, meta=np.empty((0,) * array.ndim, array.dtype),
+        from ._decode import fast_source
+
+        regrouped = da.from_array(fast_source(source), chunks=chunks, lock=False, asarray=True, meta=np.empty((0,) * array.ndim, array.dtype),
                                   name=f"read-{tokenize(array.name, chunks)}")
         return remember(regrouped, replace(geometry, read="selection"))
     return remember(array.rechunk(chunks), replace(geometry, read="concatenated"))

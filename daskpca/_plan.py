@@ -83,17 +83,18 @@ COPY_READ_BYTES_PER_SECOND = 1.0e9
 LANCZOS_PRODUCTS = 300
 #: The sketching passes (randomized, Krylov) stream each float64 slab through two thin products
 #: and emit a d×(ℓ+1) factor per slab. Measured on the reanalysis-shaped field (8760 × 65 160,
-#: ℓ = 30, coslat weights, 2026-11-25): a Krylov pass over the field persisted in memory takes
-#: 1.8 s for its 4·n·d·ℓ = 6.85e10 flops (38 GF/s); from the zstd store 4.8–5.5 s, i.e. the
-#: 4.1 s read + those flops within 0.9–1.2×. (16e9, fitted on an older kernel that made a
-#: weighted float64 copy of every block, predicted 9–10 s a pass.)
-SKETCH_FLOPS_PER_SECOND = 38e9
-#: The client's share of a block Krylov fit: re-orthogonalising each new d×ℓ block against the
-#: basis (twice, 4·d·ℓ·m flops at a basis of m columns) and the final QR of the d×(ℓ·passes)
-#: basis, ~2·d·m² — BLAS-3 on a few threads beside the scheduler. Measured on the reanalysis
-#: field (d = 65 160, ℓ = 30, 10 passes: 2.5·10¹⁰ flops): 8.7–9.0 s of client time, 2.8 GF/s
+#: ℓ = 30, coslat weights): a Krylov pass over the field held in memory (the pass cache) takes
+#: 2.3–2.5 s on a quiet machine and 3.0–3.5 s on a loaded one for its 4·n·d·ℓ = 6.85e10 flops
+#: (20–30 GF/s; 2026-11-25/26, benchmarks/README.md). 1.8 s was measured once, on a field
+#: persisted by hand (38e9 then: the plan was 1.5–1.8× short of the cached passes).
+SKETCH_FLOPS_PER_SECOND = 28e9
+#: The client's share of a block Krylov fit after each pass j (basis of m = j·ℓ columns): the
+#: new block's products with V and W and its re-orthogonalisation (6 thin d×m×ℓ products) and
+#: the Ritz vectors, residuals and left projection (3 d×m×(k+1)), see :func:`krylov_client_flops`
+#: — BLAS-3 on the caller's threads between passes. Measured on the reanalysis field (d = 65 160,
+#: ℓ = 30, k = 20): 4.7–4.8 s for 8 passes (3.4e10 flops), 6.5 s for 10 (5.2e10), 7–8 GF/s
 #: (benchmarks/README.md, archive layouts, 2026-11-26).
-CLIENT_FLOPS_PER_SECOND = 2.8e9
+CLIENT_FLOPS_PER_SECOND = 7.5e9
 #: What one task costs besides its bytes and flops: the scheduler, and one synchronous zarr call
 #: (an event-loop round trip). Measured: 8760 one-row tasks read 2.1 GiB in 12.0 s, 18 tasks in 4.0 s.
 TASK_SECONDS = 0.9e-3
@@ -304,16 +305,16 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         passes, flops, task, exact, note = costs[name]
         estimates.append(SolverEstimate(name, passes, float(flops), int(task), budget is None or task <= budget, exact, note,
                                         tasks=strips if name == "gram" else row_tasks, copy_passes=copy_passes.get(name, 0),
-                                        client_flops=krylov_client_flops(d, ell, krylov_passes) if name == "krylov" else 0.0))
+                                        client_flops=krylov_client_flops(d, ell, krylov_passes, k) if name == "krylov" else 0.0))
     return estimates
 
 
-def krylov_client_flops(d: int, ell: int, passes: int) -> float:
-    """Block Krylov's client flops: pass j re-orthogonalises its d×ℓ block twice against the j·ℓ
-    columns before it (4·d·ℓ·jℓ), and the answer comes from a QR of the whole d×(ℓ·passes)
-    basis (2·d·m²) — see ``solvers/krylov.py``."""
-    m = ell * passes
-    return 4.0 * d * ell * ell * passes * (passes + 1) / 2 + 2.0 * d * m * m
+def krylov_client_flops(d: int, ell: int, passes: int, k: int) -> float:
+    """Block Krylov's client flops: after pass j (m = j·ℓ basis columns) six thin d×m×ℓ products
+    (the new block's T and P columns, two projections and the one after normalising, less the
+    one T already holds) and three d×m×(k + 1) (Ritz vectors, residuals, left projection), 2 flops
+    per multiply-add — see ``solvers/krylov.py``. The returned answer reuses the last pass's."""
+    return 2.0 * d * (6 * ell + 3 * (k + 1)) * ell * passes * (passes + 1) / 2
 
 
 def gram_local_flops(n: int, k: int) -> float:

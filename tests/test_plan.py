@@ -121,10 +121,12 @@ def test_randomized_task_memory_is_the_largest_measured_task(shape, rows, monkey
 def test_predicted_krylov_passes_follow_tol_and_the_budget():
     from daskpca.solvers.krylov import DEFAULT_PASSES, predicted_passes
 
-    assert [predicted_passes(t) for t in (1e-2, 1e-4, 1e-6)] == [4, 7, 10]
+    # The hard end of EOF spectra (benchmarks.archives: the 20th mode at 1.9× a noise continuum's
+    # edge): bound 1 after 3 passes, then 9–10× lower a pass — 6, 8 and 10 passes were measured.
+    assert [predicted_passes(t) for t in (1e-2, 1e-4, 1e-6)] == [6, 8, 10]
     assert predicted_passes(None) == DEFAULT_PASSES and predicted_passes(1e-6, 6) == 6
     plan = PCA(10, tol=1e-4, solver="krylov").plan(lazy((40_000, 10_000), (2_000, 10_000)))
-    assert plan.estimate("krylov").passes == 7 and "tol = 0.0001" in plan.estimate("krylov").note
+    assert plan.estimate("krylov").passes == 8 and "tol = 0.0001" in plan.estimate("krylov").note
     assert "accuracy asked: sin θ ≤ 0.0001" in str(plan)
 
 

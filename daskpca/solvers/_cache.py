@@ -86,6 +86,13 @@ DISK_HEADROOM = 0.1
 #: Reading an uncompressed local copy (cold, measured here: 1.3 GB/s on 2 cores); the plan's
 #: time of a pass served from disk. A pass served from memory costs its flops and tasks only.
 DISK_READ_BYTES_PER_SECOND = 1.3e9
+#: What keeping the blocks adds to the first pass. Memory: every kept block is fresh memory the
+#: kernel maps and zeroes (page faults; 2.1 GiB took 2.8 s here, and the cached first pass of the
+#: reanalysis field ran 3–4 s longer than an uncached one), where an uncached pass reuses the
+#: pages of the blocks it freed. Disk: the uncompressed copy's write (2.2 GB/s direct, ~1 GB/s
+#: through zarr's chunk writes).
+MEMORY_KEEP_BYTES_PER_SECOND = 0.8e9
+DISK_WRITE_BYTES_PER_SECOND = 1.0e9
 
 
 def setting(value) -> str | bool:
@@ -109,8 +116,9 @@ class CacheChoice:
 
     ``kind`` is ``"memory"``, ``"disk"`` or None; ``nbytes`` the bytes kept (0 for None);
     ``reason`` why; ``reads`` the reads of the input the fit makes without it; ``pass_seconds``
-    the predicted time of one later pass served by the cache (None without one) and
-    ``read_seconds`` that of a pass reading the source.
+    the predicted time of one later pass served by the cache (None without one),
+    ``read_seconds`` that of a pass reading the source, and ``keep_seconds`` what keeping the
+    blocks adds to the first pass.
     """
 
     kind: str | None
@@ -121,21 +129,24 @@ class CacheChoice:
     read_seconds: float | None = None
     sources: tuple = ()  # the matrices to keep (those not in memory already)
     warning: str | None = None  # said once by the fit: a disk cache wanted but the scratch folder unusable
+    keep_seconds: float = 0.0
 
     def describe(self) -> str:
         """One line for the plan."""
         if self.kind is None:
             return f"none — {self.reason}"
-        later = "" if self.pass_seconds is None else f"; passes 2+ ≈ {self.pass_seconds:.3g} s each (cache read + flops)"
+        later = "" if self.pass_seconds is None else (f"; kept in ≈ {self.keep_seconds:.2g} s during the first pass, "
+                                                      f"passes 2+ ≈ {self.pass_seconds:.3g} s each (cache read + flops)")
         if self.pass_seconds is not None and self.read_seconds is not None:
             later += f" instead of ≈ {self.read_seconds:.3g} s (source read + flops)"
         return f"{self.kind}, {format_bytes(self.nbytes)} — {self.reason}{later}"
 
     def saved_seconds(self) -> float:
-        """Predicted seconds the cache saves over the job's reads (0 without one)."""
+        """Predicted seconds the cache saves over the job's reads, less what keeping the blocks
+        costs (0 without one or without the times; negative when keeping costs more)."""
         if self.kind is None or self.pass_seconds is None or self.read_seconds is None:
             return 0.0
-        return max(self.reads - 1, 0) * max(self.read_seconds - self.pass_seconds, 0.0)
+        return max(self.reads - 1, 0) * max(self.read_seconds - self.pass_seconds, 0.0) - self.keep_seconds
 
 
 def format_bytes(n: float) -> str:
@@ -238,10 +249,14 @@ def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_sec
     room, where = memory_room(working_bytes)
     tasks = sum(len(m.chunks[0]) * len(m.chunks[1]) for m in stored)
     task_seconds = 0.9e-3 * tasks / max(worker_resources()[0], 1)
-    memory = replace(choice, kind="memory", nbytes=nbytes, pass_seconds=flop_seconds + task_seconds)
+    memory = replace(choice, kind="memory", nbytes=nbytes, pass_seconds=flop_seconds + task_seconds,
+                     keep_seconds=nbytes / MEMORY_KEEP_BYTES_PER_SECOND)
     if value == "memory":
         return replace(memory, reason="asked for (cache='memory')" + (
             "" if nbytes <= room else f"; {format_bytes(nbytes)} exceeds the room ({format_bytes(room)}): the workers will spill"))
+    if value == "auto" and memory.saved_seconds() < 0:
+        return replace(choice, reason=f"keeping {format_bytes(nbytes)} (≈ {memory.keep_seconds:.2g} s) costs more than "
+                       f"its {choice.reads - 1} later read(s) save")
     if value == "auto" and nbytes <= room:
         return replace(memory, reason=f"{format_bytes(nbytes)} fits in {format_bytes(room)} ({where})")
     from ..store.scratch import check_root, free_bytes, remove_dead, scratch_root
@@ -256,7 +271,7 @@ def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_sec
     if shared is not None:
         return replace(choice, reason=f"{format_bytes(nbytes)} exceeds the memory room ({format_bytes(room)}) and {shared}")
     free = free_bytes()
-    disk = replace(choice, kind="disk", nbytes=nbytes,
+    disk = replace(choice, kind="disk", nbytes=nbytes, keep_seconds=nbytes / DISK_WRITE_BYTES_PER_SECOND,
                    pass_seconds=nbytes / DISK_READ_BYTES_PER_SECOND / max(1, min(2, worker_resources()[0])) + flop_seconds + task_seconds)
     if free >= nbytes * (1 + DISK_HEADROOM):
         why = "asked for (cache='disk')" if value == "disk" else \

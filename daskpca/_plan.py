@@ -77,9 +77,10 @@ GRAM_FLOPS_PER_SECOND = 75e9
 #: here: 2.2 GB/s write, 1.3 GB/s cold read (direct I/O, 4 GiB); zarr's per-chunk overhead on top.
 WRITE_BYTES_PER_SECOND = 1.0e9
 COPY_READ_BYTES_PER_SECOND = 1.0e9
-#: The Gram road's local step: Lanczos for the k leading pairs of the n×n matrix (≈ this many
-#: products with it, 2·n² flops each; 236 measured at n = 3000, k = 20) and the Cholesky check
-#: (⅓·n³), see ``solvers._linalg.top_eigenpairs``.
+#: The Gram road's local step: block Lanczos for the k leading pairs of the n×n matrix (≈ this
+#: many vector products with it, in blocks of k + 10, 2·n² flops each) and the Cholesky check
+#: (⅓·n³), see ``solvers._linalg.top_eigenpairs``. (ARPACK's single-vector Lanczos made 236
+#: products at n = 3000, k = 20, each a memory-bound sweep: 17–20 s at n = 8760, 4× this model.)
 LANCZOS_PRODUCTS = 300
 #: The sketching passes (randomized, Krylov) stream each float64 slab through two thin products
 #: and emit a d×(ℓ+1) factor per slab. Measured on the reanalysis-shaped field (8760 × 65 160,

@@ -337,7 +337,7 @@ class PassCache:
         self.served = 0  # graphs served from the cache
         self.reason = choice.reason
         self._scratch = ExitStack()
-        self._target = None
+        self._target = self._readers = None
         self.__wrapped__ = None
         self._config = None
 
@@ -373,7 +373,7 @@ class PassCache:
         """Drop the kept blocks (futures released, the disk copy removed)."""
         self.stop()
         self.kept = None
-        self._target = None
+        self._target = self._readers = None
         self._scratch.close()
 
     def describe(self) -> dict:
@@ -428,6 +428,7 @@ class PassCache:
         from dask._task_spec import Task, TaskRef
 
         from ..store.scratch import scratch_error, scratch_folder
+        from ._decode import fast_source
 
         folder = self._scratch.enter_context(scratch_folder("cache"))
         self.where = str(folder)
@@ -442,6 +443,9 @@ class PassCache:
         except OSError as error:
             raise scratch_error(error, folder) from None
         self._target = targets
+        # Later passes read the copy through zarrs where it applies (one copy of each block, not
+        # zarr-python's bytes object and then the array: half the peak memory of a read).
+        self._readers = [fast_source(target) for target in targets]
         self._shapes = shapes
         writes = []
         for key, (i, j) in self.sources.items():
@@ -458,7 +462,7 @@ class PassCache:
             value = self.kept[key]
             return value if self._client() is not None else DataNode(key, value)
         i, j = self.sources[key]
-        return Task(key, _read_block, self._target[i], j, self._shapes[i][j])
+        return Task(key, _read_block, self._readers[i], j, self._shapes[i][j])
 
     def _fall_back(self, error) -> None:
         """No cache after all: one warning, the folder removed, the source read as before."""
@@ -466,7 +470,7 @@ class PassCache:
 
         message = str(error) if isinstance(error, ScratchError) else str(scratch_error(error, self.where))
         self.reason = f"disk cache not made: {message}"
-        self.kept, self._target = None, None
+        self.kept, self._target, self._readers = None, None, None
         self._scratch.close()
         self.stop()
         warnings.warn(f"{message} The fit reads its source on every pass instead (no pass cache).", CacheWarning, stacklevel=2)

@@ -15,7 +15,7 @@ from contextvars import ContextVar
 import dask
 import dask.threaded
 import numpy as np
-from scipy.linalg import cho_factor, eigh
+from scipy.linalg import cho_factor, eigh, svd
 from threadpoolctl import threadpool_info, threadpool_limits
 
 #: BLAS threads the caller had before :func:`one_blas_thread_per_task` limited them to one, or
@@ -113,20 +113,21 @@ def top_eigenpairs(matrix: np.ndarray, n_top: int, *, seed: int = 0) -> tuple[np
 
     A dense eigensolver tridiagonalises the whole m×m matrix (4/3·m³ flops, half of them
     matrix–vector products that stream the matrix from memory: BLAS-2) and, for every vector,
-    back-transforms (2·m³ more). At m = 8760 (an hourly year's Gram matrix) that is most of a
-    Gram fit: measured here, the full ``eigh`` of a 3000² Gram took 20–60 s, so ~25× that at
-    8760, against ~4 s for implicitly restarted Lanczos (ARPACK ``eigsh``) on the same 3000²
-    matrix. With ``tol=0`` ARPACK iterates until every residual ‖G·v − θ·v‖ is at machine
-    precision relative to θ — the same backward error as LAPACK's (‖E‖ ≈ ε·‖G‖), hence the same
-    accuracy of the subspace (sin θ ≲ ε·‖G‖/gap). Two checks make that a certificate rather than
-    a hope: the residuals (≤ ``m``·ε·θ₁), and that no eigenvalue was missed — Lanczos could in
-    principle converge to the 2nd…(k+1)-th pairs and skip one whose eigenvector the start block
-    lacked. With θ_{k+1} the next Ritz value and σ = (θ_k + θ_{k+1})/2, the matrix
-    σI − G + V_kΘ_kV_kᵀ has eigenvalue σ on the found pairs and σ − λ_j on the rest, so it is
-    positive definite exactly when every other eigenvalue is below σ: one Cholesky factorisation
-    (⅓·m³ flops, BLAS-3, a few seconds at m = 8760) decides it (Sylvester's law of inertia). A
-    failed check falls back to LAPACK, so the answer is never less exact than the dense solver's.
-    Lanczos is used from
+    back-transforms (2·m³ more): at m = 8760 (an hourly year's Gram matrix) LAPACK's subset
+    ``eigh`` took > 10 min here. Single-vector Lanczos (ARPACK) needs only products with the
+    matrix, but each streams its 614 MB once for one vector: ~300 of them, 17–20 s of a Gram fit
+    at m = 8760. Block Lanczos (:func:`_block_lanczos`) multiplies blocks of ``n_top`` + 10
+    vectors (BLAS-3: one sweep of the matrix serves the whole block) and keeps every block, as the
+    Krylov solver does, until the residuals ‖G·v − θ·v‖ of the ``n_top`` leading Ritz pairs are
+    at round-off (≤ m·ε·θ₁, the backward error of LAPACK's solvers, hence the same accuracy of the
+    subspace, sin θ ≲ ε·‖G‖/gap). Two checks make that a certificate rather than a hope
+    (:func:`_certified_top`): the residuals, and that no eigenvalue was missed — a Krylov space
+    could in principle lack an eigenvector the start block lacked. With σ between θ_k and an
+    upper estimate of λ_{k+1} (θ_{k+1} plus its residual), the matrix σI − G + V_kΘ_kV_kᵀ has
+    eigenvalue σ on the found pairs and σ − λ_j on the rest, so it is positive definite exactly
+    when every other eigenvalue is below σ: one Cholesky factorisation (⅓·m³ flops, BLAS-3, a few
+    seconds at m = 8760) decides it (Sylvester's law of inertia). A failed check falls back to
+    LAPACK, so the answer is never less exact than the dense solver's. Block Lanczos is used from
     :data:`LANCZOS_MIN_SIZE` rows and for ``n_top`` ≤ :data:`LANCZOS_MAX_FRACTION`·m; otherwise
     LAPACK (``syevr`` for a subset).
 
@@ -139,34 +140,67 @@ def top_eigenpairs(matrix: np.ndarray, n_top: int, *, seed: int = 0) -> tuple[np
     """
     m = matrix.shape[0]
     if m >= LANCZOS_MIN_SIZE and 0 < n_top <= LANCZOS_MAX_FRACTION * m:
-        from scipy.sparse.linalg import ArpackError, eigsh
-
-        start = np.random.default_rng(seed).standard_normal(m)  # never the centered Gram's null vector 1
         with client_blas_threads():
-            try:
-                values, vectors = eigsh(matrix, k=n_top + 1, which="LA", tol=0, v0=start,
-                                        ncv=min(m, max(2 * n_top + 3, 4 * n_top, 40)))
-            except ArpackError:
-                values = None
-            if values is not None:
-                order = np.argsort(values)[::-1]
-                values, vectors = values[order], vectors[:, order]
-                if _certified_top(matrix, values, vectors, n_top):
-                    return np.clip(values[:n_top], 0.0, None), vectors[:, :n_top], "lanczos"
+            found = _block_lanczos(matrix, n_top, seed)
+            if found is not None and _certified_top(matrix, *found, n_top):
+                values, vectors = found
+                return np.clip(values[:n_top], 0.0, None), vectors[:, :n_top], "lanczos"
     values, vectors = eigh_descending(matrix, n_top)
     return values, vectors, "lapack"
 
 
+#: Block Lanczos's budget: products with the matrix (one block each) before giving up to LAPACK,
+#: and the most basis columns kept before a thick restart on the leading Ritz vectors.
+LANCZOS_MAX_BLOCKS = 60
+LANCZOS_MAX_BASIS = 1500
+
+
+def _block_lanczos(matrix: np.ndarray, n_top: int, seed: int):
+    """The ``n_top + 1`` leading Ritz pairs of ``matrix`` from a block Krylov space, once the
+    ``n_top`` leading residuals are at round-off and θ_k is above θ_{k+1} plus its residual;
+    None when the budget runs out (the caller then asks LAPACK)."""
+    m = matrix.shape[0]
+    size = min(m, n_top + 10)
+    tolerance = m * np.finfo(np.float64).eps
+    block = tall_qr(np.random.default_rng(seed).standard_normal((m, size)))[0]  # never only the centered Gram's null vector
+    V, W = block, matrix @ block
+    for _ in range(LANCZOS_MAX_BLOCKS):
+        T = V.T @ W
+        theta, Y = eigh((T + T.T) / 2, check_finite=False)
+        theta, Y = theta[::-1], Y[:, ::-1]
+        wanted = min(n_top + 1, theta.size)
+        vectors = V @ Y[:, :wanted]
+        residuals = np.linalg.norm(W @ Y[:, :wanted] - vectors * theta[:wanted], axis=0)
+        scale = max(float(theta[0]), 0.0)
+        converged = wanted > n_top and np.all(residuals[:n_top] <= tolerance * scale)
+        if converged and theta[n_top - 1] - (theta[n_top] + residuals[n_top]) > tolerance * scale:
+            return theta[:wanted], vectors
+        block = orthonormal_extension(V, W[:, -block.shape[1]:])
+        if block.shape[1] == 0:  # an invariant subspace: its Ritz pairs are exact
+            return (theta[:wanted], vectors) if wanted > n_top else None
+        if V.shape[1] + block.shape[1] > LANCZOS_MAX_BASIS:  # thick restart on the leading Ritz vectors
+            keep = min(theta.size, 3 * size)
+            V, W = V @ Y[:, :keep], W @ Y[:, :keep]
+            block = orthonormal_extension(V, block)
+            if block.shape[1] == 0:
+                continue
+        V, W = np.hstack([V, block]), np.hstack([W, matrix @ block])
+    return None
+
+
 def _certified_top(matrix: np.ndarray, values: np.ndarray, vectors: np.ndarray, n_top: int) -> bool:
-    """Whether Lanczos's ``n_top + 1`` pairs hold the ``n_top`` largest to round-off: residuals at
-    machine precision and no eigenvalue missed above the midpoint σ (see :func:`top_eigenpairs`)."""
+    """Whether the ``n_top + 1`` pairs hold the ``n_top`` largest to round-off: residuals at
+    machine precision and no eigenvalue missed above σ, the midpoint of θ_k and θ_{k+1} plus its
+    residual (see :func:`top_eigenpairs`)."""
     m, scale = matrix.shape[0], max(float(values[0]), 0.0)
+    tolerance = m * np.finfo(np.float64).eps * scale
     residuals = np.linalg.norm(matrix @ vectors - vectors * values, axis=0)
-    if scale <= 0 or not np.all(residuals <= m * np.finfo(np.float64).eps * scale):
+    if scale <= 0 or not np.all(residuals[:n_top] <= tolerance):
         return False
-    sigma = (values[n_top - 1] + values[n_top]) / 2
-    if not values[n_top - 1] - sigma > m * np.finfo(np.float64).eps * scale:  # not separated at round-off
+    upper = values[n_top] + residuals[n_top]  # λ_{k+1} is below it unless one was missed (checked next)
+    if not values[n_top - 1] - upper > tolerance:  # not separated at round-off
         return False
+    sigma = (values[n_top - 1] + upper) / 2
     found = vectors[:, :n_top]
     shifted = (found * values[:n_top]) @ found.T  # one m×m float64 array, factored in place
     shifted -= matrix
@@ -255,3 +289,35 @@ def tall_norm2(matrix: np.ndarray) -> float:
     small = matrix.conj().T if matrix.shape[0] < matrix.shape[1] else matrix
     gram = small.conj().T @ small
     return float(np.sqrt(max(np.linalg.eigvalsh(gram)[-1], 0.0)))
+
+
+#: Directions whose size is below this fraction of their block's are numerically dependent.
+DEFLATION_RTOL = 1e-12
+
+
+def _h(a: np.ndarray) -> np.ndarray:
+    """Conjugate transpose (the transpose for real arrays, without a copy): the basis code below
+    serves real C = X̃ᵀX̃ and the Hermitian Gram operator of Hilbert EOFs alike."""
+    return a.conj().T if np.iscomplexobj(a) else a.T
+
+
+def orthonormal_extension(V: np.ndarray, block: np.ndarray, coefficients: np.ndarray | None = None) -> np.ndarray:
+    """Orthonormal columns spanning ``(I − VVᴴ)·block``, without directions already in span V.
+
+    Projected twice (block CGS2), then a rank-revealing factorisation (thin QR, SVD of its ℓ×ℓ
+    R) keeps the directions above DEFLATION_RTOL of the block's norm, and one more projection
+    removes what the normalisation amplified. ``coefficients``: Vᴴ·block when the caller has it
+    already (the Krylov loop does: it is the last block column of T), saving the first of the
+    three d×m×ℓ products.
+    """
+    scale = tall_norm2(block)
+    if scale == 0.0:
+        return block[:, :0]
+    for projection in range(2):
+        known = coefficients is not None and projection == 0
+        block = block - V @ (coefficients if known else _h(V) @ block)
+    q, r = tall_qr(block)
+    left, values, _ = svd(r, check_finite=False)
+    fresh = q @ left[:, values > DEFLATION_RTOL * scale]
+    fresh = fresh - V @ (_h(V) @ fresh)
+    return tall_qr(fresh)[0]

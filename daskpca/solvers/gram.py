@@ -15,7 +15,7 @@ Pass 2 reads the strips again for the components X̃ᵀV_k Λ_k^{-1/2} (a d×k p
 client: k·d float64).
 
 Passes: 2. Flops: n²·d (``syrk``) + 2·n·d·k, and locally the k leading eigenpairs of the n×n
-matrix: implicitly restarted Lanczos checked by one Cholesky factorisation (⅓·n³,
+matrix: block Lanczos (BLAS-3 products) checked by one Cholesky factorisation (⅓·n³,
 :func:`~daskpca.solvers._linalg.top_eigenpairs`) for a fixed k — a dense ``eigh`` (~4·n³, half of
 it memory-bound) took most of a Gram fit at n = 8760 — and the dense ``eigh`` when every
 eigenvalue is needed (a variance fraction, "mle"). Memory per task: a leaf its column

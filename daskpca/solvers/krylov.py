@@ -136,7 +136,8 @@ from scipy.linalg import eigh, svd
 from ..exceptions import AccuracyWarning, InputError
 from ._base import ComponentRequest, SolverResult, open_checkpoint
 from ._iterative import as_generator, subspace_sine
-from ._linalg import client_blas_threads, tall_norm2, tall_qr
+# The block orthogonalisation is shared with the in-memory eigensolver of the Gram road.
+from ._linalg import DEFLATION_RTOL, _h, client_blas_threads, orthonormal_extension, tall_norm2, tall_qr  # noqa: F401
 from ._progress import Passes
 # The sketch kernel shared with the randomized solver: its first pass (fused with the feature
 # stage, hence ``fuses_features`` here too) and every later pass are this solver's.
@@ -156,8 +157,6 @@ DEFAULT_PASSES = 8
 DEFAULT_MAX_PASSES = 20
 #: Without a tolerance, stop early once the bound is this small (float64 round-off territory).
 ROUNDOFF_BOUND = 1e-10
-#: Directions whose size is below this fraction of their block's are numerically dependent.
-DEFLATION_RTOL = 1e-12
 #: Most bytes of the kept basis (V and W, float64) on the client before a thick restart.
 BASIS_BYTES = 2**30
 
@@ -218,34 +217,6 @@ def pass_budget(tol, max_passes) -> int:
 
 
 # ---- the basis: orthonormal blocks and their images under C -------------------------------------
-
-
-def _h(a: np.ndarray) -> np.ndarray:
-    """Conjugate transpose (the transpose for real arrays, without a copy): the basis code below
-    serves real C = X̃ᵀX̃ and the Hermitian Gram operator of Hilbert EOFs alike."""
-    return a.conj().T if np.iscomplexobj(a) else a.T
-
-
-def orthonormal_extension(V: np.ndarray, block: np.ndarray, coefficients: np.ndarray | None = None) -> np.ndarray:
-    """Orthonormal columns spanning ``(I − VVᴴ)·block``, without directions already in span V.
-
-    Projected twice (block CGS2), then a rank-revealing factorisation (thin QR, SVD of its ℓ×ℓ
-    R) keeps the directions above DEFLATION_RTOL of the block's norm, and one more projection
-    removes what the normalisation amplified. ``coefficients``: Vᴴ·block when the caller has it
-    already (the Krylov loop does: it is the last block column of T), saving the first of the
-    three d×m×ℓ products.
-    """
-    scale = tall_norm2(block)
-    if scale == 0.0:
-        return block[:, :0]
-    for projection in range(2):
-        known = coefficients is not None and projection == 0
-        block = block - V @ (coefficients if known else _h(V) @ block)
-    q, r = tall_qr(block)
-    left, values, _ = svd(r, check_finite=False)
-    fresh = q @ left[:, values > DEFLATION_RTOL * scale]
-    fresh = fresh - V @ (_h(V) @ fresh)
-    return tall_qr(fresh)[0]
 
 
 @dataclass(frozen=True)

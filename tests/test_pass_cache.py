@@ -81,6 +81,28 @@ def test_every_iterative_solver_reads_the_source_once_and_the_cache_after(tmp_pa
     assert _left(scratch_dir) == []
 
 
+def test_the_disk_cache_maps_its_chunk_files_zero_and_edge_blocks_included(tmp_path, scratch_dir):
+    """Later passes map the copy's chunk files (``_cache._read_block``): a block of zeros (zarr
+    writes no chunk for the fill value) reads as zeros, an edge block smaller than the chunk as
+    its own rows and columns, and the fit is the uncached one to the bit."""
+    X = hard_spectrum(250, 60, 4, 2.0, dtype=np.float32)
+    X[100:140] = 0.0  # whole task blocks of zeros at the task geometry below
+    fits = {}
+    for cache in (False, "disk"):
+        array, _ = write_zarr(tmp_path / f"{cache}.zarr", X, (20, 60))  # 250 rows: a short last block
+        with dask.config.set(scheduler="threads", **{"daskpca.regroup": False}):
+            fits[cache] = PCA(4, solver="krylov", max_passes=4, random_state=0, cache=cache).fit(array)
+    assert fits["disk"].cache_["kind"] == "disk"
+    np.testing.assert_array_equal(fits["disk"].components_, fits[False].components_)
+    np.testing.assert_array_equal(fits["disk"].mean_, fits[False].mean_)
+    # The read itself: a missing chunk file is the fill value; a padded chunk gives the block.
+    chunk = tmp_path / "chunk"
+    np.arange(12, dtype=np.float32).reshape(3, 4).tofile(chunk)
+    np.testing.assert_array_equal(_cache._read_block(str(chunk), np.float32, (3, 4), (2, 3)), [[0, 1, 2], [4, 5, 6]])
+    np.testing.assert_array_equal(_cache._read_block(str(tmp_path / "absent"), np.float32, (3, 4), (2, 4)), np.zeros((2, 4)))
+    assert _left(scratch_dir) == []
+
+
 @pytest.mark.parametrize("how", ["weighted labeled", "standardized"])
 def test_the_feature_stage_is_applied_to_cached_blocks_as_to_read_ones(tmp_path, how):
     X = hard_spectrum(200, 48, 3, 3.0, dtype=np.float32)

@@ -304,10 +304,19 @@ def _cull(graph: dict, keys) -> dict:
     return out
 
 
-def _write_block(block, target, index: int) -> int:
-    """A disk cache's write task: ``block`` into its own chunk ``index`` of ``target``."""
-    block = np.asarray(block)
-    target[(index, *(slice(0, s) for s in block.shape))] = block
+def _write_block(block, path: str, dtype, chunk_shape: tuple) -> int:
+    """A disk cache's write task: ``block`` as the bytes of its chunk file ``path`` — what zarr
+    stores for an uncompressed little-endian chunk (an edge block padded with the fill value 0),
+    written once from the block, where zarr's own write encodes a copy first (on 2 workers × 1 GiB
+    that copy of every 134 MB block is memory the pass does not have)."""
+    block = np.asarray(block, dtype=dtype)
+    if block.shape != tuple(chunk_shape):
+        padded = np.zeros(chunk_shape, dtype=dtype)
+        padded[tuple(slice(0, s) for s in block.shape)] = block
+        block = padded
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as file:
+        file.write(memoryview(np.ascontiguousarray(block)).cast("B"))
     return block.nbytes
 
 
@@ -450,11 +459,11 @@ class PassCache:
                 largest = tuple(max(c) for c in m.chunks)
                 targets.append(zarr.create_array(
                     store=str(folder / f"input-{i}.zarr"), shape=(len(shapes[i]), *largest), chunks=(1, *largest),
-                    dtype=m.dtype, compressors=None, fill_value=0))
+                    dtype=m.dtype.newbyteorder("<"), compressors=None, fill_value=0))
         except OSError as error:
             raise scratch_error(error, folder) from None
         self._target = targets
-        for target in targets:  # what _read_block maps: the chunk files' bytes are the blocks'
+        for target in targets:  # what _write_block writes and _read_block maps: raw bytes, one chunk a block
             codecs = target.metadata.codecs
             if len(codecs) != 1 or type(codecs[0]).__name__ != "BytesCodec" or str(getattr(codecs[0], "endian", "")) \
                     not in ("little", "Endian.little") or np.dtype(target.dtype).byteorder == ">":
@@ -465,7 +474,7 @@ class PassCache:
         writes = []
         for key, (i, j) in self.sources.items():
             write = (f"daskpca-cache-write-{self.matrices[i].name}", j)
-            graph[write] = Task(write, _write_block, TaskRef(key), targets[i], j)
+            graph[write] = Task(write, _write_block, TaskRef(key), self._files[i][j], targets[i].dtype, targets[i].chunks[1:])
             writes.append(write)
         return writes
 

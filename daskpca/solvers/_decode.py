@@ -61,6 +61,8 @@ def _links(source):
 
 
 def _has(node, attribute: str) -> bool:
+    """Whether ``node`` holds ``attribute`` itself (an instance attribute or a slot), not through a
+    property or ``__getattr__`` (xarray's wrappers forward unknown names to the wrapped array)."""
     try:
         return attribute in vars(node)
     except TypeError:  # __slots__ (xarray's adapters)
@@ -68,11 +70,11 @@ def _has(node, attribute: str) -> bool:
 
 
 def _bottom(source):
+    """The ``zarr.Array`` at the bottom of ``source``'s chain (``source`` itself when it is one), or None."""
     links = _links(source)
     if links is None:
         return None
-    node = source if not links else getattr(*links[-1])
-    return node
+    return source if not links else getattr(*links[-1])
 
 
 def applies(source) -> bool:
@@ -107,13 +109,9 @@ def _twin_chain(source):
     if not links:
         return twin
     copies = [copy.copy(holder) for holder, _ in links]
-    for (holder, attribute), clone, below in zip(links, copies, copies[1:] + [twin]):
-        object.__setattr__(clone, attribute, below) if _has_slots(clone) else setattr(clone, attribute, below)
+    for (_, attribute), clone, below in zip(links, copies, copies[1:] + [twin]):
+        object.__setattr__(clone, attribute, below)  # past any __setattr__ guard: the copy is ours
     return copies[0]
-
-
-def _has_slots(node) -> bool:
-    return not hasattr(node, "__dict__")
 
 
 class ZarrsRead:

@@ -101,8 +101,7 @@ def _twin_chain(source):
     import zarr
     from zarr.core.array import AsyncArray
 
-    links = _links(source)
-    array = source if not links else getattr(*links[-1])
+    links, array = _links(source), _bottom(source)
     with zarr.config.set({"codec_pipeline.path": PIPELINE}):
         inner = array._async_array
         twin = zarr.Array(AsyncArray(inner.metadata, inner.store_path, inner.config))

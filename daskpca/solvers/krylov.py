@@ -127,7 +127,7 @@ N. Halko, P.-G. Martinsson, J. A. Tropp, SIAM Review 53 (2011) 217–288, doi:10
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from numbers import Integral, Real
 
 import numpy as np
@@ -136,8 +136,8 @@ from scipy.linalg import eigh, svd
 from ..exceptions import AccuracyWarning, InputError
 from ._base import ComponentRequest, SolverResult, open_checkpoint
 from ._iterative import as_generator, subspace_sine
-# The block orthogonalisation is shared with the in-memory eigensolver of the Gram road.
-from ._linalg import DEFLATION_RTOL, _h, client_blas_threads, orthonormal_extension, tall_norm2, tall_qr  # noqa: F401
+# The kept basis and its orthogonalisation are shared with the Gram road's in-memory eigensolver.
+from ._linalg import DEFLATION_RTOL, Basis, _h, client_blas_threads, orthonormal_extension, tall_norm2, tall_qr  # noqa: F401
 from ._progress import Passes
 # The sketch kernel shared with the randomized solver: its first pass (fused with the feature
 # stage, hence ``fuses_features`` here too) and every later pass are this solver's.
@@ -220,61 +220,6 @@ def pass_budget(tol, max_passes) -> int:
 
 
 @dataclass(frozen=True)
-class Basis:
-    """The kept Krylov basis V (d×m, orthonormal), its image W = C·V, and the small products
-    T = VᵀW and P = WᵀW, updated a block at a time (O(d·m·ℓ) per pass instead of O(d·m²)).
-
-    V and W are column-major views of the first m columns of buffers with room to grow
-    (``room``: the buffers and how many of their columns are filled), so a pass appends its
-    block in place instead of copying the whole basis (at 65 160 × 300, 2 × 156 MB a pass);
-    room doubles when it runs out. Only the newest basis appends in place: extending an older
-    one copies.
-    """
-
-    V: np.ndarray
-    W: np.ndarray
-    T: np.ndarray
-    P: np.ndarray
-    room: list | None = field(default=None, repr=False, compare=False)
-
-    @classmethod
-    def empty(cls, n_features: int, dtype=np.float64) -> "Basis":
-        return cls(*(np.zeros(shape, dtype=dtype) for shape in ((n_features, 0), (n_features, 0), (0, 0), (0, 0))))
-
-    @property
-    def size(self) -> int:
-        return self.V.shape[1]
-
-    def extend(self, block: np.ndarray, image: np.ndarray) -> "Basis":
-        """Append a block V_j (orthonormal, ⟂ V) and its image W_j = C·V_j."""
-        cross_t = _h(self.V) @ image  # (m, b) = VᴴCV_j; its conjugate transpose is V_jᴴ·W (C is Hermitian)
-        cross_p = _h(self.W) @ image
-        T = np.block([[self.T, cross_t], [_h(cross_t), _h(block) @ image]])
-        P = np.block([[self.P, cross_p], [_h(cross_p), _h(image) @ image]])
-        m, size = self.size, self.size + block.shape[1]
-        room = self.room
-        if room is None or room[2] != m or room[0].shape[1] < size:  # not the newest, or full
-            dtype = np.result_type(self.V, block)
-            buffers = [np.empty((self.V.shape[0], max(2 * size, 1)), dtype=dtype, order="F") for _ in range(2)]
-            buffers[0][:, :m], buffers[1][:, :m] = self.V, self.W
-            room = [*buffers, m]
-        room[0][:, m:size], room[1][:, m:size] = block, image
-        room[2] = size
-        return Basis(room[0][:, :size], room[1][:, :size], T, P, room)
-
-    def ritz(self) -> tuple[np.ndarray, np.ndarray]:
-        """Ritz values (descending) and the eigenvectors Y of the symmetrised T."""
-        theta, Y = eigh((self.T + _h(self.T)) / 2, check_finite=False)
-        return theta[::-1], Y[:, ::-1]
-
-    def restart(self, keep: int) -> "Basis":
-        """Thick restart: the ``keep`` leading Ritz vectors VY and their images WY (known exactly)."""
-        _, Y = self.ritz()
-        Y = Y[:, :keep]
-        return Basis(self.V @ Y, self.W @ Y, _h(Y) @ self.T @ Y, _h(Y) @ self.P @ Y)
-
-
-@dataclass(frozen=True)
 class Estimate:
     """The answer and its bound from the blocks so far (all local, no pass)."""
 
@@ -343,7 +288,8 @@ def _left_ritz(basis: Basis, k: int, g: np.ndarray, Z: np.ndarray, *, stable: bo
     """
     keep = g > DEFLATION_RTOL * max(g.max(initial=0.0), 0.0)
     scaled = Z[:, keep] / np.sqrt(g[keep])  # (m, m'): Q_K = X̃·V·scaled
-    if stable and not _gram_route_suffices(_gram_route(basis, k, scaled)[0], k):
+    gram = _gram_route(basis, k, scaled)
+    if stable and not _gram_route_suffices(gram[0], k):
         if scaled.shape[1] < k:
             return leading_right_vectors((basis.W @ scaled).T, k)
         # B = (W·scaled)ᵀ is m'×d with d ≫ m': its SVD from a QR of the tall d×m' matrix,
@@ -353,7 +299,7 @@ def _left_ritz(basis: Basis, k: int, g: np.ndarray, Z: np.ndarray, *, stable: bo
         q, r = tall_qr(basis.W @ scaled)
         _, values, small = svd(r.T, check_finite=False)
         return values[:k], small[:k] @ q.T
-    return _gram_route(basis, k, scaled)
+    return gram
 
 
 def _gram_route(basis: Basis, k: int, scaled: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -165,6 +165,44 @@ def _scratch(n_rows: int, n_features: int) -> np.ndarray:
     return buffer[:size].reshape(n_rows, n_features)
 
 
+#: Rows of a slab the elementwise steps (convert, zero-fill, shift, scale, sum of squares) make
+#: at a time: ~2 MiB of float64, so each piece stays in the core's cache between the steps
+#: instead of one memory sweep of the whole (~128 MiB) slab per step (measured: 0.55–0.7× the
+#: time of the whole-slab steps, one thread, 248 × 65 160; ~10 % of a pass).
+PIECE_BYTES = 2 * 2**20
+
+
+def _prepare_slab(rows: np.ndarray, out: np.ndarray, shift: np.ndarray, scale: np.ndarray | None,
+                  count_missing: bool, with_m2: bool) -> tuple[np.ndarray | None, float]:
+    """``out`` = (rows − 1·shiftᵀ)·diag(scale) in float64, non-finite entries zero-filled first when
+    ``count_missing``; returns ``(missing, squares)``: the non-finite entries per column (None when
+    there were none or they are not counted) and Σ out² (0.0 without ``with_m2``).
+
+    Made a few rows at a time (:data:`PIECE_BYTES`), each piece going through every step while
+    it is in cache; the values are those of the whole-slab steps, bit for bit (the same
+    elementwise operations in the same order). Converting, then shifting in place is ~2× faster
+    than a mixed-dtype subtract.
+    """
+    n_rows, n_features = rows.shape
+    step = max(1, PIECE_BYTES // (8 * max(n_features, 1)))
+    missing, squares = None, 0.0
+    for start in range(0, n_rows, step):
+        piece = out[start:start + step]
+        piece[...] = rows[start:start + step]
+        if count_missing:
+            bad = ~np.isfinite(piece)
+            if bad.any():
+                counts = bad.sum(axis=0)
+                missing = counts if missing is None else missing + counts
+                piece[bad] = 0.0
+        piece -= shift
+        if scale is not None:
+            piece *= scale
+        if with_m2:
+            squares += float(np.vdot(piece, piece))
+    return missing, squares
+
+
 def _sketch_slab(
     rows: np.ndarray, row_offset: int, omega: np.ndarray, shift: np.ndarray, scratch: np.ndarray, with_m2: bool,
     count_missing: bool = False, scale: np.ndarray | None = None,
@@ -195,18 +233,9 @@ def _sketch_slab(
     ~1.4 s a pass on the 2.1 GiB reanalysis store, 20 % of the read).
     """
     n_rows = rows.shape[0]
-    missing = None
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/±inf input is detected just below
         centered = scratch[:n_rows]
-        centered[...] = rows  # convert, then shift in place: ~2× faster than a mixed-dtype subtract
-        if count_missing:
-            bad = ~np.isfinite(centered)
-            if bad.any():
-                missing = bad.sum(axis=0)
-                centered[bad] = 0.0
-        centered -= shift
-        if scale is not None:
-            centered *= scale
+        missing, squares = _prepare_slab(rows, centered, shift, scale, count_missing, with_m2)
         basis, r = _qr_after_direction(np.ones(n_rows), centered @ omega)
         ht = basis.T @ centered  # (Pᵀ·C, row-major) runs ~1.6× faster than Cᵀ·P here
         column_sums = ht[0] * (r[0, 0] * np.sqrt(n_rows))
@@ -217,7 +246,7 @@ def _sketch_slab(
         part = _sketch_slab(finite_rows, row_offset, omega, np.nan_to_num(shift, posinf=0.0, neginf=0.0), scratch, with_m2,
                             scale=scale)
         return replace(part, nonfinite=nonfinite)
-    m2 = float(np.vdot(centered, centered)) - float(column_sums @ column_sums) / n_rows if with_m2 else 0.0
+    m2 = squares - float(column_sums @ column_sums) / n_rows if with_m2 else 0.0
     mean = (shift if scale is None else shift * scale) + column_sums / n_rows
     return _Sketch(n_rows, mean, m2, r[1:, 1:], ht[1:], nonfinite, missing)
 

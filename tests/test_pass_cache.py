@@ -103,6 +103,38 @@ def test_the_disk_cache_maps_its_chunk_files_zero_and_edge_blocks_included(tmp_p
     assert _left(scratch_dir) == []
 
 
+def _nested_funcs(node) -> set:
+    """The functions of the tasks nested inside ``node``'s arguments."""
+    from dask._task_spec import Task
+
+    found = set()
+    for arg in (*getattr(node, "args", ()), *getattr(node, "kwargs", {}).values()):
+        if isinstance(arg, Task):
+            found |= {arg.func} | _nested_funcs(arg)
+    return found
+
+
+def test_the_disk_cache_reads_run_inside_the_tasks_that_use_them(tmp_path, scratch_dir):
+    """A later pass maps a block's chunk file inside the task that consumes the block: a read
+    task of its own would make the ~100 MB block a result the scheduler may move between
+    workers, where mapping the file again costs ~30 ms."""
+    array, _ = write_zarr(tmp_path / "x.zarr", hard_spectrum(200, 30, 3, 3.0, dtype=np.float32), (20, 30))
+    graphs = []
+
+    def recording(dsk, keys, **kwargs):
+        graphs.append(dict(dsk))
+        return dask.threaded.get(dsk, keys, **kwargs)
+
+    with dask.config.set(scheduler=recording, **{"daskpca.regroup": False}):
+        pca = PCA(3, solver="krylov", max_passes=3, random_state=0, cache="disk").fit(array)
+    assert pca.cache_["kind"] == "disk" and pca.n_passes_ == 3
+    later = [g for g in graphs if any(_cache._read_block in _nested_funcs(node) for node in g.values())]
+    assert len(later) == 2  # passes 2 and 3
+    for graph in later:
+        assert not [node for node in graph.values() if getattr(node, "func", None) is _cache._read_block]
+    assert _left(scratch_dir) == []
+
+
 @pytest.mark.parametrize("how", ["weighted labeled", "standardized"])
 def test_the_feature_stage_is_applied_to_cached_blocks_as_to_read_ones(tmp_path, how):
     X = hard_spectrum(200, 48, 3, 3.0, dtype=np.float32)

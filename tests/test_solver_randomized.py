@@ -1,5 +1,7 @@
 """Randomized subspace iteration: accuracy with defaults, q + 1 passes, parity with scikit-learn."""
 
+import threading
+
 import dask
 import dask.array as da
 import numpy as np
@@ -191,6 +193,31 @@ def test_wide_data_gets_slabs_of_many_rows_for_cheap_merges():
     assert _sketch.slab_rows(65_160, 30) == _sketch.MERGE_ROWS * 31
     assert _sketch.slab_rows(500, 30) == _sketch.SLAB_BYTES // (8 * 500)  # narrow: cache-sized
     assert _sketch.slab_rows(10**7, 30) == 2 * 31  # very wide: the floor, not 2.5 GB slabs
+
+
+def test_each_thread_keeps_one_slab_buffer_until_the_fit_ends(monkeypatch):
+    # Wide slabs (up to WIDE_SLAB_BYTES) are kept per thread too: a fresh 128 MiB array per leaf
+    # is page-faulted and zeroed every time. The fit's end drops them.
+    seen = []
+    scratch = _sketch._scratch
+
+    def watched(n_rows, n_features):
+        buffer = scratch(n_rows, n_features)
+        seen.append((threading.get_ident(), buffer.__array_interface__["data"][0], len(_sketch._slab_buffers)))
+        return buffer
+
+    monkeypatch.setattr(_sketch, "_scratch", watched)
+    monkeypatch.setattr(_sketch, "SLAB_BYTES", 1)  # wide slabs of MERGE_ROWS·(ℓ + 1) rows, many a leaf
+    X = da.from_array(low_rank_data(1200, 40), chunks=(300, 40))
+    with dask.config.set(scheduler="threads", num_workers=2):
+        randomized.solve(X, ComponentRequest(4, *X.shape), random_state=0, n_power_iter=2)
+    assert len(seen) > 8
+    by_thread = {}
+    for thread, address, _ in seen:
+        by_thread.setdefault(thread, set()).add(address)
+    assert all(len(addresses) == 1 for addresses in by_thread.values())  # one buffer per thread, reused
+    assert max(count for *_, count in seen) <= len(by_thread)
+    assert _sketch._slab_buffers == {}  # released when the fit ended
 
 
 def test_an_empty_row_block_changes_nothing():

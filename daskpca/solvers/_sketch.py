@@ -145,24 +145,40 @@ def _row_slabs(n_rows: int, n_features: int, sketch_size: int):
 #: Rows averaged for a block's shift (see :func:`_sketch_slab`): near the mean is all it needs.
 SHIFT_ROWS = 64
 
-_thread_scratch = threading.local()
+#: Each thread's float64 slab buffer (see :func:`_scratch`): thread id → buffer.
+_slab_buffers: dict[int, np.ndarray] = {}
+_slab_buffers_lock = threading.Lock()
 
 
 def _scratch(n_rows: int, n_features: int) -> np.ndarray:
     """A float64 (n_rows, n_features) buffer reused by the leaves that run on this thread.
 
-    A fresh ~16 MiB array per leaf is a fresh mmap: 4096 page faults each time. The buffer is
-    kept per thread (leaves run concurrently) and replaced when a larger one is needed; slabs
-    larger than 2·SLAB_BYTES (very wide data, where a slab is 2·(ℓ + 1) rows) are not kept, so
-    a thread never holds more than that after a fit.
+    A fresh array per leaf is fresh memory: the kernel maps and zeroes every page of it on first
+    touch (a 128 MiB wide slab: 0.1–0.5 s a leaf here, 0.26–0.75 s against 0.25 s for a whole
+    leaf with its buffer kept; on a ``distributed`` worker, whose nanny sets
+    ``MALLOC_TRIM_THRESHOLD_``, even a 16 MiB one is a fresh mmap every time). So the buffer is
+    kept per thread (leaves run concurrently) and replaced when a larger one is needed. It is at
+    most one slab (:func:`slab_rows`: ≤ WIDE_SLAB_BYTES but for data wider than ~270 000
+    features), the working set a pass's task has anyway; slabs beyond 2·WIDE_SLAB_BYTES are not
+    kept. :func:`release_slab_buffers` drops them when a fit ends (in this process; a worker
+    process keeps one per thread until its next fit reuses it).
     """
     size = n_rows * n_features
-    if 8 * size > 2 * SLAB_BYTES:
+    if 8 * size > 2 * WIDE_SLAB_BYTES:
         return np.empty((n_rows, n_features))
-    buffer = getattr(_thread_scratch, "buffer", None)
+    ident = threading.get_ident()
+    buffer = _slab_buffers.get(ident)
     if buffer is None or buffer.size < size:
-        buffer = _thread_scratch.buffer = np.empty(size)
+        buffer = np.empty(size)
+        with _slab_buffers_lock:
+            _slab_buffers[ident] = buffer
     return buffer[:size].reshape(n_rows, n_features)
+
+
+def release_slab_buffers() -> None:
+    """Drop the slab buffers this process's threads kept (:func:`_scratch`)."""
+    with _slab_buffers_lock:
+        _slab_buffers.clear()
 
 
 #: Rows of a slab the elementwise steps (convert, zero-fill, shift, scale, sum of squares) make
@@ -409,7 +425,8 @@ def resumed_stage(state: dict | None, features):
 def sketch_result(components, singular_values, root: _Sketch, total_m2: float, n_passes: int, info: dict) -> SolverResult:
     """The :class:`SolverResult` of a sketching solver: singular values of X̃ become variances
     (ddof = 1), the last pass's root gives the mean, the first pass's total sum of squares the
-    total variance."""
+    total variance. Called once the fit's passes are done: this process's slab buffers go."""
+    release_slab_buffers()  # the fit's passes are over
     ddof_count = max(root.count - 1, 1)
     return SolverResult(
         components=components,

@@ -38,7 +38,7 @@ from .models._base import Estimator, model_matrix, positions, project_matrix, re
 from .models._constraints import ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Interval, Options, Predicate
 from .solvers import SOLVERS, _cache, covariance
 from .solvers._base import ComponentRequest, SolverResult
-from .solvers._geometry import geometry_of, regroup
+from .solvers._geometry import geometry_of, regroup, tune_worker_allocators
 from .solvers._linalg import flip_signs, one_blas_thread_per_task
 from .solvers._moments import Moments, combine_moments
 from .solvers._progress import PassClock
@@ -113,6 +113,7 @@ class BasePCA(Estimator):
         if plan.default_tol is not None and "tol" in options:  # auto's certified road (see _plan.DEFAULT_TOL)
             options["tol"] = plan.default_tol
         try:
+            tune_worker_allocators()  # distributed workers: chunk-sized arrays reused, not faulted in anew
             with one_blas_thread_per_task(), PassClock() as clock, _cache.for_fit([matrix], plan.cache) as cache:
                 result = _features.solve(module, cache.input(matrix), request, spec, random_state=self.random_state, **options)
         except NonFiniteInputError as error:

@@ -150,3 +150,45 @@ def test_bootstrap_reads_on_worker_processes_as_locally(client, tmp_path):
     remote = bootstrap(pca, da.from_zarr(str(tmp_path / "x.zarr")), n_replicates=200, random_state=3)
     np.testing.assert_allclose(remote.explained_variance_interval, local.explained_variance_interval, rtol=1e-9)
     np.testing.assert_allclose(remote.components_interval, local.components_interval, rtol=1e-9, atol=1e-12)
+
+
+# What 30 fresh 1 MiB arrays cost in page faults, each freed while smaller ones stay above it in
+# the heap (a decode's chunk buffers among others: trimming the heap's top cannot return them).
+# Run in a worker (made by exec under a module name no process can import, so cloudpickle ships
+# the function by value).
+_PROBE = """
+import resource
+import numpy as np
+
+def fresh_page_faults():
+    kept = []
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(30):
+        block = np.ones(2**17)  # 1 MiB: above a frozen 128 KiB mmap threshold, below glibc's 32 MiB ceiling
+        kept.append(np.ones(2**13))  # 64 KiB, from the heap either way
+        del block
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+"""
+
+
+def _probe():
+    namespace = {"__name__": "daskpca_test_probe"}
+    exec(_PROBE, namespace)
+    return namespace["fresh_page_faults"]
+
+
+def test_a_fit_lets_its_workers_reuse_chunk_sized_arrays(client, tmp_path):
+    # A nanny sets MALLOC_TRIM_THRESHOLD_, which freezes glibc's mmap threshold at 128 KiB: every
+    # 1 MiB array is a fresh mapping, 256 page faults. After a fit the workers reuse such blocks.
+    import subprocess
+    import sys
+
+    assert all(env == "65536" for env in client.run(lambda: __import__("os").environ.get("MALLOC_TRIM_THRESHOLD_")).values())
+    frozen = subprocess.run(
+        [sys.executable, "-c", _PROBE + "\nprint(fresh_page_faults())"], env={**__import__("os").environ,
+        "MALLOC_TRIM_THRESHOLD_": "65536"}, capture_output=True, text=True, check=True)
+    assert int(frozen.stdout) >= 30 * 200  # the baseline this test is about
+    array, _ = write_zarr(tmp_path / "x.zarr", low_rank_data(400, 60, dtype=np.float32), (100, 60))
+    PCA(3, solver="krylov", max_passes=3).fit(da.from_zarr(str(tmp_path / "x.zarr")))
+    faults = client.run(_probe())
+    assert len(faults) == 2 and all(count < 30 * 100 for count in faults.values()), faults

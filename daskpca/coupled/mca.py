@@ -49,6 +49,7 @@ from ..models import _format
 from ..models._base import Estimator, model_matrix, project
 from ..models._constraints import BOOL, NONE, RANDOM_STATE, WEIGHTS, Interval, Options, PerField, Predicate
 from ..solvers import cross_covariance as cc
+from ..solvers._geometry import tune_worker_allocators
 from ..solvers._linalg import flip_signs, one_blas_thread_per_task
 from ..solvers.krylov import check_accuracy_options
 from .fields import Field, fields, resolve
@@ -212,6 +213,7 @@ class MCA(Estimator):
         fields = self._fields(X, Y, sample_dims)
         plan = self._plan(fields)
         x, y = fields
+        tune_worker_allocators()  # distributed workers: chunk-sized arrays reused, not faulted in anew
         with one_blas_thread_per_task(), _cache.for_fit([x.matrix, y.matrix], plan.cache) as cache:
             x, y = (replace(f, matrix=cache.input(f.matrix)) for f in (x, y))
             if plan.path == "exact":

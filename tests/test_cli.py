@@ -79,14 +79,18 @@ def test_fit_transform_inspect_report_json(sources, tmp_path, capsys):
     assert "| 1 |" in (tmp_path / "report" / "summary.md").read_text()
 
 
-def test_labeled_source_with_weights_and_config_file(sources, tmp_path):
+def test_labeled_source_with_weights_and_config_file(sources, tmp_path, capsys):
+    # In this process (the config file and the source are the point; the real process is run by
+    # test_fit_transform_inspect_report_json): still on the one-worker cluster the file asks for.
     root, X = sources
     config = tmp_path / "job.toml"
     config.write_text('n-components = 3\nvar = "sst"\nweights = "coslat"\nsample_dims = ["time"]\nworkers = 1\n')
-    done = daskpca_cli("fit", root / "field.zarr", "--config", config, "--n-components", 2,  # flag overrides file
-                       "--out", tmp_path / "model.zarr", "--quiet")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == ""
+    capsys.readouterr()
+    code = cli.main(["fit", str(root / "field.zarr"), "--config", str(config), "--n-components", "2",  # flag overrides file
+                     "--out", str(tmp_path / "model.zarr"), "--quiet"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.out == ""
     model = daskpca.load(tmp_path / "model.zarr")
     assert model.n_components_ == 2 and model.weights == "coslat"
     field = xr.open_zarr(root / "field.zarr", consolidated=False)["sst"]
@@ -94,13 +98,16 @@ def test_labeled_source_with_weights_and_config_file(sources, tmp_path):
     np.testing.assert_allclose(model.components_, expected.components_, atol=1e-10)
 
 
-def test_netcdf_source(sources, tmp_path):
+def test_netcdf_source(sources, tmp_path, capsys):
+    # In this process, on an embedded cluster (the source format is the point).
     root, X = sources
-    done = daskpca_cli("fit", root / "field.nc", "--var", "sst", "--n-components", 3,
-                       "--out", tmp_path / "model.zarr", "--json", *FAST)
-    assert done.returncode == 0, done.stderr
+    capsys.readouterr()
+    code = cli.main(["fit", str(root / "field.nc"), "--var", "sst", "--n-components", "3",
+                     "--out", str(tmp_path / "model.zarr"), "--json", *FAST])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
     expected = PCA(3).fit(X)  # the same values, stacked (time) × (lat·lon)
-    np.testing.assert_allclose(json.loads(done.stdout)["explained_variance"], expected.explained_variance_, rtol=1e-9)
+    np.testing.assert_allclose(json.loads(captured.out)["explained_variance"], expected.explained_variance_, rtol=1e-9)
     model = daskpca.load(tmp_path / "model.zarr")
     assert model.to_xarray()["components"].dims == ("mode", "lat", "lon")
 

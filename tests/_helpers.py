@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -82,23 +83,67 @@ def write_zarr(path, X, chunks):
     return zarr.open_array(store=store, mode="r"), store
 
 
+#: Run in one fresh interpreter: the exit code and stdout of ``daskpca --help`` and of ``daskpca
+#: SUBCOMMAND --help`` for every subcommand the top-level help lists, as JSON.
+_EVERY_HELP = """
+import contextlib, io, json, sys
+sys.path.insert(0, sys.argv[1])
+from _helpers import subcommand_names
+from daskpca.cli.command import main
+
+def run(*subcommand):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            code = main([*subcommand, "--help"])
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    return code, out.getvalue()
+
+helps = {"": run()}
+for name in sorted(subcommand_names(helps[""][1])):
+    helps[name] = run(name)
+print(json.dumps(helps))
+"""
+
+
+@lru_cache(maxsize=None)
+def _every_help() -> dict:
+    """``--help`` of the real CLI and of each of its subcommands, from one interpreter start (one
+    per subcommand cost 2-4 s of CPU each)."""
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-c", _EVERY_HELP, str(Path(__file__).parent)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return {name: tuple(value) for name, value in json.loads(done.stdout).items()}
+
+
 @lru_cache(maxsize=None)
 def cli_help(*subcommand: str) -> tuple[int, str]:
-    """Exit code and stdout of the real ``daskpca [SUBCOMMAND] --help``."""
+    """Exit code and stdout of the real ``daskpca [SUBCOMMAND] --help`` (its ``main``, in a fresh
+    interpreter; a name the CLI does not list gets its own ``python -m daskpca.cli`` run)."""
+    key = " ".join(subcommand)
+    if key in _every_help():
+        return _every_help()[key]
     done = subprocess.run([sys.executable, "-m", "daskpca.cli", *subcommand, "--help"],
                           capture_output=True, text=True, timeout=60)
     return done.returncode, done.stdout
 
 
-def cli_subcommands() -> set[str]:
+def subcommand_names(text: str) -> set[str]:
     """Subcommand names in argparse's top-level help: ``{a,b}`` or one indented name per line."""
-    text = cli_help()[1]
     names = set()
     match = re.search(r"\{([\w,-]+)\}", text)
     if match:
         names |= set(match.group(1).split(","))
     names |= set(re.findall(r"^    ([a-z][\w-]*)(?:\s|$)", text, flags=re.M))
     return names
+
+
+def cli_subcommands() -> set[str]:
+    """Subcommand names in the real CLI's top-level help."""
+    return subcommand_names(cli_help()[1])
 
 
 def largest_task_bytes(graph, result_type, warm_up) -> int:

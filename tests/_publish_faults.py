@@ -1,21 +1,23 @@
-"""Kill a writer at every publish step: one real subprocess per step, all run at once."""
+"""Kill a writer at every publish step: one real process per step, all run at once."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
+import tempfile
 
 from daskpca.store.publish import FAULT_ENV
 
+from _forked import forked_jobs
+
 
 def kill_at_every_step(script: str, argv_by_step: dict) -> None:
-    """Run ``script`` once per step with ``argv_by_step[step]``, each told (``$DASKPCA_FAULT``)
-    to SIGKILL itself at that step; assert every one died there."""
-    processes = {step: subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *map(str, argv)],
-                                        env={**os.environ, FAULT_ENV: step}, stderr=subprocess.PIPE)
-                 for step, argv in argv_by_step.items()}
-    for step, process in processes.items():
-        assert process.wait(timeout=120) == -9, (step, process.stderr.read())
-        process.stderr.close()
+    """Run ``script`` once per step with ``argv_by_step[step]``, each in its own process told
+    (``$DASKPCA_FAULT``) to SIGKILL itself at that step; assert every one died there.
+
+    The processes are forked from one interpreter that did the imports (tests/_forked.py): one
+    interpreter start instead of one per step."""
+    steps = list(argv_by_step)
+    with tempfile.TemporaryDirectory(prefix="daskpca-kill-") as folder:
+        jobs = forked_jobs(script, [{"argv": argv_by_step[step], "env": {FAULT_ENV: step}} for step in steps], folder,
+                           imports=("numpy", "s3fs", "daskpca", "daskpca.store.publish"))
+        for step, (code, _, err) in zip(steps, jobs.wait(timeout=120)):
+            assert code == -9, (step, code, err)

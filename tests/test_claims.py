@@ -19,6 +19,7 @@ from daskpca.store.claims import acquire, claim_location
 from daskpca.store.publish import STEPS
 from daskpca.exceptions import OutputClaimedError
 
+from _forked import forked_jobs
 from _publish_faults import kill_at_every_step
 
 X = np.random.default_rng(3).standard_normal((400, 6))
@@ -122,26 +123,23 @@ def test_a_failed_scores_write_publishes_no_model(tmp_path, source, monkeypatch)
 # ----------------------------------------------------------------------------- real processes
 
 _RACER = """
-import os, sys, time
-import daskpca, daskpca.io, distributed, xarray, zarr  # the imports done before the start
+import sys
 from daskpca import cli
-print("ready", flush=True)
-while not os.path.exists(sys.argv[1]):
-    time.sleep(0.002)
-sys.exit(cli.main(sys.argv[2:]))
+sys.exit(cli.main(sys.argv[1:]))
 """
 
 
 def _race(jobs):
-    """Start every job (argv, cwd) in its own interpreter; release them together once all have
-    imported daskpca; return (exit code, stdout, stderr) per job."""
-    go = jobs[0][1].parent / f"go-{os.getpid()}-{time.monotonic_ns()}"
-    processes = [subprocess.Popen([sys.executable, "-c", _RACER, str(go), *argv], cwd=cwd,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for argv, cwd in jobs]
-    for process in processes:
-        assert process.stdout.readline() == "ready\n", process.stderr.read()
-    go.touch()
-    return [(p.wait(timeout=120), p.stdout.read(), p.stderr.read()) for p in processes]
+    """Start every job (argv, cwd) in its own process; release them together once all have
+    imported daskpca; return (exit code, stdout, stderr) per job.
+
+    The processes are forked from one interpreter that did the imports (tests/_forked.py): the
+    race is the same, without an interpreter start per job."""
+    started = forked_jobs(_RACER, [{"argv": argv, "cwd": cwd} for argv, cwd in jobs], jobs[0][1].parent / "jobs",
+                          imports=("daskpca", "daskpca.io", "daskpca.cli", "distributed", "xarray", "zarr"),
+                          wait_for_go=True)
+    started.release()
+    return started.wait(timeout=120)
 
 
 def _check_one_winner(results, folder, overwrite):
@@ -277,9 +275,9 @@ def test_two_processes_updating_one_model_lose_no_update(tmp_path):
     path = tmp_path / "m.zarr"
     PCA(3, solver="covariance").fit(np.random.default_rng(0).standard_normal((100, 6))).save(path)
     rounds = 6
-    processes = [subprocess.Popen([sys.executable, "-c", _UPDATER, str(path), str(seed), str(rounds)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
-    results = [(p.wait(timeout=240), p.stdout.read(), p.stderr.read()) for p in processes]
+    # Two processes forked from one interpreter that did the imports (tests/_forked.py).
+    results = forked_jobs(_UPDATER, [{"argv": [path, seed, rounds]} for seed in (1, 2)], tmp_path / "jobs",
+                          imports=("numpy", "daskpca")).wait(timeout=240)
     assert all(code == 0 for code, _, _ in results), results
     assert daskpca.load(path).n_samples_ == 100 + 2 * rounds * 10
 

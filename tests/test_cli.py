@@ -61,12 +61,12 @@ def test_fit_transform_inspect_report_json(sources, tmp_path, capsys):
     assert stored.shape == (2_000, 4) and stored.chunks[0] % 250 == 0
     np.testing.assert_allclose(stored[...], model.transform(X), rtol=1e-6, atol=1e-4)
 
-    done = daskpca_cli("transform", tmp_path / "model.zarr", root / "matrix.zarr", "--out", tmp_path / "again.zarr", *FAST)
-    assert done.returncode == 0, done.stderr
-    assert "wrote scores (2000, 4)" in done.stdout
-
-    # The commands that start no cluster run in this process (real processes: the steps above).
+    # The other commands run in this process (the real process: the fit above; the transform
+    # still on an embedded cluster, without a second interpreter start).
     capsys.readouterr()
+    assert cli.main(["transform", str(tmp_path / "model.zarr"), str(root / "matrix.zarr"), "--out",
+                     str(tmp_path / "again.zarr"), *FAST]) == 0
+    assert "wrote scores (2000, 4)" in capsys.readouterr().out
     assert cli.main(["inspect", str(tmp_path / "model.zarr")]) == 0
     assert "4 components of 24 features" in capsys.readouterr().out
     assert cli.main(["inspect", str(root / "field.zarr"), "--var", "sst", "--json"]) == 0
@@ -79,14 +79,18 @@ def test_fit_transform_inspect_report_json(sources, tmp_path, capsys):
     assert "| 1 |" in (tmp_path / "report" / "summary.md").read_text()
 
 
-def test_labeled_source_with_weights_and_config_file(sources, tmp_path):
+def test_labeled_source_with_weights_and_config_file(sources, tmp_path, capsys):
+    # In this process (the config file and the source are the point; the real process is run by
+    # test_fit_transform_inspect_report_json): still on the one-worker cluster the file asks for.
     root, X = sources
     config = tmp_path / "job.toml"
     config.write_text('n-components = 3\nvar = "sst"\nweights = "coslat"\nsample_dims = ["time"]\nworkers = 1\n')
-    done = daskpca_cli("fit", root / "field.zarr", "--config", config, "--n-components", 2,  # flag overrides file
-                       "--out", tmp_path / "model.zarr", "--quiet")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == ""
+    capsys.readouterr()
+    code = cli.main(["fit", str(root / "field.zarr"), "--config", str(config), "--n-components", "2",  # flag overrides file
+                     "--out", str(tmp_path / "model.zarr"), "--quiet"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.out == ""
     model = daskpca.load(tmp_path / "model.zarr")
     assert model.n_components_ == 2 and model.weights == "coslat"
     field = xr.open_zarr(root / "field.zarr", consolidated=False)["sst"]
@@ -94,13 +98,16 @@ def test_labeled_source_with_weights_and_config_file(sources, tmp_path):
     np.testing.assert_allclose(model.components_, expected.components_, atol=1e-10)
 
 
-def test_netcdf_source(sources, tmp_path):
+def test_netcdf_source(sources, tmp_path, capsys):
+    # In this process, on an embedded cluster (the source format is the point).
     root, X = sources
-    done = daskpca_cli("fit", root / "field.nc", "--var", "sst", "--n-components", 3,
-                       "--out", tmp_path / "model.zarr", "--json", *FAST)
-    assert done.returncode == 0, done.stderr
+    capsys.readouterr()
+    code = cli.main(["fit", str(root / "field.nc"), "--var", "sst", "--n-components", "3",
+                     "--out", str(tmp_path / "model.zarr"), "--json", *FAST])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
     expected = PCA(3).fit(X)  # the same values, stacked (time) × (lat·lon)
-    np.testing.assert_allclose(json.loads(done.stdout)["explained_variance"], expected.explained_variance_, rtol=1e-9)
+    np.testing.assert_allclose(json.loads(captured.out)["explained_variance"], expected.explained_variance_, rtol=1e-9)
     model = daskpca.load(tmp_path / "model.zarr")
     assert model.to_xarray()["components"].dims == ("mode", "lat", "lon")
 
@@ -110,8 +117,10 @@ def test_update_equals_refit_and_reads_only_new_data(tmp_path):
     split = 2_100  # 70 % / 30 %
     write_zarr(tmp_path / "old.zarr", X[:split], (300, 20))
     write_zarr(tmp_path / "new.zarr", X[split:], (300, 20))
-    assert daskpca_cli("fit", tmp_path / "old.zarr", "--n-components", 5, "--solver", "covariance",
-                       "--out", tmp_path / "model.zarr", *FAST).returncode == 0
+    # The first fit in this process on threads (the CLI's fit on a cluster is checked above): the
+    # update, the command under test, runs as a real process on an embedded cluster.
+    assert cli.main(["fit", str(tmp_path / "old.zarr"), "--n-components", "5", "--solver", "covariance",
+                     "--out", str(tmp_path / "model.zarr"), "--quiet"]) == 0
     shutil.rmtree(tmp_path / "old.zarr")  # the update cannot read the old data: it is gone
     done = daskpca_cli("update", tmp_path / "model.zarr", tmp_path / "new.zarr", "--json", *FAST)
     assert done.returncode == 0, done.stderr
@@ -138,13 +147,17 @@ def test_update_reads_each_new_chunk_once(tmp_path):
     np.testing.assert_allclose(model.components_, PCA(3, solver="covariance").fit(X).components_, atol=1e-12)
 
 
-def test_update_refuses_models_without_statistics(sources, tmp_path):
+def test_update_refuses_models_without_statistics(sources, tmp_path, capsys):
+    # In-process, like test_bad_input_exits_2_with_one_line (a real process reports bad input the
+    # same way: test_a_real_process_reports_bad_input_the_same_way).
     root, X = sources
     PCA(2, solver="tsqr").fit(X).save(tmp_path / "model.zarr")  # the refusal comes before any cluster starts
-    done = daskpca_cli("update", tmp_path / "model.zarr", root / "matrix.zarr", *FAST)
-    assert done.returncode == 2
-    assert "solver='tsqr', which keeps no sufficient statistics" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1
+    capsys.readouterr()
+    code = cli.main(["update", str(tmp_path / "model.zarr"), str(root / "matrix.zarr"), *FAST])
+    stderr = capsys.readouterr().err
+    assert code == 2
+    assert "solver='tsqr', which keeps no sufficient statistics" in stderr
+    assert len(stderr.strip().splitlines()) == 1
 
 
 def test_on_a_separately_started_scheduler_and_workers(sources, tmp_path):
@@ -218,7 +231,7 @@ def test_unreachable_scheduler_fails_fast_with_exit_1(sources, tmp_path):
     root, _ = sources
     start = time.monotonic()
     done = daskpca_cli("fit", root / "matrix.zarr", "--n-components", "2", "--out", tmp_path / "m.zarr",
-                       "--scheduler", "tcp://127.0.0.1:9", env={"DASKPCA_CONNECT_TIMEOUT": "3"})
+                       "--scheduler", "tcp://127.0.0.1:9", env={"DASKPCA_CONNECT_TIMEOUT": "1"})
     assert done.returncode == 1
     assert "could not reach the Dask scheduler at 'tcp://127.0.0.1:9'" in done.stderr
     assert time.monotonic() - start < 60

@@ -196,8 +196,8 @@ def test_wide_data_gets_slabs_of_many_rows_for_cheap_merges():
 
 
 def test_each_thread_keeps_one_slab_buffer_until_the_fit_ends(monkeypatch):
-    # Wide slabs (up to WIDE_SLAB_BYTES) are kept per thread too: a fresh 128 MiB array per leaf
-    # is page-faulted and zeroed every time. The fit's end drops them.
+    # A fresh cache-sized slab per leaf would be page-faulted and zeroed every time; the fit's
+    # end drops the kept ones.
     seen = []
     scratch = _sketch._scratch
 
@@ -207,7 +207,7 @@ def test_each_thread_keeps_one_slab_buffer_until_the_fit_ends(monkeypatch):
         return buffer
 
     monkeypatch.setattr(_sketch, "_scratch", watched)
-    monkeypatch.setattr(_sketch, "SLAB_BYTES", 1)  # wide slabs of MERGE_ROWS·(ℓ + 1) rows, many a leaf
+    monkeypatch.setattr(_sketch, "SLAB_BYTES", 200 * 40 * 8)  # 200-row slabs, two a leaf
     X = da.from_array(low_rank_data(1200, 40), chunks=(300, 40))
     with dask.config.set(scheduler="threads", num_workers=2):
         randomized.solve(X, ComponentRequest(4, *X.shape), random_state=0, n_power_iter=2)

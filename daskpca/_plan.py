@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .solvers._geometry import Geometry, needs_column_strips, strip_columns, worker_resources
+from .solvers._geometry import Geometry, current_client, needs_column_strips, strip_columns, worker_resources
 from .solvers._graph import SPLIT_EVERY
 from .solvers._moments import MERGE_SPLIT_EVERY
 from .solvers.krylov import pass_budget, predicted_passes
@@ -99,6 +99,12 @@ CLIENT_FLOPS_PER_SECOND = 7.5e9
 #: What one task costs besides its bytes and flops: the scheduler, and one synchronous zarr call
 #: (an event-loop round trip). Measured: 8760 one-row tasks read 2.1 GiB in 12.0 s, 18 tasks in 4.0 s.
 TASK_SECONDS = 0.9e-3
+#: On a ``distributed`` cluster a task's result leaves its worker's memory: serialised and sent
+#: to the worker that merges it (or to the client), in a tree whose merges wait for it. Counted
+#: as every task's result moved once per pass at this rate (measured on 2 local workers × 1 GiB,
+#: the reanalysis field's Krylov fit, 26 leaves of 16 MB a pass: the plan was 1.4–1.5× short of
+#: the 63–68 s fit without it, the transfers and merge waits ~1–1.5 s a pass).
+TRANSFER_BYTES_PER_SECOND = 0.35e9
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,7 @@ class SolverEstimate:
     copy_passes: int = 0  # passes over a temporary re-laid-out copy (written once) besides ``passes``
     most_passes: int | None = None
     client_flops: float = 0.0  # the small dense algebra on the client between and after the passes
+    result_bytes: int = 0  # what each task of a pass returns (moved between processes on a cluster)
     uncached_seconds: float | None = None  # ``seconds`` before a pass cache served the later passes
 
     @property
@@ -139,8 +146,8 @@ class SolverEstimate:
         note = (self.note + "; " if self.note else "") + f"+{extra} read: the feature stage" if extra else self.note
         return replace(self, passes=passes, most_passes=most, note=note)
 
-    def with_seconds(self, n: int, d: int, itemsize: int, threads: int = 1) -> "SolverEstimate":
-        return replace(self, seconds=predicted_seconds(self, n, d, itemsize, threads))
+    def with_seconds(self, n: int, d: int, itemsize: int, threads: int = 1, distributed: bool = False) -> "SolverEstimate":
+        return replace(self, seconds=predicted_seconds(self, n, d, itemsize, threads, distributed))
 
 
 @dataclass(frozen=True)
@@ -299,6 +306,10 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         gram_task = max(n * width * (itemsize + FLOAT64) + n * n * FLOAT64, (MERGE_SPLIT_EVERY + 1) * n * n * FLOAT64)
         costs["gram"] = (1, costs["gram"][1], gram_task, True, f"stored by rows only: re-laid out into {strips} column strips "
                          f"of {width} columns first (one read and one write of a temporary copy, then 2 passes over it)")
+    # What one task of a pass returns: a d×d scatter, an n×n Gram, an R factor, d×(ℓ + 1) sketch
+    # factors, ALS's and PPCA's d×k statistics.
+    results = {"covariance": d * d, "gram": n * n, "tsqr": min(n, d) * d, "randomized": (ell + 1) * d,
+               "krylov": (ell + 1) * d, "als": (k + 2) * d, "ppca": (k * k + k) * d}
     estimates = []
     for name in available:
         if name not in costs:
@@ -306,7 +317,8 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         passes, flops, task, exact, note = costs[name]
         estimates.append(SolverEstimate(name, passes, float(flops), int(task), budget is None or task <= budget, exact, note,
                                         tasks=strips if name == "gram" else row_tasks, copy_passes=copy_passes.get(name, 0),
-                                        client_flops=krylov_client_flops(d, ell, krylov_passes, k) if name == "krylov" else 0.0))
+                                        client_flops=krylov_client_flops(d, ell, krylov_passes, k) if name == "krylov" else 0.0,
+                                        result_bytes=results.get(name, 0) * FLOAT64))
     return estimates
 
 
@@ -332,16 +344,20 @@ def gram_local_flops(n: int, k: int) -> float:
 FLOP_RATES = {"randomized": SKETCH_FLOPS_PER_SECOND, "krylov": SKETCH_FLOPS_PER_SECOND, "gram": GRAM_FLOPS_PER_SECOND}
 
 
-def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, threads: int = 1) -> float | None:
-    """The time model: per pass, the bytes at READ_BYTES_PER_SECOND and TASK_SECONDS per task;
-    the flops at the solver's rate (:data:`FLOP_RATES`); all on the share of the ``threads`` that
-    a pass of ``estimate.tasks`` tasks keeps busy. None for solvers whose passes depend on
+def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, threads: int = 1,
+                      distributed: bool = False) -> float | None:
+    """The time model: per pass, the bytes at READ_BYTES_PER_SECOND and TASK_SECONDS per task
+    (on a ``distributed`` cluster also each task's result at TRANSFER_BYTES_PER_SECOND); the
+    flops at the solver's rate (:data:`FLOP_RATES`); all on the share of the ``threads`` that a
+    pass of ``estimate.tasks`` tasks keeps busy. None for solvers whose passes depend on
     convergence."""
     if not isinstance(estimate.passes, int):
         return None
     busy = min(max(estimate.tasks, 1), threads) / threads
     size = n * d * itemsize
     per_pass = size / READ_BYTES_PER_SECOND + estimate.tasks * TASK_SECONDS / threads
+    if distributed:
+        per_pass += estimate.tasks * estimate.result_bytes / TRANSFER_BYTES_PER_SECOND
     copy = estimate.copy_passes * size / COPY_READ_BYTES_PER_SECOND + size / WRITE_BYTES_PER_SECOND if estimate.copy_passes else 0.0
     flops = estimate.flops / FLOP_RATES.get(estimate.name, FLOPS_PER_SECOND)
     return (estimate.passes * per_pass + copy + flops) / busy + estimate.client_flops / CLIENT_FLOPS_PER_SECOND
@@ -374,8 +390,9 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     road_tol = DEFAULT_TOL if default_road else tol
     if default_road and "krylov" in reads:  # the solver will get DEFAULT_TOL, hence its budget
         reads["krylov"] = (reads["krylov"][0], pass_budget(road_tol, max_passes))
+    distributed = current_client() is not None
     estimates = [
-        e.with_reads(*reads.get(e.name, (0, None))).with_seconds(n, d, itemsize, threads)
+        e.with_reads(*reads.get(e.name, (0, None))).with_seconds(n, d, itemsize, threads, distributed)
         for e in estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget,
                                   available=available, tol=road_tol, max_passes=max_passes)
     ]
@@ -611,6 +628,8 @@ def cache_choice(chosen: SolverEstimate | None, matrix, cache="auto"):
     flop_seconds, read_seconds, working = 0.0, None, 0
     if chosen is not None:
         flop_seconds = chosen.flops / FLOP_RATES.get(chosen.name, FLOPS_PER_SECOND) / max(predicted, 1)
+        if current_client() is not None:  # a cached pass still moves its tasks' results
+            flop_seconds += chosen.tasks * chosen.result_bytes / TRANSFER_BYTES_PER_SECOND
         if chosen.uncached is not None and isinstance(chosen.passes, int) and chosen.passes:
             read_seconds = (chosen.uncached - chosen.client_flops / CLIENT_FLOPS_PER_SECOND) / chosen.passes
         working = chosen.task_bytes

@@ -49,8 +49,6 @@ from dataclasses import dataclass, replace
 
 import dask
 import numpy as np
-from scipy.signal import hilbert as _fft_hilbert
-
 from scipy.linalg.blas import zherk
 
 from ._graph import SizedByArrays, map_column_blocks, tree_reduce
@@ -90,6 +88,10 @@ def analytic_signal(strip: np.ndarray, *, padding: str = "exp", decay_factor: fl
     ``1/(n·decay_factor)``) from its end values towards its linear trend, before the FFT;
     ``"none"`` transforms the series as it is (the FFT then treats it as periodic).
     """
+    # Imported here: scipy.signal takes ~1 s to import, paid by every process that imports
+    # daskpca (CLI runs, dask workers, notebook kernels) for the Hilbert fits alone.
+    from scipy.signal import hilbert as _fft_hilbert
+
     x = np.asarray(strip, dtype=np.float64)
     if center and x.shape[0]:
         x = x - x.mean(axis=0)

@@ -10,8 +10,9 @@ With an accuracy asked for (``tol``), the choice is by predicted time among the 
 guarantee it: the exact ones (covariance / Gram / TSQR, always) and block Krylov (its predicted
 passes, :func:`daskpca.solvers.krylov.predicted_passes`, within the read budget). Time
 (:func:`predicted_seconds`) is the bytes read at READ_BYTES_PER_SECOND, the flops at the solver's
-rate, and TASK_SECONDS per task, spread over the threads a pass can use: a pass of fewer tasks than
-threads (one Gram strip holding the whole field) runs on fewer cores. The task geometry — how many
+rate, TASK_SECONDS per task and, on a ``distributed`` cluster, each task's result moved between
+processes at TRANSFER_BYTES_PER_SECOND, spread over the threads a pass can use: a pass of fewer
+tasks than threads (one Gram strip holding the whole field) runs on fewer cores. The task geometry — how many
 storage chunks one task reads (:mod:`daskpca.solvers._geometry`) — is part of the plan and printed
 with it.
 Without ``tol`` (and with ``solver="auto"``) the planner compares the same two roads for the

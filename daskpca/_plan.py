@@ -103,7 +103,7 @@ TASK_SECONDS = 0.9e-3
 #: On a ``distributed`` cluster a task's result leaves its worker's memory: serialised and sent
 #: to the worker that merges it (or to the client), in a tree whose merges wait for it. Counted
 #: as every task's result moved once per pass at this rate (measured on 2 local workers × 1 GiB,
-#: the reanalysis field's Krylov fit, 26 leaves of 16 MB a pass: the plan was 1.4–1.5× short of
+#: the reanalysis field's Krylov fit, 26 leaves of 16 MB a pass: the plan was 1.35–1.5× short of
 #: the 63–68 s fit without it, the transfers and merge waits ~1–1.5 s a pass).
 TRANSFER_BYTES_PER_SECOND = 0.35e9
 

@@ -38,8 +38,8 @@ from .models._base import Estimator, model_matrix, positions, project_matrix, re
 from .models._constraints import ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Interval, Options, Predicate
 from .solvers import SOLVERS, _cache, covariance
 from .solvers._base import ComponentRequest, SolverResult
-from .solvers._geometry import geometry_of, regroup, tune_worker_allocators
-from .solvers._linalg import flip_signs, one_blas_thread_per_task
+from .solvers._geometry import geometry_of, regroup
+from .solvers._linalg import flip_signs, tuned_for_tasks
 from .solvers._moments import Moments, combine_moments
 from .solvers._progress import PassClock
 
@@ -113,8 +113,7 @@ class BasePCA(Estimator):
         if plan.default_tol is not None and "tol" in options:  # auto's certified road (see _plan.DEFAULT_TOL)
             options["tol"] = plan.default_tol
         try:
-            tune_worker_allocators()  # distributed workers: chunk-sized arrays reused, not faulted in anew
-            with one_blas_thread_per_task(), PassClock() as clock, _cache.for_fit([matrix], plan.cache) as cache:
+            with tuned_for_tasks(), PassClock() as clock, _cache.for_fit([matrix], plan.cache) as cache:
                 result = _features.solve(module, cache.input(matrix), request, spec, random_state=self.random_state, **options)
         except NonFiniteInputError as error:
             if layout is None:
@@ -728,7 +727,7 @@ class PCA(ProbabilisticMixin, BasePCA):
         """
         layout = self.check_updatable(X)
         matrix, _ = self.model_input(X)
-        with one_blas_thread_per_task():
+        with tuned_for_tasks():
             (new,) = dask.compute(covariance.moments_graph(self.feature_stage_.apply(matrix)))
         merged = combine_moments([self.solver_info_["moments"], new])
         request = ComponentRequest(self.n_components, merged.count, self.n_features_in_)

@@ -42,7 +42,7 @@ from ..models import _format
 from ..models._base import Estimator, project
 from ..models._constraints import BOOL, WEIGHTS, Interval, Options, PerField
 from ..pca import PCA
-from ..solvers._linalg import eigh_descending, flip_signs, one_blas_thread_per_task
+from ..solvers._linalg import eigh_descending, flip_signs, tuned_for_tasks
 from ..solvers.covariance import moments_graph
 from ..solvers.cross_covariance import joint_rows
 from .fields import Field, fields, pair, resolve
@@ -115,7 +115,7 @@ class CCA(Estimator):
         """
         x, y = self._fields(X, Y, sample_dims)
         plan = self._plan(x, y)
-        with one_blas_thread_per_task():
+        with tuned_for_tasks():
             fitted = self._fit_exact(x, y) if plan.path == "exact" else self._fit_pca(x, y)
         eofs, means, covariances, stages, n, passes = fitted
         rho, a, b = canonical(*covariances, self.n_components)

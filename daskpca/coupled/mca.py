@@ -49,8 +49,7 @@ from ..models import _format
 from ..models._base import Estimator, model_matrix, project
 from ..models._constraints import BOOL, NONE, RANDOM_STATE, WEIGHTS, Interval, Options, PerField, Predicate
 from ..solvers import cross_covariance as cc
-from ..solvers._geometry import tune_worker_allocators
-from ..solvers._linalg import flip_signs, one_blas_thread_per_task
+from ..solvers._linalg import flip_signs, tuned_for_tasks
 from ..solvers.krylov import check_accuracy_options
 from .fields import Field, fields, resolve
 
@@ -213,8 +212,7 @@ class MCA(Estimator):
         fields = self._fields(X, Y, sample_dims)
         plan = self._plan(fields)
         x, y = fields
-        tune_worker_allocators()  # distributed workers: chunk-sized arrays reused, not faulted in anew
-        with one_blas_thread_per_task(), _cache.for_fit([x.matrix, y.matrix], plan.cache) as cache:
+        with tuned_for_tasks(), _cache.for_fit([x.matrix, y.matrix], plan.cache) as cache:
             x, y = (replace(f, matrix=cache.input(f.matrix)) for f in (x, y))
             if plan.path == "exact":
                 self._fit_exact(x, y, plan)
@@ -423,7 +421,7 @@ class MCA(Estimator):
         matrix_y, _ = model_matrix(Y, stage_y, layout_y, name="Y", estimator="MCA")
         if matrix_x.shape[0] != matrix_y.shape[0]:
             raise InputError(f"X has {matrix_x.shape[0]} samples and Y {matrix_y.shape[0]}: pass the same samples.")
-        with one_blas_thread_per_task():
+        with tuned_for_tasks():
             (sums,) = dask.compute(cc.pattern_sums_graph(matrix_x, matrix_y, stage_x, stage_y, self.mean_x_,
                                                          self.mean_y_, self.components_x_.T, self.components_y_.T))
         corr_x, corr_y = cc.correlations(sums)

@@ -19,7 +19,7 @@ from ..exceptions import InputError, InputTypeError
 from .._validation import find_nonfinite, raise_if_nonfinite
 from ..pca import PCA
 from ..solvers._graph import map_row_blocks
-from ..solvers._linalg import eigh_descending, flip_signs, one_blas_thread_per_task
+from ..solvers._linalg import eigh_descending, flip_signs, tuned_for_tasks
 # The resampling's statistics and limits (block lengths, weights, intervals, what can vary and
 # fit) live in solvers/_resampling.py; the public ones are re-exported here.
 from ..solvers._resampling import (CLIENT_BYTES, INTERVALS, MAX_FLOPS, MIN_BLOCKS, MIN_TAIL,  # noqa: F401
@@ -241,7 +241,7 @@ def bootstrap(pca, X, *, n_replicates: int = 1000, block_length: int | None = No
         raise InputError(f"X has {matrix.shape[0]} samples but the model was fitted on {pca.n_samples_}: "
                          "pass the data the model was fitted on.")
     Z = pca.feature_stage_.apply(matrix)
-    with one_blas_thread_per_task():
+    with tuned_for_tasks():
         parts = dask.compute(*map_row_blocks(Z, _project_block, "bootstrap-project", pca.mean_, plan.basis))
     _check_same_data(pca, sum(p[2] for p in parts), sum(p[3] for p in parts))
     result = bootstrap_scores(

@@ -310,7 +310,7 @@ def _inline(graph: dict, inlined, keys) -> dict:
 
     Why, for the disk cache's reads: a separate read task's output (a ~100 MB block) is a result
     the scheduler may move to another worker when it gives the consumer to an idle one (work
-    stealing: on 2 workers × 1 GiB it moved ~2 blocks a pass, 0.6–0.7 s each), where mapping the
+    stealing: on 2 workers × 1 GiB it moved ~2 blocks a pass, ~0.7 s each), where mapping the
     chunk file again where the consumer runs costs ~30 ms. Inside the consumer there is nothing
     to move.
     """

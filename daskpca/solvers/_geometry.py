@@ -160,7 +160,7 @@ def tune_worker_allocators() -> None:
     system sooner), and setting it also freezes glibc's mmap threshold at 128 KiB: every array
     of 128 KiB or more — each stored chunk a decode makes, each slab's products — is then a fresh
     mapping that the kernel faults in and zeroes page by page. A worker's read of one task's
-    88 MB of the reanalysis store took 0.55–0.7 s so, against 0.25–0.35 s in the same worker with
+    88 MB of the reanalysis store took 0.52–0.72 s so, against 0.19–0.40 s in the same worker with
     the threshold at glibc's own ceiling (:data:`WORKER_MMAP_THRESHOLD`, where an unset process
     ends up anyway). The trim threshold stays as the nanny set it, so freed memory still goes back
     to the system; arrays above 32 MiB are mapped and unmapped as before. Done on every worker

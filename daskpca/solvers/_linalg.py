@@ -1,7 +1,7 @@
 """Dense linear algebra done locally on the client, and who gets the BLAS threads when.
 
 Under dask's local threaded scheduler a solve limits BLAS to one thread, because the scheduler
-already runs one task per core (:func:`one_blas_thread_per_task`). The local steps between and
+already runs one task per core (:func:`tuned_for_tasks`). The local steps between and
 after the passes (the d×d eigh, the SVD of R) run alone, so :func:`client_blas_threads` gives
 them back the threads the caller had: a d = 4000 eigh is not left on one core.
 """
@@ -19,20 +19,25 @@ import numpy as np
 from scipy.linalg import cho_factor, eigh, svd
 from threadpoolctl import threadpool_info, threadpool_limits
 
-#: BLAS threads the caller had before :func:`one_blas_thread_per_task` limited them to one, or
+#: BLAS threads the caller had before :func:`tuned_for_tasks` limited them to one, or
 #: None when no limit is in force.
 _caller_blas_threads: ContextVar[int | None] = ContextVar("caller_blas_threads", default=None)
 
 
 @contextmanager
-def one_blas_thread_per_task():
-    """Limit BLAS to one thread while dask's local threaded scheduler runs the solve.
+def tuned_for_tasks():
+    """Set up whatever runs a fit's (or a job's) tasks, for as long as they run.
 
-    That scheduler already runs one task per core; BLAS's own threads on top oversubscribe the
-    cores (measured: a 20000×500 ``syrk`` 3× slower with 2 dask × 2 BLAS threads than with
-    2 × 1). Distributed workers need nothing: their nannies start them with one BLAS thread.
+    On dask's local threaded scheduler: BLAS limited to one thread. That scheduler already runs
+    one task per core; BLAS's own threads on top oversubscribe the cores (measured: a
+    20000×500 ``syrk`` 3× slower with 2 dask × 2 BLAS threads than with 2 × 1). On a
+    ``distributed`` cluster, whose nannies start the workers with one BLAS thread: the workers'
+    allocator set for chunk-sized arrays (:func:`~daskpca.solvers._geometry.tune_worker_allocators`).
     """
     if not _threaded_scheduler():
+        from ._geometry import tune_worker_allocators
+
+        tune_worker_allocators()
         yield
         return
     before = max((lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"), default=1)

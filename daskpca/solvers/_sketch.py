@@ -180,7 +180,7 @@ def release_slab_buffers() -> None:
 
 #: Rows of a slab the elementwise steps (convert, zero-fill, shift, scale, sum of squares) make
 #: at a time: ~2 MiB of float64, so each piece stays in the core's cache between the steps
-#: instead of one memory sweep of the whole (~128 MiB) slab per step (measured: 0.55–0.7× the
+#: instead of one memory sweep of the whole (~128 MiB) slab per step (measured: 0.54–0.7× the
 #: time of the whole-slab steps, one thread, 248 × 65 160; ~10 % of a pass).
 PIECE_BYTES = 2 * 2**20
 

@@ -32,7 +32,8 @@ from scipy.linalg import blas, svd
 
 from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from ._moments import MERGE_SPLIT_EVERY, center_block
-from .krylov import DEFLATION_RTOL, ROUNDOFF_RESIDUAL, orthonormal_extension
+from ._linalg import DEFLATION_RTOL, orthonormal_extension
+from .krylov import ROUNDOFF_RESIDUAL
 from .._validation import NonFinite
 
 

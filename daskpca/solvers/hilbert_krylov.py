@@ -40,7 +40,8 @@ from ._iterative import as_generator
 from ._moments import MERGE_SPLIT_EVERY
 from .._validation import raise_if_nonfinite
 from .hilbert import COMPLEX128, PADDINGS, gram_graph, strip_bytes, strip_products
-from .krylov import BASIS_BYTES, Basis, orthonormal_extension, _plain_ritz, check_accuracy_options, pass_budget
+from ._linalg import Basis, orthonormal_extension
+from .krylov import BASIS_BYTES, _plain_ritz, check_accuracy_options, pass_budget
 
 OPTIONS = ("padding", "decay_factor", "tol", "max_passes")
 #: Block size ℓ = k + N_OVERSAMPLES (as the real Krylov solver's default).

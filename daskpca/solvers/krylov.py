@@ -136,8 +136,9 @@ from scipy.linalg import eigh, svd
 from ..exceptions import AccuracyWarning, InputError
 from ._base import ComponentRequest, SolverResult, open_checkpoint
 from ._iterative import as_generator, subspace_sine
-# The kept basis and its orthogonalisation are shared with the Gram road's in-memory eigensolver.
-from ._linalg import DEFLATION_RTOL, Basis, _h, client_blas_threads, orthonormal_extension, tall_norm2, tall_qr  # noqa: F401
+# The kept basis and its orthogonalisation live in _linalg, shared with the Gram road's in-memory
+# eigensolver, Hilbert's Krylov road and MCA's.
+from ._linalg import DEFLATION_RTOL, Basis, client_blas_threads, orthonormal_extension, tall_norm2, tall_qr
 from ._progress import Passes
 # The sketch kernel shared with the randomized solver: its first pass (fused with the feature
 # stage, hence ``fuses_features`` here too) and every later pass are this solver's.

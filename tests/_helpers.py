@@ -75,6 +75,41 @@ class CountingStore(WrapperStore):
         return Counter({k: v for k, v in self.reads.items() if "/c/" in "/" + k})
 
 
+#: Relative tolerance for one number reached by two roads: a saved-and-loaded model against the
+#: fitted one (the loaded arrays may differ in memory layout and alignment, and OpenBLAS picks a
+#: different kernel — and summation order — for them), or a fixture computed on another machine
+#: (another CPU, another OpenBLAS kernel). Each score is a dot product of d ≲ 10⁴ terms, so the
+#: two differ by a few ulps times √d at most: ~1e-13 relative to the largest score; 1e-12 leaves
+#: room and still catches any change of the arithmetic itself (a different mean, weight or
+#: component moves scores by far more).
+ROUNDING_RTOL = 1e-12
+
+
+def assert_equal_up_to_rounding(got, want, rtol: float = ROUNDING_RTOL):
+    """``got`` equals ``want`` up to the last bits that the BLAS kernel decides.
+
+    For comparisons of two roads to one number (see :data:`ROUNDING_RTOL`); where the claim is
+    "the same arithmetic in the same order in one process", compare exactly instead. NaNs must
+    sit in the same places; the tolerance is relative to the largest finite entry of ``want``
+    (scores near zero carry the rounding of the large terms they were summed from).
+    """
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = want[np.isfinite(want)]
+    scale = float(np.max(np.abs(finite))) if finite.size else 0.0
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale, equal_nan=True)
+
+
+def assert_identical_up_to_rounding(got, want, rtol: float = ROUNDING_RTOL):
+    """Two xarray objects with identical dims, coords, names and attrs, and values equal up to
+    rounding (:func:`assert_equal_up_to_rounding`)."""
+    import xarray as xr
+
+    assert_equal_up_to_rounding(got.values, want.values, rtol)
+    xr.testing.assert_identical(got.copy(data=want.values), want)
+
+
 def write_zarr(path, X, chunks):
     """Write ``X`` to a zarr v3 array on disk; return the array opened read-only via a CountingStore."""
     array = zarr.create_array(store=str(path), shape=X.shape, chunks=chunks, dtype=X.dtype)

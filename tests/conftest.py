@@ -10,6 +10,19 @@ the compose cluster under podman, several minutes) is never part of the default 
 included: run it with ``--run-containers`` or ``DASKPCA_RUN_CONTAINERS=1``. Where podman is
 absent it skips with that reason.
 
+**Exact float comparisons** state their claim. Exact equality where the claim is the same
+arithmetic in the same order in one process (the pass cache against no cache, a resumed fit
+against an uninterrupted one, stored arrays read back); ``_helpers.assert_equal_up_to_rounding``
+(``ROUNDING_RTOL``) where two roads reach one number — a loaded model's transform (its arrays
+have another layout, and OpenBLAS picks its kernel and summation order by layout and alignment)
+or a fixture computed on another machine. The suite must pass under every OpenBLAS kernel the
+CPU can run; a user's CPU picks its own. To try the others on one machine::
+
+    for kernel in Prescott Haswell Zen SkylakeX; do OPENBLAS_CORETYPE=$kernel python -m pytest -q; done
+
+(``SkylakeX`` needs AVX-512: on a CPU without it, OpenBLAS stops with an illegal instruction
+before any test runs; ``OPENBLAS_VERBOSE=2`` prints the kernel chosen.)
+
 No test uses a fixed port: clusters are started with ``dashboard_address=None`` (or ``":0"``)
 and workers on ``127.0.0.1`` with ephemeral ports, so parallel runs and a running Jupyter do not
 collide ("port 8787 already in use").

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from _helpers import assert_equal_up_to_rounding
 from daskpca import HilbertPCA, Rotator, load
 from daskpca.cli import main
 from daskpca.io import open_xarray
@@ -48,7 +49,9 @@ def test_each_variant_fits_saves_and_transforms_as_it_scored(field, tmp_path, ex
             assert model.solver_ == "hilbert-krylov" and model.error_bound_ <= 1e-6 and model.tol == 1e-6
     assert main(["transform", str(out), field, "--var", "sst", "--out", str(tmp_path / "again.zarr"), "--quiet"]) == 0
     written, again = open_xarray(scores).scores, open_xarray(tmp_path / "again.zarr").scores
-    np.testing.assert_array_equal(written.values, again.values)
+    # fit's scores come from the fitted model, transform's from the model it wrote and read back:
+    # the same arithmetic on arrays of another layout, where the BLAS kernel decides the last bit
+    assert_equal_up_to_rounding(written.values, again.values)
     if "--lags" in extra:
         assert written.sizes["time"] == 120 - 4 and "lag" in model.to_xarray()["components"].dims
 

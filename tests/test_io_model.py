@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from _helpers import assert_equal_up_to_rounding, assert_identical_up_to_rounding
 import daskpca
 from daskpca import PCA, load
 from daskpca.exceptions import IncompleteStoreError, NewerFormatError, OutputExistsError
@@ -46,8 +47,7 @@ def test_labeled_round_trip_on_lazily_opened_zarr(tmp_path):
     loaded = load(tmp_path / "model.zarr")
 
     scores, again = pca.transform(ds), loaded.transform(ds)
-    np.testing.assert_array_equal(scores.values, again.values)
-    xr.testing.assert_identical(scores, again)
+    assert_identical_up_to_rounding(again, scores)  # the loaded model's arrays: another layout
     assert again["time"].attrs == ds["time"].attrs
     xr.testing.assert_identical(pca.to_xarray(), loaded.to_xarray())
     assert loaded.get_params() == pca.get_params()
@@ -76,8 +76,8 @@ def test_memory_url_and_plain_model():
     pca = PCA(2, whiten=True).fit(X)
     pca.save(url)
     loaded = load(url)
-    np.testing.assert_array_equal(loaded.transform(X), pca.transform(X))
-    np.testing.assert_array_equal(loaded.inverse_transform(pca.transform(X)), pca.inverse_transform(pca.transform(X)))
+    assert_equal_up_to_rounding(loaded.transform(X), pca.transform(X))  # the loaded model's arrays: another layout
+    assert_equal_up_to_rounding(loaded.inverse_transform(pca.transform(X)), pca.inverse_transform(pca.transform(X)))
     with pytest.raises(OutputExistsError, match="already exists"):
         pca.save(url)
     other = PCA(3).fit(X)
@@ -88,7 +88,8 @@ def test_memory_url_and_plain_model():
     A = field()
     labeled = PCA(2).fit(A, sample_dims="time")
     write_xarray(labeled.transform(A.chunk(time=16)), scores_url)
-    np.testing.assert_array_equal(open_xarray(scores_url)["scores"].values, labeled.transform(A).values)
+    # written from blocks of 16 time steps, compared with one block: the BLAS kernel can differ per shape
+    assert_equal_up_to_rounding(open_xarray(scores_url)["scores"].values, labeled.transform(A).values)
 
 
 def test_overwrite_false_refuses_and_keeps_the_store(tmp_path):
@@ -220,7 +221,7 @@ def test_sigkill_during_model_save_leaves_previous_model_intact(tmp_path):
     _run_and_kill(_SLOW_MODEL_SAVER, target, data_written)
     loaded = load(target)
     assert loaded.n_components_ == 2
-    np.testing.assert_array_equal(loaded.transform(X), previous.transform(X))
+    assert_equal_up_to_rounding(loaded.transform(X), previous.transform(X))  # loaded: another layout
     (partial,) = _partials(tmp_path, "model.zarr")
     assert (partial / "zarr.json").exists()  # the data is there, complete-looking to zarr...
     with pytest.raises(IncompleteStoreError, match="no completion marker"):

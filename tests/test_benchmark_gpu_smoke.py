@@ -53,7 +53,7 @@ def test_smoke_runs_every_road_of_every_case_on_both_sides(tmp_path):
     for case, floor in floors.items():
         assert rows[(case, floor)]["floor_s"] > 0 and rows[(case, floor)]["sin_theta"] < 1e-10
     assert rows[("d", "floor: host decode (zarr)")]["floor_s"] > 0
-    assert record["warm_up_failures"] == {} and record["array_module"].startswith("numpy")
+    assert record["warm_up_failures"] == {}  # NumPy stands in where CuPy is absent; CuPy runs it where present
     # The table: one line per row, with the ratios of the same run.
     assert "| road" in done.stdout and "GPU/floor" in done.stdout and "CPU/GPU" in done.stdout
     assert done.stdout.count("\n| ") >= len(record["rows"]) + 1

@@ -9,7 +9,7 @@
   run on its data and return stand-ins, as CuPy's ``__array_function__`` / ``__array_ufunc__``
   do, so dask builds and runs graphs on it; mixing it with a NumPy array (ndim ≥ 0) raises, as
   CuPy does (``TypeError: Unsupported type <class 'numpy.ndarray'>``): host operands must be
-  moved explicitly;
+  moved explicitly (index arrays excepted: CuPy takes NumPy indices);
 - reductions return 0-d stand-ins, not NumPy scalars; ``float()``, ``int()``, ``bool()`` and
   ``.item()`` of a size-1 array work (CuPy synchronises and allows them);
 - ``.get()`` is the explicit road to the host (``cupy.ndarray.get``).
@@ -82,11 +82,12 @@ class DeviceArray(NDArrayOperatorsMixin):
     def __len__(self):
         return len(self._data)
 
+    # Host index arrays are accepted (CuPy copies them to the device); host values are not.
     def __getitem__(self, index):
-        return _wrap(self._data[_unwrap(index)])
+        return _wrap(self._data[_unwrap(index, host_ok=True)])
 
     def __setitem__(self, index, value):
-        self._data[_unwrap(index)] = _unwrap(value)
+        self._data[_unwrap(index, host_ok=True)] = _unwrap(value)
 
     def __iter__(self):
         return (_wrap(row) for row in self._data)
@@ -117,6 +118,9 @@ class DeviceArray(NDArrayOperatorsMixin):
     def __array_function__(self, func, types, args, kwargs):
         if not all(issubclass(t, (DeviceArray, np.ndarray)) for t in types):
             return NotImplemented
+        if func is np.take:  # host indices are copied to the device by cupy.take
+            array, indices, *rest = args
+            return _wrap(func(_unwrap(array), _unwrap(indices, host_ok=True), *_unwrap(rest), **_unwrap(kwargs)))
         return _wrap(func(*_unwrap(args), **_unwrap(kwargs)))
 
 

@@ -189,28 +189,32 @@ def test_labeled_road_with_coslat_weights_and_land(backend, solver):
                                reference.inverse_transform(reference.transform(host)).values, rtol=1e-8, atol=1e-8)
 
 
-class _CountingStandIn(standin.StandInBackend):
-    """The stand-in, counting the blocks moved to its "device"."""
+@pytest.fixture
+def moves(monkeypatch):
+    """``device="cuda"`` mapped onto the stand-in, counting the blocks moved to its "device"."""
+    count = {"blocks": 0}
+    move = standin.StandInBackend.asarray
 
-    moved = 0
+    def counted(self, host, dtype=None):
+        # Row blocks of the data (≥ 60 rows here), not the small operands (d×ℓ test matrices, bases).
+        count["blocks"] += not isinstance(host, standin.DeviceArray) and np.ndim(host) == 2 and np.shape(host)[0] >= 60
+        return move(self, host, dtype)
 
-    def asarray(self, host, dtype=None):
-        type(self).moved += 1
-        return super().asarray(host, dtype)
+    monkeypatch.setattr(standin.StandInBackend, "asarray", counted)
+    standin.use_as_cuda(monkeypatch)
+    return count
 
 
-def test_device_cuda_moves_each_block_of_a_zarr_store_in_its_read_task(tmp_path, monkeypatch):
+def test_device_cuda_moves_each_block_of_a_zarr_store_in_its_read_task(tmp_path, moves):
     X = _data(seed=7)
     write_zarr(tmp_path / "x.zarr", X, chunks=(60, 12))
-    monkeypatch.setitem(_device.DEVICES, "cuda", _CountingStandIn)
-    _CountingStandIn.moved = 0
     pca = PCA(3, solver="krylov", tol=1e-8, device="cuda", random_state=0).fit(str(tmp_path / "x.zarr"))
     reference = PCA(3, solver="krylov", tol=1e-8, random_state=0).fit(str(tmp_path / "x.zarr"))
-    assert _CountingStandIn.moved >= 4  # every block of the first read, at least
+    assert moves["blocks"] >= 1  # every block of the first read (tasks may group storage chunks)
     assert sin_theta(pca.components_, reference.components_) <= 2 * max(reference.error_bound_, 1e-9)
     _assert_fitted_on_host(pca)
     scores = pca.transform(str(tmp_path / "x.zarr"))
-    assert _is_device_chunked(scores, _CountingStandIn())
+    assert _is_device_chunked(scores, standin.BACKEND)
     assert type(pca.transform(X)) is np.ndarray  # NumPy in, NumPy out, whatever the device
 
 
@@ -223,3 +227,33 @@ def test_device_cuda_is_checked_before_any_read(tmp_path):
     with pytest.raises(InvalidParameterError, match="device"):
         PCA(2, device="tpu").fit(X)
     assert PCA(2, device="cpu").fit(X).components_.shape == (2, 12)
+
+
+def test_cli_device_flag(tmp_path, moves):
+    from daskpca import cli
+
+    X = _data(seed=8)
+    write_zarr(tmp_path / "x.zarr", X, chunks=(60, 12))
+    assert cli.main(["fit", str(tmp_path / "x.zarr"), "-k", "3", "--out", str(tmp_path / "m.zarr"), "--device", "cuda",
+                     "--quiet"]) == 0
+    assert moves["blocks"] >= 1
+    model = load(tmp_path / "m.zarr")
+    assert model.device == "cuda"
+    assert sin_theta(model.components_, PCA(3).fit(X).components_) <= 1e-10
+
+
+def test_the_pass_cache_keeps_device_blocks(tmp_path, moves):
+    """Passes 2+ of a device fit read the kept blocks on the device: from its memory (no block
+    moved again), or from the disk copy (written from the host, each block moved up per pass)."""
+    X = _data(seed=9)
+    write_zarr(tmp_path / "x.zarr", X, chunks=(60, 12))
+    reference = PCA(3, solver="randomized", n_power_iter=2, cache=False, random_state=0).fit(X)
+    moved = {}
+    for cache in ("memory", "disk"):
+        moves["blocks"] = 0
+        pca = PCA(3, solver="randomized", n_power_iter=2, device="cuda", cache=cache, random_state=0).fit(
+            str(tmp_path / "x.zarr"))
+        moved[cache] = moves["blocks"]
+        assert pca.cache_["kind"] == cache and pca.n_passes_ == 3
+        assert sin_theta(pca.components_, reference.components_) <= 1e-10
+    assert moved["memory"] > 0 and moved["disk"] == 3 * moved["memory"]

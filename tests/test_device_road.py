@@ -257,3 +257,18 @@ def test_the_pass_cache_keeps_device_blocks(tmp_path, moves):
         assert pca.cache_["kind"] == cache and pca.n_passes_ == 3
         assert sin_theta(pca.components_, reference.components_) <= 1e-10
     assert moved["memory"] > 0 and moved["disk"] == 3 * moved["memory"]
+
+
+@pytest.mark.skipif(_cupy_backend() is None, reason="needs CuPy and a CUDA GPU")
+def test_device_cuda_on_a_gpu(tmp_path):
+    """``device="cuda"`` itself (no stand-in): CuPy blocks from a zarr store, NumPy attributes."""
+    X = _data(seed=10, dtype=np.float32)
+    write_zarr(tmp_path / "x.zarr", X, chunks=(60, 12))
+    for solver in ("covariance", "tsqr", "krylov"):
+        options = ITERATIVE.get(solver, {})
+        pca = PCA(3, solver=solver, device="cuda", random_state=0, **options).fit(str(tmp_path / "x.zarr"))
+        reference = PCA(3, solver=solver, random_state=0, **options).fit(str(tmp_path / "x.zarr"))
+        _assert_fitted_on_host(pca)
+        assert sin_theta(pca.components_, reference.components_) <= max(1e-8, 2 * reference.error_bound_)
+    scores = pca.transform(str(tmp_path / "x.zarr"))
+    assert _is_device_chunked(scores, _cupy_backend())

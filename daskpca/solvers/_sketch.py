@@ -238,7 +238,7 @@ def _prepare_device_slab(rows, out, shift, scale, count_missing: bool, with_m2: 
     out -= shift
     if scale is not None:
         out *= scale
-    return missing, float(xp.vdot(out, out)) if with_m2 else 0.0
+    return missing, float(xp.vdot(out.ravel(), out.ravel())) if with_m2 else 0.0
 
 
 def _sketch_slab(

@@ -39,6 +39,7 @@ import numpy as np
 
 from ._validation import NonFinite
 from .exceptions import InputError, InputTypeError, NonFiniteInputError
+from .solvers._device import like, meta_of, namespace
 from .solvers._graph import SizedByArrays, map_row_blocks, share, tree_reduce
 from .solvers._base import ComponentRequest, SolverResult
 from .solvers._progress import Passes
@@ -91,7 +92,7 @@ class FeatureStage(SizedByArrays):
         kept = matrix if self.keep.all() else matrix[:, self.keep]
         # The factor as one shared key, not an array operand: dask would embed it in the graph
         # (8 MB at d = 10⁶), and on a cluster it goes to the workers ahead of the graph.
-        return kept.map_blocks(_scale_columns, share(self.factor), dtype=np.float64)
+        return kept.map_blocks(_scale_columns, share(self.factor), dtype=np.float64, meta=meta_of(kept, np.float64))
 
     def narrow(self, request: ComponentRequest) -> ComponentRequest:
         """The component request on the kept features, validated again (k ≤ n_kept)."""
@@ -100,16 +101,19 @@ class FeatureStage(SizedByArrays):
         return narrowed
 
     def restore(self, rows: np.ndarray, fill: float = np.nan) -> np.ndarray:
-        """Rows over kept features (…, n_kept) put back on all input features, ``fill`` elsewhere."""
-        out = np.full((*rows.shape[:-1], self.n_input), fill, dtype=np.result_type(rows.dtype, np.float64))
-        out[..., self.keep] = rows
+        """Rows over kept features (…, n_kept) put back on all input features, ``fill`` elsewhere
+        (in ``rows``' array library: device rows stay on their device)."""
+        xp = namespace(rows)
+        out = xp.full((*rows.shape[:-1], self.n_input), fill, dtype=np.result_type(rows.dtype, np.float64))
+        out[..., like(self.keep, rows)] = rows
         return out
 
 
 def _scale_columns(block, factor: np.ndarray, block_info=None) -> np.ndarray:
-    """``apply``'s task: a block of kept columns in float64 times its slice of the factor."""
+    """``apply``'s task: a block of kept columns in float64 times its slice of the factor (on the
+    block's device)."""
     start, stop = block_info[0]["array-location"][1]
-    return np.asarray(block, dtype=np.float64) * factor[start:stop]
+    return namespace(block).asarray(block, dtype=np.float64) * like(factor[start:stop], block)
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,8 @@ class FeatureSpec:
     def weigh(self, matrix):
         """Lazy ``matrix · weights`` over every input column, in float64 (see
         :meth:`FeatureStage.apply`), for solvers that mask afterwards."""
-        return matrix.map_blocks(_scale_columns, share(np.asarray(self.weights, dtype=np.float64)), dtype=np.float64)
+        return matrix.map_blocks(_scale_columns, share(np.asarray(self.weights, dtype=np.float64)), dtype=np.float64,
+                                 meta=meta_of(matrix, np.float64))
 
     def with_kept(self, keep: np.ndarray) -> FeatureStage:
         """The stage keeping the features ``keep`` (boolean, D), already resolved (a resumed
@@ -299,9 +304,10 @@ def column_stats_graph(X):
 
 
 def _column_stats_block(block: np.ndarray, row_offset: int) -> ColumnMoments:
-    x = np.asarray(block, dtype=np.float64)
+    xp = namespace(block)
+    x = xp.asarray(block, dtype=xp.float64)
     # ±inf counts as missing too: such a feature is dropped if it is never finite.
-    return column_moments(np.where(np.isfinite(x), x, np.nan), row_offset, missing=True)
+    return column_moments(xp.where(xp.isfinite(x), x, xp.nan), row_offset, missing=True)
 
 
 def locate_nonfinite(matrix) -> NonFinite:
@@ -319,15 +325,17 @@ def locate_nonfinite(matrix) -> NonFinite:
 
 
 def _column_nonfinite(block, row_offset):
-    bad = ~np.isfinite(np.asarray(block, dtype=np.float64))
+    xp = namespace(block)
+    bad = ~xp.isfinite(xp.asarray(block, dtype=xp.float64))
     any_bad = bad.any(axis=0)
-    first = np.where(any_bad, np.argmax(bad, axis=0) + row_offset, -1)
+    first = xp.where(any_bad, xp.argmax(bad, axis=0) + row_offset, -1)
     return (~bad).sum(axis=0), first, bad.sum(axis=0)
 
 
 def _merge_column_nonfinite(parts):
+    xp = namespace(parts[0][1])
     finite = sum(p[0] for p in parts)
     count = sum(p[2] for p in parts)
-    firsts = np.stack([p[1] for p in parts])
-    first = np.where(firsts >= 0, firsts, np.iinfo(np.int64).max).min(axis=0)
-    return finite, np.where(first == np.iinfo(np.int64).max, -1, first), count
+    firsts = xp.stack([p[1] for p in parts])
+    first = xp.where(firsts >= 0, firsts, np.iinfo(np.int64).max).min(axis=0)
+    return finite, xp.where(first == np.iinfo(np.int64).max, -1, first), count

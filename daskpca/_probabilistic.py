@@ -32,6 +32,7 @@ import math
 
 import numpy as np
 
+from .solvers._device import like, meta_of, namespace
 from .solvers._graph import shared
 from ._validation import Positions, check_finite_rows, check_nan_policy
 from .exceptions import InputError
@@ -98,7 +99,7 @@ class ProbabilisticMixin:
         mean, components = shared((self.mean_, self.components_))
         ll = Z.map_blocks(
             _log_likelihood_block, mean, components, 1.0 / e, sigma2, constant, nan,
-            self._positions(X), dtype=np.float64, drop_axis=1, chunks=(Z.chunks[0],),
+            self._positions(X), dtype=np.float64, drop_axis=1, chunks=(Z.chunks[0],), meta=meta_of(Z, np.float64, 1),
         )
         if kind == "numpy":
             ll = ll.compute()
@@ -145,9 +146,10 @@ class ProbabilisticMixin:
 def project_block(block: np.ndarray, mean: np.ndarray, basis: np.ndarray, nan: str, positions, block_info=None) -> np.ndarray:
     """``transform``'s task: ``(block − mean) @ basis`` in float64 (centering first: no
     cancellation), in the block's dtype; with ``nan="raise"`` a NaN/±inf of the block raises
-    here, naming its position."""
+    here, naming its position. A device block's scores stay on its device."""
+    xp = namespace(block)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/±inf rows: refused or propagated below
-        scores = (np.asarray(block, dtype=np.float64) - mean) @ basis
+        scores = (xp.asarray(block, dtype=xp.float64) - like(mean, block)) @ like(basis, block)
     if nan == "raise":
         check_finite_rows(scores, block, _row_offset(block_info), "transform", positions)
     return scores.astype(block.dtype, copy=False)
@@ -155,13 +157,15 @@ def project_block(block: np.ndarray, mean: np.ndarray, basis: np.ndarray, nan: s
 
 def _log_likelihood_block(block, mean, components, inverse_e, sigma2, constant, nan, positions, block_info=None):
     """Per row block: the log-likelihood of each row (see the module notes), in float64."""
+    xp = namespace(block)
+    mean, components, inverse_e = like(mean, block), like(components, block), like(inverse_e, block)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/±inf rows: refused or propagated below
-        r = np.asarray(block, dtype=np.float64) - mean
+        r = xp.asarray(block, dtype=xp.float64) - mean
         p = r @ components.T
         quadratic = (p**2) @ inverse_e
         if sigma2 > 0:
             residual = r - p @ components
-            quadratic = quadratic + np.einsum("ij,ij->i", residual, residual) / sigma2
+            quadratic = quadratic + xp.einsum("ij,ij->i", residual, residual) / sigma2
         ll = constant - 0.5 * quadratic
     if nan == "raise":
         check_finite_rows(ll[:, None], block, _row_offset(block_info), "score_samples", positions)

@@ -107,7 +107,7 @@ def check_finite_rows(result: np.ndarray, block: np.ndarray, row_offset: int, me
     """
     if np.isfinite(result).all():
         return
-    found = find_nonfinite(np.asarray(block), row_offset)
+    found = find_nonfinite(block if hasattr(block, "dtype") else np.asarray(block), row_offset)
     if not found.count:
         return  # finite input whose result overflowed: not a NaN/±inf of the data
     row, col = found.first

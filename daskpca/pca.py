@@ -36,7 +36,7 @@ from .exceptions import InputError, InputTypeError, NonFiniteInputError
 from .models import _format
 from .models._base import Estimator, model_matrix, positions, project_matrix, reconstruct, scores_out
 from .models._constraints import ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Interval, Options, Predicate
-from .solvers import SOLVERS, _cache, covariance
+from .solvers import SOLVERS, _cache, _device, covariance
 from .solvers._base import ComponentRequest, SolverResult
 from .solvers._geometry import geometry_of, regroup
 from .solvers._linalg import flip_signs, tuned_for_tasks
@@ -131,15 +131,17 @@ class BasePCA(Estimator):
     def _fit_input(self, X, sample_dims):
         """``(matrix, layout, spec)``: the input as a lazy matrix, its labeled layout (or None)
         and the feature stage asked for (None for a plain fit). Reads no data."""
+        device = getattr(self, "device", None)  # a family member without the parameter reads on the host
         if labeled.is_labeled(X):
             source = labeled.from_xarray(X, sample_dims, self.weights)
-            return source.matrix, source.layout, FeatureSpec(source.weights, bool(self.standardize))
+            matrix = _device.to_device(source.matrix, device)
+            return matrix, source.layout, FeatureSpec(source.weights, bool(self.standardize))
         if sample_dims is not None:
             raise InputTypeError(
                 f"sample_dims={sample_dims!r} applies to xarray input only; a plain matrix already has "
                 "samples as rows."
             )
-        matrix = regroup(as_dask_matrix(X)[0])
+        matrix = _device.to_device(regroup(as_dask_matrix(X)[0]), device)
         if self.weights is None and not self.standardize:
             return matrix, None, None
         return matrix, None, FeatureSpec(matrix_weights(self.weights, matrix.shape[1]), bool(self.standardize))
@@ -300,8 +302,10 @@ class BasePCA(Estimator):
     def model_input(self, X):
         """``(matrix, kind)`` of data for a fitted model (lazy, regrouped; the feature stage not
         applied): labeled as at fit time, or a matrix with the input's number of features. The
-        one road back into the model, for transforms here and readers such as the bootstrap."""
-        return model_matrix(X, self.feature_stage_, self.layout_, estimator=type(self).__name__)
+        one road back into the model, for transforms here and readers such as the bootstrap. With
+        ``device`` set, each block moves to the device in the task that reads it (as at fit time)."""
+        matrix, kind = model_matrix(X, self.feature_stage_, self.layout_, estimator=type(self).__name__)
+        return _device.to_device(matrix, getattr(self, "device", None)), kind
 
     def _select_modes(self, scores, modes):
         """``(scores, index)``: the columns for ``modes`` (numbered from 1) and their 0-based index."""
@@ -559,6 +563,16 @@ class PCA(ProbabilisticMixin, BasePCA):
         features missing everywhere are free with covariance, gram, randomized and krylov).
     cache : {"auto", "memory", "disk", False}, default="auto"
         Pass cache (:mod:`daskpca.solvers._cache`; dask config ``daskpca.cache`` overrides "auto").
+    device : {None, "cpu", "cuda"}, default=None
+        Where the passes compute. ``"cuda"``: each block is moved to the GPU (CuPy) inside the
+        task that reads it, so a zarr store or URL larger than the GPU's memory streams through
+        it; needs CuPy and a CUDA GPU (``pip install cupy-cuda12x``), checked before any read.
+        ``None`` / ``"cpu"``: blocks stay where they are read — a dask array of CuPy chunks
+        (``X.map_blocks(cupy.asarray)``) is computed on its GPU either way. Device or not,
+        **fitted attributes are NumPy arrays in host memory** (they are small; saving, loading,
+        ``to_xarray`` and scikit-learn take them as they are), only the reduced statistics (d×d,
+        n×n, d×ℓ, k×k) leave the device, and ``transform`` / ``inverse_transform`` of device
+        input return lazy dask arrays whose chunks stay on the device (NumPy input: NumPy out).
 
     Attributes
     ----------
@@ -662,6 +676,7 @@ class PCA(ProbabilisticMixin, BasePCA):
         "weights": [WEIGHTS],
         "init": [NONE, ARRAY],
         "cache": [Options(("auto", "memory", "disk")), Predicate(lambda v: v is False, "False")],
+        "device": [NONE, Options(_device.DEVICE_NAMES)],
     }
     #: Parameters that steer one solver's reads or iterations: given (not left at their default)
     #: to a solver that does not take them (its module's ``OPTIONS``), they are refused.
@@ -685,6 +700,7 @@ class PCA(ProbabilisticMixin, BasePCA):
         weights=None,
         standardize=False,
         cache="auto",
+        device=None,
     ):
         self.n_components = n_components
         self.solver = solver
@@ -700,6 +716,7 @@ class PCA(ProbabilisticMixin, BasePCA):
         self.weights = weights
         self.standardize = standardize
         self.cache = cache
+        self.device = device
 
     def update(self, X):
         """Fold new samples into the fitted model exactly, reading only the new data (one pass).

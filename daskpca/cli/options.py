@@ -154,6 +154,8 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     fit.add_argument("--max-passes", type=positive_int, help="krylov: most reads of the data while reaching --tol (default: 8, or 20 with --tol)")
     fit.add_argument("--tol", type=float, help="accuracy asked for: bound on sin θ of the kept subspace (approximate solvers; als/ppca: convergence tolerance, default 1e-8)")
     fit.add_argument("--scores", metavar="SCORES", help="also write the scores to this zarr store")
+    fit.add_argument("--device", choices=["cpu", "cuda"], help="cuda: compute the passes on a GPU, each block moved "
+                     "there as it is read (needs CuPy: pip install cupy-cuda12x)")
     fit.add_argument("--cache", choices=["auto", "memory", "disk", "off"], default="auto",
                      help="pass cache: keep the first read's blocks in memory or in an uncompressed copy under "
                           "$DASKPCA_SCRATCH for the later passes and --scores (default: %(default)s: memory if "
@@ -406,6 +408,7 @@ FIT_PARAMETERS = (
     ("--power", "power", "power"),
     ("--lag-step", "lag_step", "lag_step"),
     ("--cache", "cache", "cache"),
+    ("--device", "device", "device"),
 )
 #: Values an option has when it is not given (argparse's defaults of the ``fit`` parser).
 _NOT_GIVEN = {"solver": "auto", "lag_step": 1, "whiten": False, "cache": "auto"}

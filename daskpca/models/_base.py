@@ -31,6 +31,7 @@ from .._validation import as_dask_matrix, check_n_features, check_nan_policy
 from ..exceptions import InputTypeError, InvalidParameterError, NotFittedError
 from ..solvers import _cache
 from ..solvers._geometry import regroup
+from ..solvers._device import like, meta_of, namespace, to_device, to_host
 from ..solvers._graph import share, shared
 from . import _format
 from ._constraints import check
@@ -200,14 +201,15 @@ def project_matrix(matrix, stage, mean, basis, nan: str, where):
     Z = stage.apply(matrix).rechunk({1: -1})
     return Z.map_blocks(  # mean and basis: one shared key each
         project_block, *shared((np.asarray(mean), np.asarray(basis))), nan, where,
-        dtype=Z.dtype, chunks=(Z.chunks[0], (basis.shape[1],)),
+        dtype=Z.dtype, chunks=(Z.chunks[0], (basis.shape[1],)), meta=meta_of(Z),
     ).astype(matrix.dtype, copy=False)  # the input's precision (the stage computes in float64)
 
 
 def scores_out(scores, kind: str, data, layout, scaling: str):
-    """Scores as a transform returns them: computed for NumPy input, labeled for a labeled model."""
+    """Scores as a transform returns them: computed for NumPy input (in host memory, whatever the
+    device the model computes on), labeled for a labeled model."""
     if kind == "numpy":
-        scores = scores.compute()
+        scores = to_host(scores.compute())
     if layout is not None:
         return labeled.scores_to_xarray(layout, scores, data, scores.shape[1], scaling)
     return scores
@@ -216,17 +218,19 @@ def scores_out(scores, kind: str, data, layout, scaling: str):
 def reconstruct(scores, basis, mean, stage, *, lazy: bool):
     """The field ``scores @ basis + mean`` back through the feature stage (un-weighted, NaN at
     masked features), one task per row block of the scores; computed unless ``lazy``."""
+    dtype = np.result_type(scores.dtype, np.float32)
     rows = scores.rechunk({1: -1}).map_blocks(
         _reconstruct_block, *shared((np.asarray(basis), np.asarray(mean))), share(stage),
-        dtype=np.result_type(scores.dtype, np.float32), chunks=(scores.chunks[0], (stage.n_input,)),
+        dtype=dtype, chunks=(scores.chunks[0], (stage.n_input,)), meta=meta_of(scores, dtype),
     )
-    return rows if lazy else rows.compute()
+    return rows if lazy else to_host(rows.compute())
 
 
 def _reconstruct_block(scores: np.ndarray, basis: np.ndarray, mean: np.ndarray, stage) -> np.ndarray:
     """``scores @ basis + mean`` in float64, un-weighted and put back on every input feature
-    (NaN at masked ones), returned in the scores' floating dtype."""
-    z = np.asarray(scores, dtype=np.result_type(scores.dtype, np.float64)) @ basis + mean  # complex stays complex
+    (NaN at masked ones), returned in the scores' floating dtype (on the scores' device)."""
+    xp = namespace(scores)
+    z = xp.asarray(scores, dtype=np.result_type(scores.dtype, np.float64)) @ like(basis, scores) + like(mean, scores)  # complex stays complex
     if not stage.is_identity:
-        z = stage.restore(z / stage.factor)
+        z = stage.restore(z / like(stage.factor, scores))
     return z.astype(np.result_type(scores.dtype, np.float32), copy=False)

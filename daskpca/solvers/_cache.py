@@ -71,6 +71,7 @@ import numpy as np
 
 from ..exceptions import CacheWarning, InvalidParameterError, ScratchError
 from ._geometry import WORKER_FOOTPRINT, _workers, current_client, worker_resources
+from ._device import NUMPY, backend_of, on_device, to_host
 from ._graph import unwrap_scheduler
 
 logger = logging.getLogger("daskpca")
@@ -174,7 +175,7 @@ def in_memory(matrix) -> str | None:
         if isinstance(node, DataNode) or not hasattr(node, "dependencies"):
             if type(value).__name__ == "Future":
                 kinds.add("blocks already on the cluster")
-            elif isinstance(value, np.ndarray):
+            elif isinstance(value, np.ndarray) or backend_of(value) is not NUMPY:  # host or device memory
                 kinds.add("an in-memory array")
             elif value is None or isinstance(value, (int, float, str, bytes, tuple, slice, np.generic)):
                 continue
@@ -202,6 +203,23 @@ def memory_room(working_bytes: int) -> tuple[int, str]:
     threads, _, _ = worker_resources()
     room = LOCAL_MEMORY_FRACTION * psutil.virtual_memory().available - threads * working_bytes
     return int(max(room, 0)), f"{LOCAL_MEMORY_FRACTION:g} × this machine's available memory, less a task's working set per thread"
+
+
+#: Device blocks: the fraction of the device's free memory (when the fit is planned) the cache may
+#: take, beside each pass's working set (the rest is the device library's pool and the kernels').
+DEVICE_MEMORY_FRACTION = 0.5
+
+
+def device_memory_room(device, working_bytes: int) -> tuple[int, str]:
+    """``(bytes the cache may hold on the device, where from)`` for blocks on ``device`` (its
+    free memory on this process's current device; a cluster of GPU workers each has its own,
+    assumed alike)."""
+    memory = device.memory()
+    if memory is None:
+        return 0, f"{device.name}: its free memory is unknown"
+    free, _ = memory
+    room = DEVICE_MEMORY_FRACTION * free - working_bytes
+    return int(max(room, 0)), f"{DEVICE_MEMORY_FRACTION:g} × the device's free memory, less a task's working set"
 
 
 def disk_unshared() -> str | None:
@@ -247,6 +265,9 @@ def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_sec
     nbytes = int(sum(m.nbytes for m in stored))
     choice = replace(choice, sources=tuple(stored))
     room, where = memory_room(working_bytes)
+    device = on_device(stored[0])
+    if device is not NUMPY:  # blocks kept where the passes use them: the device's memory
+        room, where = device_memory_room(device, working_bytes)
     tasks = sum(len(m.chunks[0]) * len(m.chunks[1]) for m in stored)
     task_seconds = 0.9e-3 * tasks / max(worker_resources()[0], 1)
     memory = replace(choice, kind="memory", nbytes=nbytes, pass_seconds=flop_seconds + task_seconds,
@@ -332,8 +353,9 @@ def _write_block(block, path: str, dtype, chunk_shape: tuple) -> int:
     """A disk cache's write task: ``block`` as the bytes of its chunk file ``path`` — what zarr
     stores for an uncompressed little-endian chunk (an edge block padded with the fill value 0),
     written once from the block, where zarr's own write encodes a copy first (on 2 workers × 1 GiB
-    that copy of every 134 MB block is memory the pass does not have)."""
-    block = np.asarray(block, dtype=dtype)
+    that copy of every 134 MB block is memory the pass does not have). A device block is copied
+    to the host first."""
+    block = np.asarray(to_host(block), dtype=dtype)
     if block.shape != tuple(chunk_shape):
         padded = np.zeros(chunk_shape, dtype=dtype)
         padded[tuple(slice(0, s) for s in block.shape)] = block
@@ -344,7 +366,7 @@ def _write_block(block, path: str, dtype, chunk_shape: tuple) -> int:
     return block.nbytes
 
 
-def _read_block(path: str, dtype, chunk_shape: tuple, shape: tuple):
+def _read_block(path: str, dtype, chunk_shape: tuple, shape: tuple, device=None):
     """A later pass's read of one block from the disk cache: its chunk file mapped into memory.
 
     The copy is ours — uncompressed zarr v3, one chunk per block, raw little-endian bytes in C
@@ -357,8 +379,9 @@ def _read_block(path: str, dtype, chunk_shape: tuple, shape: tuple):
     try:
         chunk = np.memmap(path, dtype=dtype, mode="r", shape=chunk_shape)
     except FileNotFoundError:
-        return np.zeros(shape, dtype=dtype)
-    return chunk[tuple(slice(0, s) for s in shape)]
+        chunk = np.zeros(shape, dtype=dtype)
+    block = chunk[tuple(slice(0, s) for s in shape)]
+    return block if device is None else device.asarray(block)  # ``device``: the kept blocks' (one copy up)
 
 
 class PassCache:
@@ -514,7 +537,9 @@ class PassCache:
             return value if self._client() is not None else DataNode(key, value)
         i, j = self.sources[key]
         target = self._target[i]
-        return Task(key, _read_block, self._files[i][j], target.dtype, target.chunks[1:], self._shapes[i][j])
+        device = on_device(self.matrices[i])
+        return Task(key, _read_block, self._files[i][j], target.dtype, target.chunks[1:], self._shapes[i][j],
+                    None if device.on_host else device)
 
     def _fall_back(self, error) -> None:
         """No cache after all: one warning, the folder removed, the source read as before."""

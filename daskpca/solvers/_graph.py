@@ -9,6 +9,7 @@ stream says what is running.
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import accumulate
 from typing import Callable
 from weakref import WeakValueDictionary
@@ -17,6 +18,8 @@ import dask
 import numpy as np
 from dask.base import get_scheduler, tokenize
 from dask.sizeof import sizeof
+
+from ._device import to_host
 
 #: Fan-in of the merge tree. 8 partial d×d results per combine task keeps each task's memory at
 #: 9·d² float64 while the tree stays shallow (depth 3 for 512 blocks).
@@ -156,15 +159,24 @@ def tree_reduce(parts: list, combine: Callable, name: str, *args, split_every: i
         raise ValueError("tree_reduce needs at least one part")  # a bug, not a user error
     token = tokenize(parts, combine, args)
     call = dask.delayed(combine, pure=True)
+    # The root's combine hands its result back in host memory: partials of device blocks are
+    # merged on the device, and only the reduced result moves, once (a no-op for NumPy).
+    root = dask.delayed(partial(_combined_on_host, combine), pure=True)
     args = shared(args)
     level = 0
     while len(parts) > 1:
+        step = root if len(parts) <= split_every else call
         parts = [
-            call(parts[i : i + split_every], *args, dask_key_name=(f"{name}-{token}-{level}", i))
+            step(parts[i : i + split_every], *args, dask_key_name=(f"{name}-{token}-{level}", i))
             for i in range(0, len(parts), split_every)
         ]
         level += 1
     if level == 0:
         # A single block still goes through combine so the result has the finalised form.
-        parts = [call(parts, *args, dask_key_name=(f"{name}-{token}-0", 0))]
+        parts = [root(parts, *args, dask_key_name=(f"{name}-{token}-0", 0))]
     return parts[0]
+
+
+def _combined_on_host(combine: Callable, parts: list, *args):
+    """The root of a reduction: ``combine(parts, *args)`` with its arrays in host memory."""
+    return to_host(combine(parts, *args))

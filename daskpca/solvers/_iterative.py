@@ -15,6 +15,7 @@ from functools import reduce
 import numpy as np
 
 from ._base import open_checkpoint
+from ._device import namespace
 from ._graph import SizedByArrays
 from ._linalg import tall_norm2, tall_qr
 from .._validation import NonFinite, find_nonfinite
@@ -52,31 +53,32 @@ def column_moments(block: np.ndarray, row_offset: int = 0, col_offset: int = 0, 
 
     With ``missing=True`` NaN entries are skipped (counted per column) and only ±inf is reported
     as non-finite; otherwise every NaN/±inf is reported and replaced by 0 so the merge stays
-    finite (the fit raises afterwards).
+    finite (the fit raises afterwards). In the block's array library (a device block stays there).
     """
-    x = np.asarray(block, dtype=np.float64)
+    xp = namespace(block)
+    x = xp.asarray(block, dtype=xp.float64)
     if missing:
-        observed = ~np.isnan(x)
-        nonfinite = find_nonfinite(np.where(observed, x, 0.0), row_offset, col_offset)
+        observed = ~xp.isnan(x)
+        nonfinite = find_nonfinite(xp.where(observed, x, 0.0), row_offset, col_offset)
         if nonfinite.count:
-            observed &= np.isfinite(x)
-        count = observed.sum(axis=0).astype(np.int64)
-        x = np.where(observed, x, 0.0)
-        mean = x.sum(axis=0) / np.maximum(count, 1)
-        m2 = (np.where(observed, x - mean, 0.0) ** 2).sum(axis=0)
+            observed &= xp.isfinite(x)
+        count = observed.sum(axis=0).astype(xp.int64)
+        x = xp.where(observed, x, 0.0)
+        mean = x.sum(axis=0) / xp.maximum(count, 1)
+        m2 = (xp.where(observed, x - mean, 0.0) ** 2).sum(axis=0)
     else:
         nonfinite = find_nonfinite(block, row_offset, col_offset)
         if nonfinite.count:
-            x = np.where(np.isfinite(x), x, 0.0)
-        count = np.full(x.shape[1], x.shape[0], dtype=np.int64)
-        mean = x.mean(axis=0) if x.shape[0] else np.zeros(x.shape[1])
+            x = xp.where(xp.isfinite(x), x, 0.0)
+        count = xp.full(x.shape[1], x.shape[0], dtype=xp.int64)
+        mean = x.mean(axis=0) if x.shape[0] else xp.zeros(x.shape[1])
         m2 = ((x - mean) ** 2).sum(axis=0)
     return ColumnMoments(count, mean, m2, nonfinite)
 
 
 def _merge_columns(a: ColumnMoments, b: ColumnMoments) -> ColumnMoments:
     count = a.count + b.count
-    safe = np.maximum(count, 1)
+    safe = namespace(count).maximum(count, 1)
     delta = b.mean - a.mean
     mean = a.mean + delta * (b.count / safe)
     m2 = a.m2 + b.m2 + delta**2 * (a.count * b.count / safe)

@@ -1,4 +1,4 @@
-"""Count, mean and centered scatter of row blocks, merged exactly — pure NumPy.
+"""Count, mean and centered scatter of row blocks, merged exactly — in the block's own array library.
 
 A reduction is data here (as in flox): :func:`chunk_moments` turns one row block into a
 :class:`Moments`, :func:`combine_moments` merges any number of them exactly, and the caller
@@ -10,6 +10,9 @@ The merge is Chan, Golub & LeVeque (1979), "Updating formulae and a pairwise alg
 computing sample variances": for partial results A and B,
 ``n = n_A + n_B``, ``δ = μ_B - μ_A``, ``μ = μ_A + δ n_B / n``,
 ``M = M_A + M_B + δδᵀ n_A n_B / n``.
+
+Device blocks (CuPy) are reduced on their device, merges included, through the block's namespace
+(:mod:`daskpca.solvers._device`); the root of the merge tree hands the result to the host.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from dataclasses import dataclass, field
 from functools import reduce
 
 import numpy as np
-from scipy.linalg import blas
 
+from ._device import backend_of, namespace
 from ._graph import SizedByArrays
 from .._validation import NonFinite, find_nonfinite
 
@@ -55,7 +58,8 @@ class Moments(SizedByArrays):
     def finite_counts(self) -> np.ndarray:
         """Per-feature number of finite entries (``count`` everywhere when all were finite)."""
         if self.finite_count is None:
-            return np.full(self.mean.shape[0], self.count, dtype=np.int64)
+            xp = namespace(self.mean)
+            return xp.full(self.mean.shape[0], self.count, dtype=xp.int64)
         return self.finite_count
 
     def symmetric_scatter(self) -> np.ndarray:
@@ -83,19 +87,20 @@ def center_block(block: np.ndarray, row_offset: int = 0, col_offset: int = 0) ->
     so the statistics stay finite (the caller raises, or the labeled layer drops features that
     are non-finite everywhere: their zeros add exactly nothing).
 
-    Conversion and centering are one ``np.subtract`` into a new float64 array: one block-sized
-    float64 buffer, not two.
+    Conversion and centering are one ``subtract`` into a new float64 array: one block-sized
+    float64 buffer, not two. Written against the block's namespace: a device block stays there.
     """
-    mean = block.mean(axis=0, dtype=np.float64)
+    xp = namespace(block)
+    mean = block.mean(axis=0, dtype=xp.float64)
     nonfinite, finite_count = NonFinite(), None
-    if not np.isfinite(mean).all():
+    if not xp.isfinite(mean).all():
         nonfinite = find_nonfinite(block, row_offset, col_offset)
         if nonfinite.count:
-            finite = np.isfinite(block)
-            finite_count = finite.sum(axis=0, dtype=np.int64)
-            block = np.where(finite, block, 0)
-            mean = block.mean(axis=0, dtype=np.float64)
-    centered = np.subtract(block, mean, dtype=np.float64)
+            finite = xp.isfinite(block)
+            finite_count = finite.sum(axis=0, dtype=xp.int64)
+            block = xp.where(finite, block, 0)
+            mean = block.mean(axis=0, dtype=xp.float64)
+    centered = xp.subtract(block, mean, dtype=xp.float64)
     return CenteredBlock(centered, mean, nonfinite, finite_count)
 
 
@@ -118,7 +123,8 @@ def chunk_moments(block: np.ndarray, row_offset: int = 0, col_offset: int = 0) -
     """
     n_rows, n_features = block.shape
     if n_rows == 0:
-        return Moments(0, np.zeros(n_features), np.zeros((n_features, n_features)), NonFinite())
+        xp = namespace(block)
+        return Moments(0, xp.zeros(n_features), xp.zeros((n_features, n_features)), NonFinite())
     part = center_block(block, row_offset, col_offset)
     scatter = part.centered.T @ part.centered
     return Moments(n_rows, part.mean, scatter, part.nonfinite, part.finite_count)
@@ -156,19 +162,15 @@ def combine_moments(parts) -> Moments:
     if len(counted) == 1:
         return Moments(first.count, first.mean, first.scatter, nonfinite, finite_count)
     count, mean = first.count, first.mean
-    scatter = np.array(first.scatter, dtype=np.float64, order="F", copy=True)
+    backend = backend_of(first.scatter)
+    scatter = backend.float64_copy(first.scatter, order="F")
     for part in counted[1:]:
         total = count + part.count
         delta = part.mean - mean
         scatter += part.scatter
-        # scatter += (count·part.count/total)·δδᵀ, in place; δδᵀ is symmetric, so the Fortran
-        # order dger updates in place is the same matrix whatever order the inputs had.
-        scatter = _rank_one_update(scatter, count * part.count / total, delta)
+        # scatter += (count·part.count/total)·δδᵀ, in place (NumPy: BLAS dger); δδᵀ is symmetric,
+        # so the Fortran order dger updates in place is the same matrix whatever order the inputs had.
+        scatter = backend.rank_one_update(scatter, count * part.count / total, delta)
         mean = mean + delta * (part.count / total)
         count = total
     return Moments(count, mean, scatter, nonfinite, finite_count)
-
-
-def _rank_one_update(matrix: np.ndarray, alpha: float, vector: np.ndarray) -> np.ndarray:
-    """``matrix += alpha·vector·vectorᵀ`` in place for a Fortran-ordered float64 matrix."""
-    return blas.dger(alpha, vector, vector, a=matrix, overwrite_a=True)

@@ -40,6 +40,10 @@ its own mean, the correction rides in the merges (no ``XΩ − 1(μᵀΩ)`` canc
 
 Memory per task: the input row block, one ~16 MiB float64 slab (:data:`SLAB_BYTES`), and
 ``SPLIT_EVERY`` d×(ℓ+1) partial factors; a merge task holds ``SPLIT_EVERY`` d×(ℓ+1) matrices.
+
+Device blocks (CuPy): a leaf is one slab, the whole block converted to float64 on its device
+(the slabs and per-thread scratch buffers are a CPU cache's economy; a GPU's memory bandwidth
+needs none), and the merges run there too, through :mod:`daskpca.solvers._device`.
 """
 
 from __future__ import annotations
@@ -50,8 +54,9 @@ from numbers import Integral
 
 import dask
 import numpy as np
-from scipy.linalg import qr, svd
+from scipy.linalg import svd
 
+from ._device import backend_of, like, namespace
 from ._graph import SPLIT_EVERY, SizedByArrays, map_row_blocks, tree_reduce
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import SolverResult
@@ -109,8 +114,10 @@ def _qr_after_direction(direction: np.ndarray, matrix: np.ndarray) -> tuple[np.n
     with no more rows than columns would return a square P that spans the direction too), and
     where they are not and the projection is the point (a slab, see :func:`_sketch_slab`).
     """
-    stacked = np.concatenate([(direction / np.linalg.norm(direction))[:, None], matrix], axis=1)
-    return qr(stacked, mode="economic", overwrite_a=True, check_finite=False)
+    backend = backend_of(matrix)
+    xp = backend.xp
+    stacked = xp.concatenate([(direction / xp.linalg.norm(direction))[:, None], matrix], axis=1)
+    return backend.thin_qr(stacked)
 
 
 #: Rows converted to float64 at a time inside a leaf: ~16 MiB, so a slab is converted once and
@@ -194,8 +201,10 @@ def _prepare_slab(rows: np.ndarray, out: np.ndarray, shift: np.ndarray, scale: n
     Made a few rows at a time (:data:`PIECE_BYTES`), each piece going through every step while
     it is in cache; the values are those of the whole-slab steps, bit for bit (the same
     elementwise operations in the same order). Converting, then shifting in place is ~2× faster
-    than a mixed-dtype subtract.
+    than a mixed-dtype subtract. A device slab (the whole block) goes through each step whole.
     """
+    if not backend_of(out).on_host:
+        return _prepare_device_slab(rows, out, shift, scale, count_missing, with_m2)
     n_rows, n_features = rows.shape
     step = max(1, PIECE_BYTES // (8 * max(n_features, 1)))
     missing, squares = None, 0.0
@@ -214,6 +223,22 @@ def _prepare_slab(rows: np.ndarray, out: np.ndarray, shift: np.ndarray, scale: n
         if with_m2:
             squares += float(np.vdot(piece, piece))
     return missing, squares
+
+
+def _prepare_device_slab(rows, out, shift, scale, count_missing: bool, with_m2: bool):
+    """:func:`_prepare_slab` for a slab on a device: the same steps, each over the whole slab."""
+    xp = namespace(out)
+    out[...] = rows.astype(xp.float64, copy=False)
+    missing = None
+    if count_missing:
+        bad = ~xp.isfinite(out)
+        if bad.any():
+            missing = bad.sum(axis=0)
+            out[bad] = 0.0
+    out -= shift
+    if scale is not None:
+        out *= scale
+    return missing, float(xp.vdot(out.ravel(), out.ravel())) if with_m2 else 0.0
 
 
 def _sketch_slab(
@@ -249,14 +274,15 @@ def _sketch_slab(
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/±inf input is detected just below
         centered = scratch[:n_rows]
         missing, squares = _prepare_slab(rows, centered, shift, scale, count_missing, with_m2)
-        basis, r = _qr_after_direction(np.ones(n_rows), centered @ omega)
+        basis, r = _qr_after_direction(namespace(centered).ones(n_rows), centered @ omega)
         ht = basis.T @ centered  # (Pᵀ·C, row-major) runs ~1.6× faster than Cᵀ·P here
         column_sums = ht[0] * (r[0, 0] * np.sqrt(n_rows))
     nonfinite = NonFinite()
     if not np.isfinite(column_sums).all():
         nonfinite = find_nonfinite(rows, row_offset, 0)
-        finite_rows = np.where(np.isfinite(rows), rows, 0)
-        part = _sketch_slab(finite_rows, row_offset, omega, np.nan_to_num(shift, posinf=0.0, neginf=0.0), scratch, with_m2,
+        xp = namespace(rows)
+        finite_rows = xp.where(xp.isfinite(rows), rows, 0)
+        part = _sketch_slab(finite_rows, row_offset, omega, xp.nan_to_num(shift, posinf=0.0, neginf=0.0), scratch, with_m2,
                             scale=scale)
         return replace(part, nonfinite=nonfinite)
     m2 = squares - float(column_sums @ column_sums) / n_rows if with_m2 else 0.0
@@ -279,16 +305,21 @@ def _sketch_block(block: np.ndarray, row_offset: int, omega: np.ndarray, with_m2
     (see :func:`_sketch_slab`).
     """
     n_rows, n_features = block.shape
+    backend = backend_of(block)
+    xp = backend.xp
+    omega, scale = like(omega, block), like(scale, block)
     if n_rows == 0:
-        empty = np.zeros((0, omega.shape[1]))
-        return _Sketch(0, np.zeros(n_features), 0.0, empty, np.zeros((0, n_features)), NonFinite())
-    slabs = _row_slabs(n_rows, n_features, omega.shape[1])
+        empty = xp.zeros((0, omega.shape[1]))
+        return _Sketch(0, xp.zeros(n_features), 0.0, empty, xp.zeros((0, n_features)), NonFinite())
+    # A device block is one slab in a fresh device buffer (see the module notes).
+    slabs = _row_slabs(n_rows, n_features, omega.shape[1]) if backend.on_host else [slice(0, n_rows)]
     # Any vector within ~the rows' spread of their mean keeps the shift free of cancellation.
     with np.errstate(invalid="ignore", over="ignore"):
-        shift = block[:SHIFT_ROWS].mean(axis=0, dtype=np.float64)
+        shift = block[:SHIFT_ROWS].mean(axis=0, dtype=xp.float64)
     if count_missing:  # zero-filled entries: a column with a non-finite head is shifted by 0
-        shift[~np.isfinite(shift)] = 0.0
-    scratch = _scratch(slabs[0].stop - slabs[0].start, n_features)
+        shift[~xp.isfinite(shift)] = 0.0
+    scratch = (_scratch(slabs[0].stop - slabs[0].start, n_features) if backend.on_host
+               else xp.empty((n_rows, n_features), dtype=xp.float64))
     pending = []
     for slab in slabs:
         pending.append(_sketch_slab(block[slab], row_offset + slab.start, omega, shift, scratch, with_m2,
@@ -303,6 +334,8 @@ def _merge_sketches(parts: list[_Sketch], omega: np.ndarray) -> _Sketch:
     parts = [p for p in parts if p.count] or parts[:1]
     if len(parts) == 1:
         return parts[0]
+    xp = namespace(parts[0].r)
+    omega = like(omega, parts[0].r)
     count = sum(p.count for p in parts)
     mean = sum(p.count * p.mean for p in parts) / count
     r_rows, ht_rows, ones_direction, m2, nonfinite = [], [], [], 0.0, NonFinite()
@@ -312,12 +345,12 @@ def _merge_sketches(parts: list[_Sketch], omega: np.ndarray) -> _Sketch:
         weight = np.sqrt(p.count)
         r_rows += [p.r, weight * (delta @ omega)[None, :]]
         ht_rows += [p.ht, weight * delta[None, :]]
-        ones_direction += [np.zeros(p.r.shape[0]), [weight]]
+        ones_direction += [xp.zeros(p.r.shape[0]), xp.full(1, weight)]
         m2 += p.m2 + p.count * float(delta @ delta)
         nonfinite = nonfinite.merge(p.nonfinite)
-    p, r = _qr_after_direction(np.concatenate(ones_direction), np.concatenate(r_rows, axis=0))
+    p, r = _qr_after_direction(xp.concatenate(ones_direction), xp.concatenate(r_rows, axis=0))
     # r[0, 1:] ≈ 0: every part's sketch is already orthogonal to c's all-ones direction.
-    return _Sketch(count, mean, m2, r[1:, 1:], p[:, 1:].T @ np.concatenate(ht_rows, axis=0), nonfinite,
+    return _Sketch(count, mean, m2, r[1:, 1:], p[:, 1:].T @ xp.concatenate(ht_rows, axis=0), nonfinite,
                    sum(counted) if counted else None)
 
 

@@ -71,6 +71,7 @@ import dask
 import numpy as np
 import scipy.linalg
 
+from ._device import like, namespace
 from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from ._linalg import eigh_descending
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
@@ -97,18 +98,21 @@ class _ALSPart(SizedByArrays):
 
 
 def _als_block(block: np.ndarray, row_offset: int, basis: np.ndarray) -> _ALSPart:
+    """Leaf, in the block's array library (a device block's sums stay on its device)."""
     nonfinite = find_nonfinite(block, row_offset, 0)
-    x = np.array(block, dtype=np.float64)
+    xp = namespace(block)
+    basis = like(basis, block)
+    x = block.astype(xp.float64, copy=True)
     if nonfinite.count:
-        x[~np.isfinite(x)] = 0.0  # the fit raises after the first pass; keep the sums finite
+        x[~xp.isfinite(x)] = 0.0  # the fit raises after the first pass; keep the sums finite
     n_rows = x.shape[0]
     if n_rows == 0:
         d, k = basis.shape
-        return _ALSPart(0, np.zeros(d), np.zeros((d, k)), np.zeros((k, k)), np.zeros(d), nonfinite)
+        return _ALSPart(0, xp.zeros(d), xp.zeros((d, k)), xp.zeros((k, k)), xp.zeros(d), nonfinite)
     mean = x.mean(axis=0)
     x -= mean
     scores = x @ basis  # P_i
-    return _ALSPart(n_rows, mean, x.T @ scores, scores.T @ scores, np.einsum("ij,ij->j", x, x), nonfinite)
+    return _ALSPart(n_rows, mean, x.T @ scores, scores.T @ scores, xp.einsum("ij,ij->j", x, x), nonfinite)
 
 
 def _merge_two(a: _ALSPart, b: _ALSPart, basis: np.ndarray) -> _ALSPart:
@@ -118,12 +122,13 @@ def _merge_two(a: _ALSPart, b: _ALSPart, basis: np.ndarray) -> _ALSPart:
     count = a.count + b.count
     delta = b.mean - a.mean
     weight = a.count * b.count / count
-    projected = basis.T @ delta  # Qᵀδ
+    xp = namespace(delta)
+    projected = like(basis, delta).T @ delta  # Qᵀδ
     return _ALSPart(
         count,
         a.mean + delta * (b.count / count),
-        a.g + b.g + np.outer(delta, projected) * weight,
-        a.h + b.h + np.outer(projected, projected) * weight,
+        a.g + b.g + xp.outer(delta, projected) * weight,
+        a.h + b.h + xp.outer(projected, projected) * weight,
         a.m2 + b.m2 + delta**2 * weight,
         a.nonfinite.merge(b.nonfinite),
     )

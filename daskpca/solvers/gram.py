@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 import dask
 import numpy as np
 
+from ._device import like, namespace, to_host
 from ._geometry import ColumnStrips
 from ._graph import SizedByArrays, map_column_blocks, tree_reduce
 from ._linalg import eigh_descending, top_eigenpairs
@@ -98,9 +99,10 @@ def _sum_parts(parts: list[_GramPart]) -> _GramPart:
 
 
 def _strip_components(strip: np.ndarray, col_offset: int, mean: np.ndarray, basis: np.ndarray) -> np.ndarray:
-    """(d_j, k) rows of X̃ᵀ·basis for one column strip."""
-    centered = np.subtract(strip, mean[col_offset : col_offset + strip.shape[1]], dtype=np.float64)
-    return centered.T @ basis
+    """(d_j, k) rows of X̃ᵀ·basis for one column strip (on the strip's device; small, to the host)."""
+    xp = namespace(strip)
+    centered = xp.subtract(strip, like(mean[col_offset : col_offset + strip.shape[1]], strip), dtype=xp.float64)
+    return to_host(centered.T @ like(basis, strip))
 
 
 def fuses_features(spec) -> bool:

@@ -74,6 +74,7 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
+from ._device import like, namespace
 from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from .._validation import NonFinite, raise_if_nonfinite
 from ..exceptions import ConvergenceWarning, InputError
@@ -111,24 +112,27 @@ def _missing_moments(block: np.ndarray, row_offset: int) -> ColumnMoments:
 
 
 def _e_step(block: np.ndarray, row_offset: int, mean: np.ndarray, w: np.ndarray, sigma2: float) -> _EStats:
-    x = np.asarray(block, dtype=np.float64) - mean
-    observed = ~np.isnan(x)
+    """Leaf, in the block's array library (a device block's sums stay on its device)."""
+    xp = namespace(block)
+    mean, w = like(mean, block), like(w, block)
+    x = xp.asarray(block, dtype=xp.float64) - mean
+    observed = ~xp.isnan(x)
     d, k = w.shape
     if observed.all():
         # Every row sees every feature: one shared M, a plain matrix product.
-        m_inv = np.linalg.inv(sigma2 * np.eye(k) + w.T @ w)
+        m_inv = xp.linalg.inv(sigma2 * xp.eye(k) + w.T @ w)
         ez = x @ w @ m_inv  # M is symmetric
         b = x.shape[0] * sigma2 * m_inv + ez.T @ ez
         return _EStats(x.T @ ez, b, None, b)
-    x = np.where(observed, x, 0.0)
-    mask = observed.astype(np.float64)
+    x = xp.where(observed, x, 0.0)
+    mask = observed.astype(xp.float64)
     outer = (w[:, :, None] * w[:, None, :]).reshape(d, k * k)  # rows W_j W_jᵀ
-    m = (mask @ outer).reshape(-1, k, k) + sigma2 * np.eye(k)  # σ²I + W_oᵀW_o per row
-    m_inv = np.linalg.inv(m)  # batched k×k; the covariance σ²M⁻¹ needs the inverse itself
-    ez = np.einsum("nij,nj->ni", m_inv, x @ w)  # x is 0 on missing entries: W_oᵀ(x_o − μ_o)
+    m = (mask @ outer).reshape(-1, k, k) + sigma2 * xp.eye(k)  # σ²I + W_oᵀW_o per row
+    m_inv = xp.linalg.inv(m)  # batched k×k; the covariance σ²M⁻¹ needs the inverse itself
+    ez = xp.einsum("nij,nj->ni", m_inv, x @ w)  # x is 0 on missing entries: W_oᵀ(x_o − μ_o)
     ezz = sigma2 * m_inv + ez[:, :, None] * ez[:, None, :]
     b_observed = (mask.T @ ezz.reshape(-1, k * k)).reshape(d, k, k)
-    return _EStats(x.T @ ez, np.zeros((k, k)), b_observed, ezz.sum(axis=0))
+    return _EStats(x.T @ ez, xp.zeros((k, k)), b_observed, ezz.sum(axis=0))
 
 
 def _sum_stats(parts: list[_EStats]) -> _EStats:

@@ -73,6 +73,7 @@ import dask
 import numpy as np
 from scipy.linalg import get_lapack_funcs, svd
 
+from ._device import NUMPY, backend_of
 from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from ._linalg import client_blas_threads
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
@@ -93,7 +94,7 @@ MERGE_SPLIT_EVERY = 2
 #: Block size of the structured QR (LAPACK ``tpqrt``): its T workspace is this many rows × d.
 _TPQRT_BLOCK = 32
 
-_geqrf, _geqrf_lwork, _tpqrt = get_lapack_funcs(("geqrf", "geqrf_lwork", "tpqrt"), dtype=np.float64)
+_tpqrt = get_lapack_funcs(("tpqrt",), dtype=np.float64)[0]
 
 
 @dataclass(frozen=True)
@@ -109,18 +110,12 @@ class _RPart(SizedByArrays):
 def _r_factor(a: np.ndarray) -> np.ndarray:
     """R of the Householder QR of ``a`` (m×d): a new (min(m, d), d) array.
 
-    ``a`` is overwritten. Pass it Fortran-ordered float64: LAPACK then factors it in place
-    (anything else is first copied by f2py). The R is copied out rather than returned as a view,
-    which would keep the whole m×d array alive as long as the R.
+    ``a`` is overwritten. Pass a NumPy array Fortran-ordered float64: LAPACK then factors it in
+    place (anything else is first copied by f2py). The R is copied out rather than returned as a
+    view, which would keep the whole m×d array alive as long as the R. A device array is
+    factored on its device (:meth:`~daskpca.solvers._device.ArrayBackend.r_factor`).
     """
-    m, d = a.shape
-    if m == 0:
-        return np.zeros((0, d))
-    work, _ = _geqrf_lwork(m, d)
-    qr, _, _, info = _geqrf(a, lwork=max(int(work), 1), overwrite_a=1)
-    if info:  # pragma: no cover - only an illegal argument
-        raise RuntimeError(f"LAPACK geqrf failed (info={info})")
-    return np.triu(qr[: min(m, d)])
+    return backend_of(a).r_factor(a)
 
 
 def _stacked_r(r_a: np.ndarray, r_b: np.ndarray, correction: np.ndarray) -> np.ndarray:
@@ -150,6 +145,10 @@ def _stacked_r(r_a: np.ndarray, r_b: np.ndarray, correction: np.ndarray) -> np.n
     if r_a.shape[0] < r_b.shape[0]:
         r_a, r_b = r_b, r_a
     (m_a, d), m_b = r_a.shape, r_b.shape[0]
+    backend = backend_of(r_a)
+    if backend is not NUMPY:  # a device has no tpqrt: one dense QR of the stack, on the device
+        xp = backend.xp
+        return _r_factor(xp.concatenate([r_a, correction[None, :], r_b], axis=0))
     if m_a + m_b + 1 < d:  # wide data: a stack shorter than d rows, one dense QR of it
         stack = np.empty((m_a + m_b + 1, d), order="F")
         stack[:m_a], stack[m_a], stack[m_a + 1 :] = r_a, correction, r_b
@@ -170,14 +169,16 @@ def _block_r(block: np.ndarray, row_offset: int) -> _RPart:
     Memory: the block, one float64 copy of it (factored in place) and the min(n_i, d)×d R.
     """
     nonfinite = find_nonfinite(block, row_offset, 0)
+    backend = backend_of(block)
+    xp = backend.xp
     # A private float64 copy in LAPACK's (Fortran) order, so that geqrf overwrites it in place
     # instead of f2py making a second copy.
-    x = np.array(block, dtype=np.float64, order="F")
+    x = backend.float64_copy(block, order="F")
     if nonfinite.count:
-        x[~np.isfinite(x)] = 0.0
+        x[~xp.isfinite(x)] = 0.0
     n_rows, n_features = x.shape
     if n_rows == 0:
-        return _RPart(0, np.zeros(n_features), np.zeros((0, n_features)), nonfinite)
+        return _RPart(0, xp.zeros(n_features), xp.zeros((0, n_features)), nonfinite)
     mean = x.mean(axis=0)
     x -= mean
     return _RPart(n_rows, mean, _r_factor(x), nonfinite)

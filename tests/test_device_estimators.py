@@ -18,7 +18,7 @@ import xarray as xr
 from scipy.linalg import subspace_angles
 
 from daskpca import CCA, MCA, PCA, HilbertPCA, Rotator, lag_embed
-from daskpca.exceptions import InvalidParameterError
+from daskpca.exceptions import InputError, InvalidParameterError
 from daskpca.significance import bootstrap, bootstrap_scores
 from daskpca.solvers import _device
 from daskpca.solvers.hilbert import analytic_signal
@@ -32,6 +32,12 @@ from test_mca import coupled_fields
 @pytest.fixture(params=BACKENDS)
 def backend(request):
     return _cupy_backend() if request.param == "cupy" else request.param
+
+
+def _cuda_is(backend, monkeypatch):
+    """``device="cuda"`` names ``backend`` for this test (the stand-in, or CuPy itself)."""
+    if backend is standin.BACKEND:
+        standin.use_as_cuda(monkeypatch)
 
 
 def _complex_sin_theta(A, B):
@@ -90,12 +96,12 @@ def test_hilbert_pca_labeled_with_weights_and_land_and_device_cuda(backend, monk
     assert _is_device_chunked(field_back.data, backend) and not np.iscomplexobj(field_back.data)
     np.testing.assert_allclose(standin_free(field_back.data.compute(), backend),
                                model.inverse_transform(model.transform(field)).values, rtol=1e-10, equal_nan=True)
-    if backend is standin.BACKEND:  # device="cuda": host blocks moved in their read task
-        standin.use_as_cuda(monkeypatch)
-        moved = HilbertPCA(2, weights="coslat", device="cuda").fit(host, sample_dims="time")
-        assert _complex_sin_theta(moved.components_, reference.components_) <= 1e-10
-        assert _is_device_chunked(moved.transform(host).data, backend)
-        assert type(moved.transform(field).values) is np.ndarray  # NumPy in, NumPy out
+    # device="cuda": host blocks moved to the device in their read task.
+    _cuda_is(backend, monkeypatch)
+    moved = HilbertPCA(2, weights="coslat", device="cuda").fit(host, sample_dims="time")
+    assert _complex_sin_theta(moved.components_, reference.components_) <= 1e-10
+    assert _is_device_chunked(moved.transform(host).data, backend)
+    assert type(moved.transform(field).values) is np.ndarray  # NumPy in, NumPy out
 
 
 # ---------------------------------------------------------------------------- MCA and CCA
@@ -134,19 +140,26 @@ def test_mca_on_device_chunks_matches_the_numpy_fit(backend, solver):
         np.testing.assert_allclose(got_y, want_y, rtol=1e-10, atol=1e-12)
 
 
-def test_mca_and_cca_device_cuda_move_host_blocks(monkeypatch):
-    standin.use_as_cuda(monkeypatch)
+def test_device_cuda_moves_host_blocks_for_mca_cca_and_the_bootstrap(backend, monkeypatch):
+    _cuda_is(backend, monkeypatch)
     X, Y = _pair()
     host = (da.from_array(X, chunks=(40, 10)), da.from_array(Y, chunks=(30, 14)))
     reference = MCA(2).fit(*host)
     mca = MCA(2, device="cuda").fit(*host)
     assert sin_theta(mca.components_x_, reference.components_x_) <= 1e-10
-    assert all(_is_device_chunked(s, standin.BACKEND) for s in mca.transform(*host))
+    assert all(_is_device_chunked(s, backend) for s in mca.transform(*host))
     assert all(type(s) is np.ndarray for s in mca.transform(X, Y))  # NumPy in, NumPy out
     cca = CCA(2, n_pca_modes=4, device="cuda").fit(*host)
     np.testing.assert_allclose(cca.canonical_correlations_, CCA(2, n_pca_modes=4).fit(*host).canonical_correlations_,
                                rtol=1e-10)
-    assert all(_is_device_chunked(s, standin.BACKEND) for s in cca.transform(*host))
+    assert all(_is_device_chunked(s, backend) for s in cca.transform(*host))
+    # The bootstrap reads through the model's road: a device="cuda" PCA projects on the device.
+    Z = np.nan_to_num(X[:, :12])
+    on_host = PCA(3, solver="covariance").fit(Z)
+    pca = PCA(3, solver="covariance", device="cuda").fit(Z)
+    np.testing.assert_allclose(bootstrap(pca, Z, n_replicates=200, random_state=0).explained_variance_interval,
+                               bootstrap(on_host, Z, n_replicates=200, random_state=0).explained_variance_interval,
+                               rtol=1e-10)
 
 
 @pytest.mark.parametrize("solver", ["exact", "pca"])
@@ -240,7 +253,7 @@ def test_device_is_declared_once_for_every_estimator(estimator):
     with pytest.raises(InvalidParameterError, match=r"device='tpu': expected None or one of 'cpu', 'cuda'"):
         fit(estimator(2, device="tpu"))
     if _cupy_backend() is None:  # no GPU here: refused before any read, naming the fix
-        with pytest.raises(Exception, match=r"device='cuda'.*pip install cupy-cuda12x"):
+        with pytest.raises(InputError, match=r"device='cuda'.*pip install cupy-cuda12x"):
             fit(estimator(2, device="cuda"))
     assert estimator(2, device="cpu").get_params()["device"] == "cpu"
     assert _device.DEVICE_NAMES == ("cpu", "cuda")

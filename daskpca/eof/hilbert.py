@@ -243,10 +243,10 @@ class HilbertPCA(BasePCA):
         scores = da.from_delayed(total, shape=(Z.shape[0], self.n_components_), dtype=np.complex128,
                                  meta=np.empty((0, 0), dtype=np.complex128))
         device = on_device(Z)
-        if not device.on_host:
+        if not device.on_host and kind != "numpy":
             # The strips' partial scores are summed on the device; the sum, like every reduction's,
             # reaches the host at the merge tree's root, and goes back in one n×k copy so that
-            # device input gets device chunks (as PCA's transform gives).
+            # device input gets device chunks (as PCA's transform gives; NumPy input: NumPy out).
             scores = scores.map_blocks(device.asarray, dtype=np.complex128, meta=device.meta(np.complex128))
         return scores_out(scores, kind, X, self.layout_, scaling)
 

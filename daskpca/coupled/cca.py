@@ -39,13 +39,13 @@ from scipy.linalg import svd
 from .. import _plan
 from ..exceptions import InputError
 from ..models import _format
-from ..models._base import Estimator, project
+from ..models._base import Estimator
 from ..models._constraints import BOOL, WEIGHTS, Interval, Options, PerField
 from ..pca import PCA
 from ..solvers._linalg import eigh_descending, flip_signs, tuned_for_tasks
 from ..solvers.covariance import moments_graph
 from ..solvers.cross_covariance import joint_rows
-from .fields import Field, fields, pair, resolve
+from .fields import Field, fields, pair, project_field, resolve
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,10 @@ class CCA(Estimator):
     weights, standardize
         Per-field feature stage, as for :class:`daskpca.MCA`.
     solver : {"auto", "exact", "pca"}, default="auto"
+    device : {None, "cpu", "cuda"}, default=None
+        Where the passes compute, as for :class:`daskpca.PCA` (both fields' blocks moved to the
+        GPU in their read tasks; dask arrays of CuPy chunks computed there either way). Fitted
+        attributes are NumPy; ``transform`` of device input returns device chunks.
 
     Attributes
     ----------
@@ -93,16 +97,18 @@ class CCA(Estimator):
         "weights": [PerField((WEIGHTS,))],
         "standardize": [PerField((BOOL,))],
         "solver": [Options(("auto", "exact", "pca"))],
+        "device": PCA._parameter_constraints["device"],  # one declaration, PCA's
     }
     _fitted_attribute = "weights_x_"
     _fit_call = "fit(X, Y)"
 
-    def __init__(self, n_components=2, *, n_pca_modes=10, weights=None, standardize=False, solver="auto"):
+    def __init__(self, n_components=2, *, n_pca_modes=10, weights=None, standardize=False, solver="auto", device=None):
         self.n_components = n_components
         self.n_pca_modes = n_pca_modes
         self.weights = weights
         self.standardize = standardize
         self.solver = solver
+        self.device = device
 
     def fit(self, X, Y, *, sample_dims=None):
         """Fit the canonical pairs of ``X`` and ``Y`` (inputs as for :meth:`daskpca.MCA.fit`).
@@ -133,7 +139,7 @@ class CCA(Estimator):
 
     def _fields(self, X, Y, sample_dims) -> tuple[Field, Field]:
         self.validate_params()
-        x, y = fields(X, Y, sample_dims, self.weights, self.standardize)
+        x, y = fields(X, Y, sample_dims, self.weights, self.standardize, self.device)
         n = x.matrix.shape[0]
         kx, ky = (int(m) for m in pair(self.n_pca_modes, "n_pca_modes"))
         for name, m, d in (("X", kx, x.matrix.shape[1]), ("Y", ky, y.matrix.shape[1])):
@@ -198,7 +204,8 @@ class CCA(Estimator):
         data); NumPy for NumPy input, lazy otherwise, labeled ``(*sample_dims, "mode")`` for a
         labeled model. ``nan``: as for :meth:`daskpca.PCA.transform`."""
         self.check_fitted()
-        return tuple(project(data, stage, layout, mean, w.T, name=name, estimator="CCA", scaling="unit", nan=nan)
+        return tuple(project_field(data, stage, layout, mean, w.T, self.device, name=name, estimator="CCA",
+                                   scaling="unit", nan=nan)
                      for name, data, layout, stage, mean, w in self._per_field(X, Y))
 
     def _per_field(self, X=None, Y=None):

@@ -5,7 +5,9 @@ are paired by coordinate; samples present in one field only are refused, named);
 paired by row. Per-field parameters (``weights``, ``standardize``) are one value for both fields
 or a pair. :func:`resolve` turns a field's spec into its stage once its statistics are read, with
 errors that name the field. The road back into a fitted coupled model (each field's matrix,
-its scores) is every estimator's: :func:`daskpca.models.model_matrix`, :func:`daskpca.models.project`.
+its scores) is every estimator's: :func:`daskpca.models.model_matrix`, :func:`daskpca.models.project`,
+with each block moved to the estimator's ``device`` in its read task (:func:`model_field`,
+:func:`project_field`), as at fit time.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import numpy as np
 
 from .. import labeled
 from .._features import FeatureSpec, FeatureStage, matrix_weights
-from .._validation import as_dask_matrix
+from .._validation import as_dask_matrix, check_nan_policy
+from ..models._base import model_matrix, positions, project_matrix, scores_out
+from ..solvers._device import to_device
 from ..solvers._geometry import regroup
 from ..exceptions import InputError, InputTypeError, InvalidParameterError, NonFiniteInputError
 
@@ -45,14 +49,35 @@ def pair(value, name: str) -> tuple:
     return value, value
 
 
-def field(name, data, sample_dims, weights, standardize) -> Field:
-    """One field's matrix, layout and feature spec (reads nothing)."""
+def field(name, data, sample_dims, weights, standardize, device=None) -> Field:
+    """One field's matrix, layout and feature spec (reads nothing); with ``device``, each block
+    moved there in the task that reads it (:func:`daskpca.solvers._device.to_device`)."""
     if labeled.is_labeled(data):
         source = labeled.from_xarray(data, sample_dims, weights)
-        return Field(name, source.matrix, source.kind, source.layout, FeatureSpec(source.weights, bool(standardize)))
+        return Field(name, to_device(source.matrix, device), source.kind, source.layout,
+                     FeatureSpec(source.weights, bool(standardize)))
     matrix, kind = as_dask_matrix(data, name=name)
     matrix = regroup(matrix)  # tasks of whole storage chunks, as PCA's passes read (solvers/_geometry.py)
-    return Field(name, matrix, kind, None, FeatureSpec(matrix_weights(weights, matrix.shape[1]), bool(standardize)))
+    return Field(name, to_device(matrix, device), kind, None,
+                 FeatureSpec(matrix_weights(weights, matrix.shape[1]), bool(standardize)))
+
+
+def model_field(data, stage, layout, device, *, name: str, estimator: str):
+    """``(matrix, kind)`` of one field for a fitted coupled model (:func:`daskpca.models.model_matrix`),
+    each block moved to ``device`` in its read task."""
+    matrix, kind = model_matrix(data, stage, layout, name=name, estimator=estimator)
+    return to_device(matrix, device), kind
+
+
+def project_field(data, stage, layout, mean, basis, device, *, name: str, estimator: str, scaling: str,
+                  nan: str = "raise"):
+    """One field's scores ``(z − mean)·basis`` as :func:`daskpca.models.project` gives them, the
+    blocks moved to ``device`` in their read task: NumPy for NumPy input, lazy (device chunks for
+    device blocks) otherwise, labeled for a labeled model."""
+    check_nan_policy(nan)
+    matrix, kind = model_field(data, stage, layout, device, name=name, estimator=estimator)
+    return scores_out(project_matrix(matrix, stage, mean, basis, nan, positions(stage, layout, data)),
+                      kind, data, layout, scaling)
 
 
 def aligned(X, Y, sample_dims):
@@ -98,8 +123,9 @@ def resolve(field: Field, finite_count, n, variance) -> FeatureStage:
         raise NonFiniteInputError(f"field {field.name}: {exc}") from None
 
 
-def fields(X, Y, sample_dims, weights, standardize) -> tuple[Field, Field]:
-    """Both fields as matrices with their specs, paired (reads nothing)."""
+def fields(X, Y, sample_dims, weights, standardize, device=None) -> tuple[Field, Field]:
+    """Both fields as matrices with their specs, paired, their blocks moved to ``device`` in
+    their read tasks (reads nothing; the device is checked first)."""
     if labeled.is_labeled(X) != labeled.is_labeled(Y):
         raise InputTypeError(
             f"X is {type(X).__name__} and Y is {type(Y).__name__}: pass two xarray objects (aligned "
@@ -109,7 +135,7 @@ def fields(X, Y, sample_dims, weights, standardize) -> tuple[Field, Field]:
     elif sample_dims is not None:
         raise InputTypeError(f"sample_dims={sample_dims!r} applies to xarray input only; matrices have samples as rows.")
     pairs = zip(FIELDS, (X, Y), pair(weights, "weights"), pair(standardize, "standardize"))
-    x, y = (field(name, data, sample_dims, w, s) for name, data, w, s in pairs)
+    x, y = (field(name, data, sample_dims, w, s, device) for name, data, w, s in pairs)
     if x.matrix.shape[0] != y.matrix.shape[0]:
         raise InputError(f"X has {x.matrix.shape[0]} samples (rows) and Y has {y.matrix.shape[0]}: a coupled "
                          "analysis pairs the samples of two fields, so they must have the same ones. Select the "

@@ -46,12 +46,13 @@ from ..solvers import _cache
 from .._features import FeatureStage, column_stats_graph
 from ..exceptions import AccuracyWarning, InputError, InvalidParameterError
 from ..models import _format
-from ..models._base import Estimator, model_matrix, project
+from ..models._base import Estimator
 from ..models._constraints import BOOL, NONE, RANDOM_STATE, WEIGHTS, Interval, Options, PerField, Predicate
 from ..solvers import cross_covariance as cc
 from ..solvers._linalg import flip_signs, tuned_for_tasks
 from ..solvers.krylov import check_accuracy_options
-from .fields import Field, fields, resolve
+from ..pca import PCA
+from .fields import Field, fields, model_field, project_field, resolve
 
 PATHS = ("auto", "exact", "krylov")
 #: Each path's declarations, as a solver module makes them: the knobs it takes (``OPTIONS``; the
@@ -124,6 +125,11 @@ class MCA(Estimator):
         The pass cache (:mod:`daskpca.solvers._cache`), as for :class:`daskpca.PCA`: on the Krylov path
         the statistics pass keeps both fields' blocks and the Krylov passes read those.
         ``cache_`` says what was kept and where.
+    device : {None, "cpu", "cuda"}, default=None
+        Where the passes compute, as for :class:`daskpca.PCA`: ``"cuda"`` moves each block of
+        both fields to the GPU (CuPy) in the task that reads it; dask arrays of CuPy chunks are
+        computed on their GPU either way. Only the dx×dy (or d×ℓ) reductions leave the device;
+        fitted attributes are NumPy, ``transform`` of device input returns device chunks.
 
     Attributes
     ----------
@@ -172,13 +178,14 @@ class MCA(Estimator):
         "n_oversamples": [Interval(Integral, 0, None)],
         "random_state": [RANDOM_STATE],
         "cache": [Options(("auto", "memory", "disk")), Predicate(lambda v: v is False, "False")],
+        "device": PCA._parameter_constraints["device"],  # one declaration, PCA's
     }
     _solver_knobs = ("tol", "max_passes", "n_oversamples")
     _fitted_attribute = "components_x_"
     _fit_call = "fit(X, Y)"
 
     def __init__(self, n_components=None, *, solver="auto", weights=None, standardize=False, tol=None,
-                 max_passes=None, n_oversamples=10, random_state=None, cache="auto"):
+                 max_passes=None, n_oversamples=10, random_state=None, cache="auto", device=None):
         self.n_components = n_components
         self.solver = solver
         self.weights = weights
@@ -188,6 +195,7 @@ class MCA(Estimator):
         self.n_oversamples = n_oversamples
         self.random_state = random_state
         self.cache = cache
+        self.device = device
 
     # ------------------------------------------------------------------ fitting
 
@@ -225,7 +233,7 @@ class MCA(Estimator):
     def _fields(self, X, Y, sample_dims) -> tuple[Field, Field]:
         """Both fields as matrices with their specs, checked as a pair (reads nothing)."""
         self.validate_params()
-        x, y = fields(X, Y, sample_dims, self.weights, self.standardize)
+        x, y = fields(X, Y, sample_dims, self.weights, self.standardize, self.device)
         n, dx, dy = x.matrix.shape[0], x.matrix.shape[1], y.matrix.shape[1]
         if n < 2:
             raise InputError(f"MCA needs at least 2 shared samples to form a cross-covariance; X and Y share {n}. "
@@ -396,7 +404,8 @@ class MCA(Estimator):
         """
         self.check_fitted()
         return tuple(None if data is None else
-                     project(data, stage, layout, mean, components.T, name=name, estimator="MCA", scaling="none", nan=nan)
+                     project_field(data, stage, layout, mean, components.T, self.device, name=name, estimator="MCA",
+                                   scaling="none", nan=nan)
                      for (name, components, mean, stage, layout), data in zip(self._per_field(), (X, Y)))
 
     def patterns(self, X, Y):
@@ -417,8 +426,8 @@ class MCA(Estimator):
         """
         self.check_fitted()
         (_, _, _, stage_x, layout_x), (_, _, _, stage_y, layout_y) = self._per_field()
-        matrix_x, _ = model_matrix(X, stage_x, layout_x, name="X", estimator="MCA")
-        matrix_y, _ = model_matrix(Y, stage_y, layout_y, name="Y", estimator="MCA")
+        matrix_x, _ = model_field(X, stage_x, layout_x, self.device, name="X", estimator="MCA")
+        matrix_y, _ = model_field(Y, stage_y, layout_y, self.device, name="Y", estimator="MCA")
         if matrix_x.shape[0] != matrix_y.shape[0]:
             raise InputError(f"X has {matrix_x.shape[0]} samples and Y {matrix_y.shape[0]}: pass the same samples.")
         with tuned_for_tasks():

@@ -32,10 +32,11 @@ import numpy as np
 from .. import _features, _plan, labeled
 from ..models._base import scores_out
 from ..models._constraints import BOOL, NONE, RANDOM_STATE, WEIGHTS, Interval, Options, Predicate
+from ..solvers._device import like, namespace, on_device
 from ..solvers._graph import map_column_blocks, tree_reduce
 from .._validation import check_nan_policy, find_nonfinite
 from ..exceptions import InputError, InvalidParameterError, NonFiniteInputError
-from ..pca import BasePCA
+from ..pca import PCA, BasePCA
 from ..solvers import hilbert as hilbert_solver
 from ..solvers import hilbert_krylov
 from ..solvers import krylov as krylov_solver
@@ -73,6 +74,11 @@ class HilbertPCA(BasePCA):
     cache : {"auto", "memory", "disk", False}, default="auto"
         The pass cache, as for :class:`PCA`: the Krylov road's passes after the first (and the
         Gram road's second) read the kept blocks instead of the source.
+    device : {None, "cpu", "cuda"}, default=None
+        Where the passes compute, as for :class:`PCA`: ``"cuda"`` moves each block to the GPU
+        (CuPy) in the task that reads it; the analytic signal is then formed by CuPy's FFT on the
+        device. A dask array of CuPy chunks is computed on its GPU either way. Fitted attributes
+        are NumPy; ``transform`` of device input returns device chunks.
 
     Notes
     -----
@@ -99,6 +105,7 @@ class HilbertPCA(BasePCA):
         "weights": [WEIGHTS],
         "random_state": [RANDOM_STATE],
         "cache": [Options(("auto", "memory", "disk")), Predicate(lambda v: v is False, "False")],
+        "device": PCA._parameter_constraints["device"],  # one declaration, PCA's
     }
     _solver_knobs = ("tol", "max_passes")
     _cannot_update = (
@@ -107,7 +114,8 @@ class HilbertPCA(BasePCA):
         "statistics to fold them into. Refit HilbertPCA on the whole series.")
 
     def __init__(self, n_components=None, *, solver="auto", tol=None, max_passes=None, padding="exp",
-                 decay_factor=0.2, whiten=False, weights=None, standardize=False, random_state=None, cache="auto"):
+                 decay_factor=0.2, whiten=False, weights=None, standardize=False, random_state=None, cache="auto",
+                 device=None):
         self.n_components = n_components
         self.solver = solver
         self.tol = tol
@@ -119,6 +127,7 @@ class HilbertPCA(BasePCA):
         self.standardize = standardize
         self.random_state = random_state
         self.cache = cache
+        self.device = device
 
     def _fit_input(self, X, sample_dims):
         if labeled.is_labeled(X) and sample_dims is not None:  # rows must be consecutive times
@@ -231,7 +240,14 @@ class HilbertPCA(BasePCA):
         parts = map_column_blocks(Z, _strip_scores, "hilbert-scores", self.mean_, basis, self.padding,
                                   self.decay_factor, nan)
         total = tree_reduce(parts, _sum, "hilbert-scores-merge")
-        scores = da.from_delayed(total, shape=(Z.shape[0], self.n_components_), dtype=np.complex128)
+        scores = da.from_delayed(total, shape=(Z.shape[0], self.n_components_), dtype=np.complex128,
+                                 meta=np.empty((0, 0), dtype=np.complex128))
+        device = on_device(Z)
+        if not device.on_host and kind != "numpy":
+            # The strips' partial scores are summed on the device; the sum, like every reduction's,
+            # reaches the host at the merge tree's root, and goes back in one n×k copy so that
+            # device input gets device chunks (as PCA's transform gives; NumPy input: NumPy out).
+            scores = scores.map_blocks(device.asarray, dtype=np.complex128, meta=device.meta(np.complex128))
         return scores_out(scores, kind, X, self.layout_, scaling)
 
     def _reconstruction_basis(self) -> np.ndarray:
@@ -255,19 +271,20 @@ class HilbertPCA(BasePCA):
 
 
 def _strip_scores(strip, col_offset, mean, basis, padding, decay_factor, nan):
-    """(n, k) contribution of one column strip to the complex scores."""
+    """(n, k) contribution of one column strip to the complex scores (on the strip's device)."""
     width = strip.shape[1]
     if nan == "raise":
-        bad = find_nonfinite(np.asarray(strip), 0, col_offset)
+        bad = find_nonfinite(strip, 0, col_offset)
         if bad.count:
             raise NonFiniteInputError(
                 f"X contains {bad.count} non-finite value(s) (NaN or ±inf) in this strip; the first is at "
                 f"row {bad.first[0]}, column {bad.first[1]}. Hilbert scores need complete series: fill "
                 "the gaps first (transform(X, nan='propagate') would make every score NaN)."
             )
-    x = np.asarray(strip, dtype=np.float64) - mean[col_offset : col_offset + width]
-    basis = basis[col_offset : col_offset + width]
-    scores = np.zeros((x.shape[0], basis.shape[1]), dtype=np.complex128)
+    xp = namespace(strip)
+    x = xp.asarray(strip, dtype=xp.float64) - like(mean[col_offset : col_offset + width], strip)
+    basis = like(basis[col_offset : col_offset + width], strip)
+    scores = xp.zeros((x.shape[0], basis.shape[1]), dtype=xp.complex128)
     for columns, z in hilbert_solver.analytic_blocks(x, padding=padding, decay_factor=decay_factor, center=False):
         scores += z @ basis[columns]
     return scores

@@ -46,6 +46,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from ..solvers._device import like, meta_of
 from ..solvers._linalg import flip_signs
 from ..models._base import Estimator
 from ..models._constraints import BOOL, NONE, Interval
@@ -208,18 +209,19 @@ class Rotator(Estimator):
         """Rotated scores of ``X`` (lazy for lazy input; one pass when computed).
 
         Plain input gives an array (n_samples, n_modes); a labeled model gives a DataArray
-        ``(*sample_dims, "mode")`` with modes numbered from 1 in sorted order.
+        ``(*sample_dims, "mode")`` with modes numbered from 1 in sorted order. Device input
+        (CuPy chunks, or the model's ``device``): the scores' chunks stay on the device.
         """
         self.check_fitted()
         m = self.components_.shape[0]
         unit = self.model_.transform(X, scaling="unit")
         if hasattr(unit, "dims"):
             unit = unit.isel({MODE: slice(0, m)})
-            return unit.copy(data=unit.data @ self._score_matrix.astype(unit.dtype)).assign_attrs(
+            return unit.copy(data=_rotated(unit.data, self._score_matrix.astype(unit.dtype))).assign_attrs(
                 long_name=f"rotated scores ({'varimax' if self.power == 1 else f'promax, power {self.power}'})",
                 scaling="rotated",
             )
-        return unit[:, :m] @ self._score_matrix.astype(unit.dtype)
+        return _rotated(unit[:, :m], self._score_matrix.astype(unit.dtype))
 
     def to_xarray(self):
         """Rotated patterns over the model's feature dims (NaN at masked features) and variances."""
@@ -296,3 +298,16 @@ class Rotator(Estimator):
             )
         return int(m)
 
+
+def _rotated(scores, matrix: np.ndarray):
+    """``scores @ matrix`` (n × m times m × m): NumPy for NumPy scores; for lazy scores one task
+    per row block, on the block's device (the m×m matrix moved there, not the scores to the host)."""
+    if isinstance(scores, np.ndarray):
+        return scores @ matrix
+    scores = scores.rechunk({1: -1})
+    return scores.map_blocks(_rotated_block, matrix, dtype=scores.dtype, chunks=(scores.chunks[0], (matrix.shape[1],)),
+                             meta=meta_of(scores))
+
+
+def _rotated_block(block, matrix: np.ndarray):
+    return block @ like(matrix, block)

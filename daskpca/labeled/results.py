@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..solvers._device import like, namespace, to_device
 from ..solvers._graph import map_row_blocks, tree_reduce
 from .._version import __version__
 from .layout import MODE, Layout, as_dataset
@@ -196,7 +197,8 @@ def component_maps(pca, X, *, kind="correlation", modes=None):
     ``x̄`` is the fitted mean, so the maps are exact for the fitting data. Each row block
     produces its scores and its partial sums in the same task: computing the result reads ``X``
     once. NaN at masked features. Returns a lazy DataArray/Dataset (``mode`` × feature dims)
-    for lazy input, else computed.
+    for lazy input, else computed. Device blocks (the model's ``device``, or CuPy chunks) are
+    reduced on their device; the k×d maps are NumPy.
     """
     import dask
     import dask.array as da
@@ -208,7 +210,7 @@ def component_maps(pca, X, *, kind="correlation", modes=None):
         raise InputTypeError("component_maps needs a model fitted on labeled (xarray) data.")
     ds, _, _ = as_dataset(X)
     matrix, input_kind = layout.to_matrix(ds, check=True)
-    Z = stage.apply(matrix)
+    Z = stage.apply(to_device(matrix, getattr(pca, "device", None)))
     index = np.arange(pca.n_components_) if modes is None else np.asarray(modes, dtype=int) - 1
     if index.min() < 0 or index.max() >= pca.n_components_:
         raise InputError(f"modes must lie in 1..{pca.n_components_}.")
@@ -227,10 +229,11 @@ def component_maps(pca, X, *, kind="correlation", modes=None):
 
 
 def _chunk_maps(block, row_offset, mean, basis, factor):
-    z = np.asarray(block, dtype=np.float64) - mean  # weighted anomalies z̃ = x̃·f
-    u = z @ basis  # unit-variance PCs of this block
-    anomalies = z / factor  # x̃ in data units
-    return anomalies.T @ u, np.sum(anomalies**2, axis=0)
+    xp = namespace(block)  # a device block's partial sums stay on its device
+    z = xp.asarray(block, dtype=xp.float64) - like(mean, block)  # weighted anomalies z̃ = x̃·f
+    u = z @ like(basis, block)  # unit-variance PCs of this block
+    anomalies = z / like(factor, block)  # x̃ in data units
+    return anomalies.T @ u, xp.sum(anomalies**2, axis=0)
 
 
 def _sum_maps(parts):

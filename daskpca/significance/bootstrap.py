@@ -18,6 +18,7 @@ import numpy as np
 from ..exceptions import InputError, InputTypeError
 from .._validation import find_nonfinite, raise_if_nonfinite
 from ..pca import PCA
+from ..solvers._device import like, namespace, to_host
 from ..solvers._graph import map_row_blocks
 from ..solvers._linalg import eigh_descending, flip_signs, tuned_for_tasks
 # The resampling's statistics and limits (block lengths, weights, intervals, what can vary and
@@ -35,6 +36,8 @@ from .north import north_k
 # keeps its m scores plus its residual sum of squares: n·(m + 1) float64 on the client. Every
 # replicate is then a reweighting of those n rows — a replicate draws blocks of consecutive
 # samples with replacement, so sample i enters it w_i times — and never touches the data again.
+# Device blocks (a model with device=, or CuPy chunks) are projected on their device; only each
+# block's n_i×(m + 1) scores and residuals and its d-vector sums come back to the host.
 
 #: Default number of basis directions m (≫ the modes reported) when the model keeps its covariance.
 DEFAULT_BASIS = 50
@@ -264,7 +267,8 @@ def bootstrap_scores(scores, residual=None, *, basis=None, reference=None, n_mod
     ----------
     scores : ndarray of shape (n, m)
         Centred samples in an orthonormal basis: ``(z_i − z̄)·V``. The full centred data (V = I)
-        makes the bootstrap exact.
+        makes the bootstrap exact. A device array (CuPy) is copied to the host first: the
+        replicates are small client-side linear algebra.
     residual : ndarray of shape (n,), optional
         ``‖(z_i − z̄) − V Vᵀ(z_i − z̄)‖²``, the part of each sample outside the basis (counts in
         each replicate's total variance); zeros by default.
@@ -284,12 +288,12 @@ def bootstrap_scores(scores, residual=None, *, basis=None, reference=None, n_mod
         The estimates are those of the scores: the variance of the data along each reference mode,
         over the total (scores and residuals).
     """
-    scores = np.asarray(scores, dtype=np.float64)
+    scores = np.asarray(to_host(scores), dtype=np.float64)
     n, m = scores.shape
     k = reference.shape[0] if reference is not None else min(m, n_modes or 10)
     check_resampling(n, n_replicates, block_length, confidence, interval)
     check_cost(n, m, k, n_replicates)
-    residual = np.zeros(n) if residual is None else np.asarray(residual, dtype=np.float64)
+    residual = np.zeros(n) if residual is None else np.asarray(to_host(residual), dtype=np.float64)
     covariance = scores.T @ scores / max(n - 1, 1)
     if reference is None:
         vectors = eigh_descending(covariance, k)[1].T
@@ -386,14 +390,16 @@ def _check_bootstrap(pca, n_replicates, block_length, confidence, n_modes, n_bas
 def _project_block(block, row_offset, mean, basis):
     """``(scores, residual, sums, squares)`` of one row block: ``(z − mean)·V`` (n_i × m),
     ‖(z − mean) − V Vᵀ(z − mean)‖² (n_i,), and the column sums of ``z − mean`` and of its squares
-    (d,) that tell whether this is the data the model was fitted on."""
-    centered = np.subtract(block, mean, dtype=np.float64)
-    if not np.isfinite(centered).all():
-        raise_if_nonfinite(find_nonfinite(np.asarray(block), row_offset))
-    scores = centered @ basis
-    squares = np.einsum("ij,ij->i", centered, centered)
-    residual = np.maximum(squares - np.einsum("ij,ij->i", scores, scores), 0.0)
-    return scores, residual, centered.sum(axis=0), np.einsum("ij,ij->j", centered, centered)
+    (d,) that tell whether this is the data the model was fitted on. Computed on the block's
+    device; the four results (n_i·(m + 1) + 2·d numbers) handed to the host."""
+    xp = namespace(block)
+    centered = xp.subtract(block, like(mean, block), dtype=xp.float64)
+    if not xp.isfinite(centered).all():
+        raise_if_nonfinite(find_nonfinite(block, row_offset))
+    scores = centered @ like(basis, block)
+    squares = xp.einsum("ij,ij->i", centered, centered)
+    residual = xp.maximum(squares - xp.einsum("ij,ij->i", scores, scores), 0.0)
+    return to_host((scores, residual, centered.sum(axis=0), xp.einsum("ij,ij->j", centered, centered)))
 
 
 #: How far the data's mean and total variance may stand from the model's before the bootstrap

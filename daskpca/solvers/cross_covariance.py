@@ -20,6 +20,10 @@ pass per block. Memory per task: a block plus (dx + dy)·ℓ float64. Flops: 4·
 
 **Correlation patterns** (:func:`pattern_sums_graph`, one pass): the sums that give the
 correlation of every feature of each field with the scores of both fields.
+
+Device blocks (CuPy chunks): every leaf and merge runs in the block's array library
+(:mod:`daskpca.solvers._device`), the small operands (means, factors, masks, V, U) moved to the
+block's device in the task; the merge tree's root hands its dx×dy, d×ℓ or d×2k result to the host.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from functools import reduce
 import numpy as np
 from scipy.linalg import blas, svd
 
+from ._device import backend_of, like, namespace
 from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from ._moments import MERGE_SPLIT_EVERY, center_block
 from ._linalg import DEFLATION_RTOL, orthonormal_extension
@@ -77,17 +82,19 @@ class CrossMoments(SizedByArrays):
 
 
 def chunk_cross_moments(block: np.ndarray, row_offset: int, n_x: int) -> CrossMoments:
-    """:class:`CrossMoments` of one row block of ``[X | Y]`` (X its first ``n_x`` columns)."""
+    """:class:`CrossMoments` of one row block of ``[X | Y]`` (X its first ``n_x`` columns), in the
+    block's array library."""
+    xp = namespace(block)
     x = center_block(block[:, :n_x], row_offset, 0)
     y = center_block(block[:, n_x:], row_offset, 0)
     rows = block.shape[0]
 
     def finite(part, d):
-        return np.full(d, rows, dtype=np.int64) if part.finite_count is None else part.finite_count
+        return xp.full(d, rows, dtype=xp.int64) if part.finite_count is None else part.finite_count
 
     return CrossMoments(
-        rows, x.mean, y.mean, np.einsum("ij,ij->j", x.centered, x.centered),
-        np.einsum("ij,ij->j", y.centered, y.centered), x.centered.T @ y.centered,
+        rows, x.mean, y.mean, xp.einsum("ij,ij->j", x.centered, x.centered),
+        xp.einsum("ij,ij->j", y.centered, y.centered), x.centered.T @ y.centered,
         x.nonfinite, y.nonfinite, finite(x, n_x), finite(y, block.shape[1] - n_x),
     )
 
@@ -97,7 +104,7 @@ def combine_cross_moments(parts) -> CrossMoments:
 
     The merged cross-scatter is accumulated in one new Fortran-ordered dx×dy array (inputs are
     never modified: a retried task must see them intact); the rank-one correction is BLAS
-    ``dger`` in place, no dx×dy temporary.
+    ``dger`` in place, no dx×dy temporary (device partials: an outer product added on the device).
     """
     parts = list(parts)
     nonfinite_x = reduce(lambda a, b: a.merge(b), (p.nonfinite_x for p in parts))
@@ -107,13 +114,17 @@ def combine_cross_moments(parts) -> CrossMoments:
     counted = [p for p in parts if p.count] or parts[:1]
     first = counted[0]
     count, mean_x, mean_y, m2_x, m2_y = first.count, first.mean_x, first.mean_y, first.m2_x, first.m2_y
-    cross = np.array(first.cross, dtype=np.float64, order="F", copy=True)
+    backend = backend_of(first.cross)
+    cross = backend.float64_copy(first.cross, order="F")
     for part in counted[1:]:
         total = count + part.count
         weight = count * part.count / total
         delta_x, delta_y = part.mean_x - mean_x, part.mean_y - mean_y
         cross += part.cross
-        cross = blas.dger(weight, delta_x, delta_y, a=cross, overwrite_a=True)
+        if backend.on_host:
+            cross = blas.dger(weight, delta_x, delta_y, a=cross, overwrite_a=True)
+        else:
+            cross += weight * backend.xp.outer(delta_x, delta_y)
         m2_x = m2_x + part.m2_x + weight * delta_x**2
         m2_y = m2_y + part.m2_y + weight * delta_y**2
         mean_x = mean_x + delta_x * (part.count / total)
@@ -138,10 +149,20 @@ def exact_task_bytes(n_rows_block: int, dx: int, dy: int, itemsize: int) -> int:
 # ---------------------------------------------------------------------------- the cross operator
 
 
+def _staged_fields(block, n_x, mean_x, mean_y, factor_x, factor_y, keep_x, keep_y):
+    """A row block of ``[X | Y]`` as each field's kept, weighted features centred on the given
+    means, in float64 on the block's device (the host operands moved there: d-vectors)."""
+    xp = namespace(block)
+
+    def staged(part, keep, factor, mean):
+        return (xp.asarray(part, dtype=xp.float64)[:, like(keep, block)] * like(factor, block)) - like(mean, block)
+
+    return staged(block[:, :n_x], keep_x, factor_x, mean_x), staged(block[:, n_x:], keep_y, factor_y, mean_y)
+
+
 def _cross_products_block(block, row_offset, n_x, mean_x, mean_y, factor_x, factor_y, keep_x, keep_y, V, U):
-    x = (np.asarray(block[:, :n_x], dtype=np.float64)[:, keep_x] * factor_x) - mean_x
-    y = (np.asarray(block[:, n_x:], dtype=np.float64)[:, keep_y] * factor_y) - mean_y
-    return x.T @ (y @ V), y.T @ (x @ U)
+    x, y = _staged_fields(block, n_x, mean_x, mean_y, factor_x, factor_y, keep_x, keep_y)
+    return x.T @ (y @ like(V, block)), y.T @ (x @ like(U, block))
 
 
 def _sum_pairs(parts):
@@ -262,12 +283,12 @@ def _ritz(basis_u, basis_v, images_v, images_u, k, n_samples):
 
 
 def _pattern_block(block, row_offset, n_x, mean_x, mean_y, factor_x, factor_y, keep_x, keep_y, U_x, U_y):
-    x = (np.asarray(block[:, :n_x], dtype=np.float64)[:, keep_x] * factor_x) - mean_x
-    y = (np.asarray(block[:, n_x:], dtype=np.float64)[:, keep_y] * factor_y) - mean_y
-    s_x, s_y = x @ U_x, y @ U_y
-    scores = np.hstack([s_x, s_y])  # (rows, 2k)
-    return (len(x), x.sum(axis=0), y.sum(axis=0), scores.sum(axis=0), np.einsum("ij,ij->j", x, x),
-            np.einsum("ij,ij->j", y, y), np.einsum("ij,ij->j", scores, scores), x.T @ scores, y.T @ scores)
+    xp = namespace(block)
+    x, y = _staged_fields(block, n_x, mean_x, mean_y, factor_x, factor_y, keep_x, keep_y)
+    s_x, s_y = x @ like(U_x, block), y @ like(U_y, block)
+    scores = xp.hstack([s_x, s_y])  # (rows, 2k)
+    return (len(x), x.sum(axis=0), y.sum(axis=0), scores.sum(axis=0), xp.einsum("ij,ij->j", x, x),
+            xp.einsum("ij,ij->j", y, y), xp.einsum("ij,ij->j", scores, scores), x.T @ scores, y.T @ scores)
 
 
 def _sum_pattern_parts(parts):

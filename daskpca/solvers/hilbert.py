@@ -19,6 +19,12 @@ reads it:
 4. pass 1 adds ``Z_jZ_jᴴ`` to the n×n Hermitian Gram matrix (BLAS ``zherk``); pass 2 forms the
    strip's rows of the components ``Z_jᴴ·U_k·Λ_k^{-1/2}`` from the leading eigenvectors U_k of G.
 
+Device strips (CuPy chunks) take the same steps in the strip's array library
+(:mod:`daskpca.solvers._device`): the transform by the library's own FFT (:func:`_fft_hilbert`,
+what ``scipy.signal.hilbert`` computes), the Gram matrix by a complex matrix product in place of
+BLAS ``zherk`` (a device has no ``herk`` call here: twice the flops, on a GPU), the merges on the
+device; only the n×n (or n×b) sum and the d_j×k component rows move to the host.
+
 Steps 2–4 run on a few columns of the strip at a time (:func:`analytic_blocks`, ~16 MiB of padded
 complex numbers): the transform of one feature does not involve any other, so this changes
 nothing in the result and keeps a task's scratch memory bounded whatever the strip's width.
@@ -51,6 +57,7 @@ import dask
 import numpy as np
 from scipy.linalg.blas import zherk
 
+from ._device import backend_of, like, namespace, to_host
 from ._graph import SizedByArrays, map_column_blocks, tree_reduce
 from ._linalg import client_blas_threads
 from ._moments import MERGE_SPLIT_EVERY
@@ -87,20 +94,40 @@ def analytic_signal(strip: np.ndarray, *, padding: str = "exp", decay_factor: fl
     ``padding="exp"`` extends each series by n samples at both ends, decaying exponentially (rate
     ``1/(n·decay_factor)``) from its end values towards its linear trend, before the FFT;
     ``"none"`` transforms the series as it is (the FFT then treats it as periodic).
+    In ``strip``'s array library: a device strip's signal stays on its device.
     """
-    # Imported here: scipy.signal takes ~1 s to import, paid by every process that imports
-    # daskpca (CLI runs, dask workers, notebook kernels) for the Hilbert fits alone.
-    from scipy.signal import hilbert as _fft_hilbert
-
-    x = np.asarray(strip, dtype=np.float64)
+    xp = namespace(strip)
+    x = xp.asarray(strip, dtype=xp.float64)
     if center and x.shape[0]:
         x = x - x.mean(axis=0)
     n = x.shape[0]
     if padding == "exp" and n > 1:
-        z = _fft_hilbert(_pad_exp(x, decay_factor), axis=0)[n : 2 * n]
+        z = _fft_hilbert(_pad_exp(x, decay_factor))[n : 2 * n]
     else:
-        z = _fft_hilbert(x, axis=0)
+        z = _fft_hilbert(x)
     return z.real + 1j * (z.imag - z.imag.mean(axis=0))
+
+
+def _fft_hilbert(x):
+    """The analytic signal of each column of ``x`` (m × p, real) by FFT along the rows.
+
+    NumPy input: ``scipy.signal.hilbert`` itself (imported here: scipy.signal takes ~1 s to
+    import, paid by every process that imports daskpca — CLI runs, dask workers, notebook kernels
+    — for the Hilbert fits alone). Device input: the same steps with the array library's FFT
+    (``cupy.fft``): the spectrum's positive frequencies doubled, the negative ones zeroed, the
+    zero frequency (and, for even m, the Nyquist one) kept, then the inverse FFT.
+    """
+    backend = backend_of(x)
+    if backend.on_host:
+        from scipy.signal import hilbert
+
+        return hilbert(x, axis=0)
+    xp = backend.xp
+    m = x.shape[0]
+    spectrum = xp.fft.fft(x, axis=0)
+    spectrum[1 : (m + 1) // 2] *= 2.0
+    spectrum[m // 2 + 1 :] = 0.0
+    return xp.fft.ifft(spectrum, axis=0)
 
 
 def analytic_blocks(x: np.ndarray, *, padding: str, decay_factor: float, center: bool):
@@ -134,18 +161,20 @@ def task_memory(n_samples: int, strip_columns: int, itemsize: int, padding: str 
 
 
 def _pad_exp(x: np.ndarray, decay_factor: float) -> np.ndarray:
-    """Series (n × m) extended to 3n samples: exponential decay from the end values to the trend."""
+    """Series (n × m) extended to 3n samples: exponential decay from the end values to the trend
+    (in ``x``'s array library)."""
+    xp = namespace(x)
     n = x.shape[0]
-    t = np.arange(n, dtype=np.float64)
-    slope = ((t - t.mean()) @ (x - x.mean(axis=0))) / np.sum((t - t.mean()) ** 2)
+    t = xp.arange(n, dtype=xp.float64)
+    slope = ((t - t.mean()) @ (x - x.mean(axis=0))) / xp.sum((t - t.mean()) ** 2)
     intercept = x.mean(axis=0) - slope * t.mean()
-    extended = np.arange(-n, 2 * n, dtype=np.float64)[:, None]
+    extended = xp.arange(-n, 2 * n, dtype=xp.float64)[:, None]
     trend = intercept + slope * extended
     anomaly = x - trend[n : 2 * n]
-    decay = np.exp(-t / n / decay_factor)[:, None]
+    decay = xp.exp(-t / n / decay_factor)[:, None]
     before = anomaly[0] * decay[::-1]
     after = anomaly[-1] * decay
-    return np.concatenate([before, anomaly, after]) + trend
+    return xp.concatenate([before, anomaly, after]) + trend
 
 
 @dataclass(frozen=True)
@@ -163,38 +192,48 @@ class _HermitianPart(SizedByArrays):
 
 
 def _prepare(strip: np.ndarray, col_offset: int, weights: np.ndarray):
-    """Weighted strip with non-finite entries zero-filled; its finite counts and NaN report."""
-    x = np.asarray(strip, dtype=np.float64) * weights[col_offset : col_offset + strip.shape[1]]
+    """Weighted strip with non-finite entries zero-filled; its finite counts and NaN report (in
+    the strip's array library)."""
+    xp = namespace(strip)
+    x = xp.asarray(strip, dtype=xp.float64) * like(weights[col_offset : col_offset + strip.shape[1]], strip)
     nonfinite = find_nonfinite(x, 0, col_offset)
-    finite = np.isfinite(x)
-    counts = finite.sum(axis=0).astype(np.int64)
+    finite = xp.isfinite(x)
+    counts = finite.sum(axis=0).astype(xp.int64)
     if nonfinite.count:
-        x = np.where(finite, x, 0.0)
+        x = xp.where(finite, x, 0.0)
     return x, counts, nonfinite
 
 
 def _strip_gram(strip, col_offset, weights, padding, decay_factor, block=None) -> _HermitianPart:
     """One strip's pass-1 summary: ``Z_jZ_jᴴ`` (n×n) — or, given an n×b ``block``, the product
     ``Z_j(Z_jᴴ·block)`` (n×b: the Gram operator applied without forming it, see
-    :mod:`.hilbert_krylov`) — with the strip's means, Σ|z|², finite counts and NaN report."""
+    :mod:`.hilbert_krylov`) — with the strip's means, Σ|z|², finite counts and NaN report.
+    A device strip's summary stays on its device (the merge tree's root moves it)."""
     x, counts, nonfinite = _prepare(strip, col_offset, weights)
+    backend = backend_of(x)
+    xp, on_host = backend.xp, backend.on_host
+    block = like(block, x)
     n = x.shape[0]
     if block is None:
         # zherk updates one triangle of a Fortran-ordered matrix in place: half of zgemm's flops
         # (measured 3× faster than ``z @ z.conj().T`` at n = 2000); the other is filled once.
-        product = np.zeros((n, n), dtype=np.complex128, order="F")
+        # A device strip takes the plain product (no herk there): the whole matrix at once.
+        product = (np.zeros((n, n), dtype=np.complex128, order="F") if on_host
+                   else xp.zeros((n, n), dtype=xp.complex128))
     else:
-        product = np.zeros((n, block.shape[1]), dtype=np.complex128)
+        product = xp.zeros((n, block.shape[1]), dtype=xp.complex128)
     squares = 0.0
     for _, z in analytic_blocks(x, padding=padding, decay_factor=decay_factor, center=True):
-        if block is None:
+        if block is not None:
+            product += z @ (z.conj().T @ block)
+        elif on_host:
             product = zherk(1.0, np.asfortranarray(z), beta=1.0, c=product, overwrite_c=1)
         else:
-            product += z @ (z.conj().T @ block)
-        squares += float(np.sum(z.real**2 + z.imag**2))
-    if block is None:
+            product += z @ z.conj().T
+        squares += float(xp.sum(z.real**2 + z.imag**2))
+    if block is None and on_host:
         product = _fill_lower(product)
-    mean = x.mean(axis=0) if n else np.zeros(x.shape[1])
+    mean = x.mean(axis=0) if n else xp.zeros(x.shape[1])
     return _HermitianPart(product, [(col_offset, mean)], squares, [(col_offset, counts)], nonfinite)
 
 
@@ -222,12 +261,15 @@ def _sum_parts(parts: list[_HermitianPart]) -> _HermitianPart:
 
 
 def _strip_components(strip, col_offset, weights, padding, decay_factor, basis) -> np.ndarray:
-    """(d_j, k) rows of Zᴴ·basis for one column strip (pass 2)."""
+    """(d_j, k) rows of Zᴴ·basis for one column strip (pass 2); computed on the strip's device,
+    handed to the host (d_j×k: small next to the strip)."""
     x, _, _ = _prepare(strip, col_offset, weights)
-    rows = np.empty((x.shape[1], basis.shape[1]), dtype=np.complex128)
+    xp = namespace(x)
+    basis = like(basis, x)
+    rows = xp.empty((x.shape[1], basis.shape[1]), dtype=xp.complex128)
     for columns, z in analytic_blocks(x, padding=padding, decay_factor=decay_factor, center=True):
         rows[columns] = z.conj().T @ basis
-    return rows
+    return to_host(rows)
 
 
 def gram_graph(X, weights: np.ndarray, padding: str, decay_factor: float, block=None):

@@ -229,7 +229,8 @@ def test_reproducer_2_an_input_named_like_scratch_in_the_scratch_root_is_read_no
     X = hard_spectrum(200, 30, 6, 3.0, dtype=np.float32)
     write_zarr(d / "daskpca-field.zarr", X, (20, 30))
     _age(d / "daskpca-field.zarr", 2)
-    PCA(5).fit(np.zeros((10, 30)) + np.arange(10)[:, None]).save(tmp_path / "m.zarr")  # the previous model
+    previous = PCA(5, solver="tsqr").fit(np.random.default_rng(3).standard_normal((40, 30)))
+    previous.save(tmp_path / "m.zarr")  # the previous good model, which the fit replaces
     before = _tree(d / "daskpca-field.zarr")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DASKPCA_SCRATCH": "."}
     done = subprocess.run([sys.executable, "-m", "daskpca.cli", "fit", "daskpca-field.zarr", "-k", "5", "--solver",
@@ -255,7 +256,7 @@ def test_a_scratch_root_inside_an_input_or_output_is_refused_before_anything(tmp
     source = job / "x.zarr"
     write_zarr(source, hard_spectrum(100, 12, 3, 3.0, dtype=np.float32), (20, 12))
     out = job / "m.zarr"
-    PCA(3).fit(np.arange(120.0).reshape(10, 12) ** 1.5).save(out)  # an output to replace (--overwrite)
+    PCA(3, solver="tsqr").fit(np.random.default_rng(3).standard_normal((40, 12))).save(out)  # an output to replace
     if case == "inside the input":
         root = source / "c"
     elif case == "a symlink into the input":
@@ -381,3 +382,34 @@ def test_an_undamaged_copy_gives_the_uncached_fit_to_the_bit(tmp_path, monkeypat
     assert "strips of 700 columns" in copied.solver_info_["relayout"]
     np.testing.assert_allclose(copied.explained_variance_, direct.explained_variance_, rtol=1e-9)
     assert sin_theta(copied.components_, direct.components_) < 1e-9
+
+
+def test_a_block_larger_than_the_fingerprints_stride_is_checked_across_its_length(tmp_path):
+    from daskpca.solvers import _cache
+
+    block = np.random.default_rng(0).standard_normal((64, 4096)).astype(np.float32)  # 1 MiB: 16 strides
+    path = tmp_path / "chunk"
+    written = _cache._write_block(block, str(path), np.float32, block.shape)
+    np.testing.assert_array_equal(_cache._read_block(str(path), np.float32, block.shape, block.shape, written), block)
+    pristine = path.read_bytes()
+    stride = _cache.FINGERPRINT_STRIDE
+    for start in range(0, len(pristine), stride):  # any aligned stride zeroed (a hole punched, a page cleared)
+        path.write_bytes(pristine[:start] + bytes(stride) + pristine[start + stride:])
+        with pytest.raises(ScratchDamagedError, match="other bytes"):
+            _cache._read_block(str(path), np.float32, block.shape, block.shape, written)
+    path.write_bytes(pristine[:-4])
+    with pytest.raises(ScratchDamagedError, match=f"holds {len(pristine) - 4} bytes"):
+        _cache._read_block(str(path), np.float32, block.shape, block.shape, written)
+
+
+def test_a_jobs_own_folder_is_removed_even_when_something_took_its_record(tmp_path, monkeypatch):
+    monkeypatch.setenv("DASKPCA_SCRATCH", str(tmp_path))
+    with scratch.scratch_folder("cache") as folder:
+        (folder / "input-0.zarr").mkdir()
+        (folder / scratch.OWNER_FILE).unlink()  # a cleaner took it: still the very folder this job made
+    assert list(tmp_path.iterdir()) == []
+    with scratch.scratch_folder("cache") as folder:  # swapped for someone else's folder of that name
+        os.rename(folder, tmp_path / "mine-now")
+        folder.mkdir()
+        (folder / "theirs.txt").write_text("keep")
+    assert (folder / "theirs.txt").read_text() == "keep" and (tmp_path / "mine-now").exists()

@@ -30,7 +30,9 @@ a symlink, a live job's folder, one of another host or boot — all are left as 
 never follows a link and cannot race another job's: the record is read again just before, the
 folder renamed aside (``.NAME.removing``, atomic: a concurrent sweep sees the whole folder or
 nothing) and read once more there, then emptied with its record removed last, so a removal cut
-short by a kill is finished by the next sweep.
+short by a kill is finished by the next sweep. A folder still under its private name whose job
+died after writing the record is removed the same way; one whose job died before (an empty
+``.daskpca-making-*`` folder, a window of one ``write``) has no record and is left.
 """
 
 from __future__ import annotations
@@ -228,9 +230,20 @@ def _valid(record: dict | None, name: str) -> bool:
     return name in (own, f".{own}{REMOVING_SUFFIX}") or name.startswith(MAKING_PREFIX)
 
 
-def _remove_owned(folder: Path, ours: Callable[[dict], bool]) -> bool:
+def _identity(path: Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of the folder at ``path`` itself (a link is not a folder), or None."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino) if stat.S_ISDIR(info.st_mode) else None
+
+
+def _remove_owned(folder: Path, ours: Callable[[dict], bool], made: tuple[int, int] | None = None) -> bool:
     """Remove the scratch folder ``folder`` if its record is valid and ``ours(record)`` holds, read
-    again right before; True when it was removed.
+    again right before — or, for the folder this process made (``made``: its device and inode,
+    from :func:`_make_owned`), if it is still that very folder, record or not (a cleaner may have
+    taken the record); True when it was removed.
 
     Never follows a link: ``folder`` itself must be a real folder, and its content goes through
     ``shutil.rmtree``, which removes links without following them. The folder is first renamed
@@ -240,16 +253,20 @@ def _remove_owned(folder: Path, ours: Callable[[dict], bool]) -> bool:
     sweep still recognises.
     """
     record = _read_record(folder)
-    if not _named_like_ours(folder.name) or not _valid(record, folder.name) or not ours(record):
+    if made is not None and _identity(folder) == made:
+        record = record if _valid(record, folder.name) else None
+    elif not _named_like_ours(folder.name) or not _valid(record, folder.name) or not ours(record):
         return False
-    aside = folder.with_name(f".{record['folder']}{REMOVING_SUFFIX}")
+    aside = folder.with_name(f".{record['folder'] if record else folder.name}{REMOVING_SUFFIX}")
     if folder != aside:
         try:
             os.rename(folder, aside)
         except OSError:  # gone already (another sweep), or not ours to rename
             return False
         again = _read_record(aside)
-        if not _valid(again, aside.name) or again.get("token") != record.get("token"):
+        if made is not None and _identity(aside) == made:
+            pass  # the very folder this process made
+        elif record is None or not _valid(again, aside.name) or again.get("token") != record.get("token"):
             try:  # not what was checked (swapped in between): put it back untouched
                 os.rename(aside, folder)
             except OSError:
@@ -270,11 +287,13 @@ def _remove_owned(folder: Path, ours: Callable[[dict], bool]) -> bool:
         except OSError:
             pass
     try:
-        os.unlink(aside / OWNER_FILE)
+        if len(os.listdir(aside)) > 1:  # something could not be removed: keep the record for the next sweep
+            raise OSError(errno.ENOTEMPTY, "not empty", str(aside))
+        (aside / OWNER_FILE).unlink(missing_ok=True)
         os.rmdir(aside)
     except OSError:
-        if (aside / OWNER_FILE).exists():
-            log.warning("daskpca: the scratch folder %r could not be emptied; the next job removes it", str(aside))
+        log.warning("daskpca: the scratch folder %r could not be emptied; a later job removes it once this "
+                    "one has ended", str(aside))
         return False
     return True
 
@@ -310,10 +329,10 @@ def remove_dead(root: Path | None = None) -> list[str]:
     return removed
 
 
-def _make_owned(root: Path, kind: str) -> tuple[Path, str]:
-    """``(folder, token)``: a fresh folder ``root/daskpca-KIND-*`` holding its owner record from
-    the moment it has that name (made and recorded under a private name, then renamed), and the
-    record's token."""
+def _make_owned(root: Path, kind: str) -> tuple[Path, str, tuple[int, int] | None]:
+    """``(folder, token, identity)``: a fresh folder ``root/daskpca-KIND-*`` holding its owner
+    record from the moment it has that name (made and recorded under a private name, then
+    renamed), the record's token and the folder's device and inode (:func:`_identity`)."""
     name = f"{PREFIX}{kind}-{uuid.uuid4().hex[:16]}"
     record = owner_record(name)
     making = None
@@ -324,8 +343,9 @@ def _make_owned(root: Path, kind: str) -> tuple[Path, str]:
         folder = root / name
         if os.path.lexists(folder):  # rename would replace an empty folder of that name: never
             raise FileExistsError(errno.EEXIST, "exists", str(folder))
+        made = _identity(making)
         os.rename(making, folder)
-        return folder, record["token"]
+        return folder, record["token"], made
     except OSError as error:
         if making is not None:
             shutil.rmtree(making, ignore_errors=True)  # our own private folder, made just above
@@ -346,12 +366,12 @@ def scratch_folder(kind: str, *, inputs: dict | None = None, outputs: dict | Non
     check_apart(inputs or {}, outputs, root)
     root = Path(os.path.realpath(root))  # where it is now: a link swapped later cannot move the copy
     remove_dead(root)
-    folder, token = _make_owned(root, kind)
+    folder, token, made = _make_owned(root, kind)
     try:
         with terminate_as_interrupt():
             yield folder
     finally:
-        _remove_owned(folder, lambda record: record.get("token") == token)
+        _remove_owned(folder, lambda record: record.get("token") == token, made)
 
 
 _depth = 0

@@ -23,8 +23,10 @@ import time
 from pathlib import Path
 
 import dask
+import dask.array as da
 import numpy as np
 import pytest
+import xarray as xr
 import zarr
 
 import daskpca
@@ -279,11 +281,25 @@ def test_a_scratch_root_inside_an_input_or_output_is_refused_before_anything(tmp
     assert "$DASKPCA_SCRATCH" in err or "scratch folder" in err, err
     assert ("SOURCE" in err or "--out" in err) and "outside" in err, err
     assert _tree(job) == before  # nothing read, written or removed
-    # The library refuses too, knowing the input's path from the zarr array it reads.
+    # The library refuses too, knowing the input's path from the zarr array it reads (a path,
+    # dask's from_zarr: an fsspec store, a zarr array).
     if case != "inside the output":
-        with pytest.raises(ScratchError, match=r"\$DASKPCA_SCRATCH|scratch folder"):
-            PCA(3, solver="krylov", max_passes=3, cache="disk").fit(str(source))
+        for given in (str(source), da.from_zarr(str(source)), zarr.open_array(str(source), mode="r")):
+            with pytest.raises(ScratchError, match=r"\$DASKPCA_SCRATCH|scratch folder"):
+                PCA(3, solver="krylov", max_passes=3, cache="disk").fit(given)
         assert _tree(job) == before
+
+
+def test_a_labeled_field_read_lazily_refuses_a_scratch_root_inside_its_store(tmp_path, monkeypatch):
+    field = xr.DataArray(hard_spectrum(60, 12, 3, 3.0, dtype=np.float32).reshape(60, 3, 4), dims=("time", "lat", "lon"),
+                         name="t")
+    field.to_dataset().to_zarr(tmp_path / "f.zarr", mode="w", zarr_format=3, consolidated=False)
+    monkeypatch.setenv("DASKPCA_SCRATCH", str(tmp_path / "f.zarr" / "t" / "c"))
+    before = _tree(tmp_path)
+    with pytest.raises(ScratchError, match=r"\$DASKPCA_SCRATCH.*inside the input X"):
+        PCA(3, solver="krylov", max_passes=3, cache="disk").fit(xr.open_zarr(tmp_path / "f.zarr", consolidated=False).t,
+                                                                sample_dims="time")
+    assert _tree(tmp_path) == before
 
 
 def test_the_gram_relayout_refuses_a_scratch_root_inside_its_input(tmp_path, monkeypatch):

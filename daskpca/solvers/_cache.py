@@ -214,13 +214,25 @@ def stored_paths(matrices) -> dict:
             if type(value).__name__ == "ZarrsRead":
                 value = value.source
             array = _bottom(value)
-            root = getattr(getattr(array, "store", None), "root", None)
+            root = _local_root(getattr(array, "store", None))
             if root is None:
                 continue
-            path = os.path.join(os.fspath(root), array.path) if array.path else os.fspath(root)
+            path = os.path.join(root, array.path) if array.path else root
             if path not in found.values():
                 found[label if label not in found else f"{label} (store {len(found) + 1})"] = path
     return found
+
+
+def _local_root(store) -> str | None:
+    """The local folder of a zarr store: a ``LocalStore``'s root, or the path of an
+    ``FsspecStore`` on the local file system (what ``da.from_zarr(path)`` opens); else None."""
+    root = getattr(store, "root", None)
+    if root is not None:
+        return os.fspath(root)
+    protocol = getattr(getattr(store, "fs", None), "protocol", None)
+    protocols = {protocol} if isinstance(protocol, str) else set(protocol or ())
+    path = getattr(store, "path", None)
+    return path if protocols & {"file", "local"} and isinstance(path, str) else None
 
 
 def memory_room(working_bytes: int) -> tuple[int, str]:

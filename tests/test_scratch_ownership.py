@@ -429,3 +429,14 @@ def test_a_jobs_own_folder_is_removed_even_when_something_took_its_record(tmp_pa
         folder.mkdir()
         (folder / "theirs.txt").write_text("keep")
     assert (folder / "theirs.txt").read_text() == "keep" and (tmp_path / "mine-now").exists()
+
+
+def test_a_folder_still_being_made_is_removed_only_with_a_dead_owners_record(tmp_path):
+    dead = _dead_identity()
+    recorded = tmp_path / ".daskpca-making-abc"  # killed after writing the record, before the rename
+    recorded.mkdir()
+    (recorded / "owner.json").write_text(_record("daskpca-cache-0123", **dead))
+    empty = tmp_path / ".daskpca-making-def"  # killed before writing it: nobody can tell whose
+    empty.mkdir()
+    assert scratch.remove_dead(tmp_path) == [str(recorded)]
+    assert not recorded.exists() and empty.exists()

@@ -140,3 +140,11 @@ class ScratchError(InputError):
 class CacheWarning(UserWarning):
     """The pass cache chosen (or asked for) could not be made — no room, an unwritable or full
     scratch folder — and the fit read its source on every pass instead. Said once per fit."""
+
+
+class ScratchDamagedError(ScratchError):
+    """A temporary copy under the scratch folder (a disk pass cache's chunk file, a tile of the
+    Gram road's strip copy) is missing, shorter or other than its writer recorded when a later
+    pass reads it: something else removed or changed it while the job ran (a temporary-file
+    cleaner, another process using the same folder). Never read as the fill value; the message
+    names the file, what was expected and the fix (a ``$DASKPCA_SCRATCH`` of the job's own)."""

@@ -28,7 +28,7 @@ from daskpca import PCA
 from daskpca.solvers import _cache
 from daskpca.coupled.mca import MCA
 from daskpca.eof.hilbert import HilbertPCA
-from daskpca.exceptions import CacheWarning, InvalidParameterError, ScratchError
+from daskpca.exceptions import CacheWarning, InvalidParameterError, ScratchDamagedError, ScratchError
 from daskpca.store import scratch
 
 from _helpers import CountingStore, sin_theta, write_zarr
@@ -82,9 +82,9 @@ def test_every_iterative_solver_reads_the_source_once_and_the_cache_after(tmp_pa
 
 
 def test_the_disk_cache_maps_its_chunk_files_zero_and_edge_blocks_included(tmp_path, scratch_dir):
-    """Later passes map the copy's chunk files (``_cache._read_block``): a block of zeros (zarr
-    writes no chunk for the fill value) reads as zeros, an edge block smaller than the chunk as
-    its own rows and columns, and the fit is the uncached one to the bit."""
+    """Later passes map the copy's chunk files (``_cache._read_block``): a block of zeros reads as
+    zeros, an edge block smaller than the chunk as its own rows and columns, and the fit is the
+    uncached one to the bit."""
     X = hard_spectrum(250, 60, 4, 2.0, dtype=np.float32)
     X[100:140] = 0.0  # whole task blocks of zeros at the task geometry below
     fits = {}
@@ -95,11 +95,14 @@ def test_the_disk_cache_maps_its_chunk_files_zero_and_edge_blocks_included(tmp_p
     assert fits["disk"].cache_["kind"] == "disk"
     np.testing.assert_array_equal(fits["disk"].components_, fits[False].components_)
     np.testing.assert_array_equal(fits["disk"].mean_, fits[False].mean_)
-    # The read itself: a missing chunk file is the fill value; a padded chunk gives the block.
+    # The read itself: a padded chunk gives the block; every block is written (zeros too), so a
+    # missing chunk file is a damaged copy, never the fill value (issue 38).
     chunk = tmp_path / "chunk"
-    np.arange(12, dtype=np.float32).reshape(3, 4).tofile(chunk)
-    np.testing.assert_array_equal(_cache._read_block(str(chunk), np.float32, (3, 4), (2, 3)), [[0, 1, 2], [4, 5, 6]])
-    np.testing.assert_array_equal(_cache._read_block(str(tmp_path / "absent"), np.float32, (3, 4), (2, 4)), np.zeros((2, 4)))
+    written = _cache._write_block(np.arange(6, dtype=np.float32).reshape(2, 3), str(chunk), np.float32, (3, 4))
+    assert written[0] == 48
+    np.testing.assert_array_equal(_cache._read_block(str(chunk), np.float32, (3, 4), (2, 3), written), [[0, 1, 2], [3, 4, 5]])
+    with pytest.raises(ScratchDamagedError, match="is missing"):
+        _cache._read_block(str(tmp_path / "absent"), np.float32, (3, 4), (2, 4), written)
     assert _left(scratch_dir) == []
 
 

@@ -9,6 +9,13 @@ exit code 2, any output that is, contains or lies inside an input or another out
 ``s3://``-style URLs). A new command or a new path option needs only its line in :data:`PATHS`;
 ``tests/test_declared_paths.py`` walks the parser and fails on a path option left undeclared.
 Paths given in a job file reach ``args`` as the flags' values, so they are checked the same way.
+
+The scratch folder is one of the job's paths too, for the commands that fit (a disk pass cache or
+the Gram road's strip copy may be written there): ``$DASKPCA_SCRATCH`` (or the system's temporary
+directory) that is or lies inside an input or output, through symlinks or not, and an input or
+output inside one of daskpca's scratch folders, are refused the same way
+(:func:`daskpca.store.scratch.check_apart`). A scratch root that merely contains the job's paths
+(``DASKPCA_SCRATCH=/tmp`` with ``/tmp/x.zarr``) is fine: each copy is a fresh folder of its own.
 """
 
 from __future__ import annotations
@@ -20,21 +27,23 @@ from .options import UsageError
 
 @dataclass(frozen=True)
 class Paths:
-    """A command's inputs and outputs: ``(label, args attribute)`` pairs."""
+    """A command's inputs and outputs: ``(label, args attribute)`` pairs; ``scratch``: whether it
+    may write temporary copies under the scratch folder (it fits)."""
 
     inputs: tuple = ()
     outputs: tuple = ()
+    scratch: bool = False
 
 
 #: Every command's path arguments. The job file (``--config``) is an input of every command.
 PATHS = {
     "fit": Paths(inputs=(("SOURCE", "source"), ("--with", "with_source")),
-                 outputs=(("--out", "out"), ("--scores", "scores"))),
+                 outputs=(("--out", "out"), ("--scores", "scores")), scratch=True),
     "transform": Paths(inputs=(("MODEL", "model"), ("SOURCE", "source")), outputs=(("--out", "out"),)),
     # update replaces MODEL by the updated model (the old one goes to its history): an output.
-    "update": Paths(inputs=(("SOURCE", "source"),), outputs=(("MODEL", "model"),)),
+    "update": Paths(inputs=(("SOURCE", "source"),), outputs=(("MODEL", "model"),), scratch=True),
     "inspect": Paths(inputs=(("PATH", "path"),)),
-    "report": Paths(inputs=(("MODEL", "model"), ("--data", "data")), outputs=(("--out", "out"),)),
+    "report": Paths(inputs=(("MODEL", "model"), ("--data", "data")), outputs=(("--out", "out"),), scratch=True),
     "history": Paths(inputs=(("MODEL", "model"),)),
     "rollback": Paths(outputs=(("MODEL", "model"),)),
     # demo writes only files it names itself inside --dir (input.zarr, results-*/), never --dir.
@@ -51,18 +60,28 @@ def declared(command: str) -> tuple[dict, dict]:
 
 
 def check_paths(args) -> None:
-    """Refuse a job whose output is, contains or lies inside one of its inputs or other outputs.
+    """Refuse a job whose output is, contains or lies inside one of its inputs or other outputs,
+    and a job that fits whose scratch folder is or lies inside one of its paths (or whose paths
+    lie inside a daskpca scratch folder).
 
     Raises
     ------
     UsageError
-        Naming both options, both paths (and where they resolve when spelled differently) and the
-        fix; raised before anything is claimed, read or written.
+        Naming both options (or ``$DASKPCA_SCRATCH``), both paths (and where they resolve when
+        spelled differently) and the fix; raised before anything is claimed, read or written.
     """
+    from ..exceptions import ScratchError
     from ..store.paths import overlaps
+    from ..store.scratch import check_apart
 
     inputs, outputs = declared(args.command)
-    problems = overlaps({label: getattr(args, name, None) for label, name in inputs.items()},
-                        {label: getattr(args, name, None) for label, name in outputs.items()})
+    inputs = {label: getattr(args, name, None) for label, name in inputs.items()}
+    outputs = {label: getattr(args, name, None) for label, name in outputs.items()}
+    problems = overlaps(inputs, outputs)
     if problems:
         raise UsageError(problems[0])
+    if PATHS[args.command].scratch:
+        try:
+            check_apart(inputs, outputs)
+        except ScratchError as error:
+            raise UsageError(str(error)) from None

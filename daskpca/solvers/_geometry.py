@@ -370,12 +370,16 @@ class ColumnStrips:
     stored by rows only (one time step per chunk): a strip would otherwise be the whole field.
 
     On the threaded scheduler the copy is a temporary uncompressed zarr store of tiles (one
-    task's row block × one strip): each row-block task writes its tiles whole (one read of the input, one write, no
-    chunk rewritten), and each strip task then reads its column of tiles in one selection. The
+    task's row block × one strip): each row-block task writes its tiles whole (one read of the
+    input, one write, no chunk rewritten; raw chunk files as :func:`._cache._write_block` writes
+    them, each tile's size and fingerprint recorded), and each strip task then maps its column of
+    tiles, checked against those records (:func:`._cache._read_block`: a tile removed or changed
+    meanwhile is a :class:`~daskpca.exceptions.ScratchDamagedError`, never the fill value). The
     folder is made under ``$DASKPCA_SCRATCH`` (or the system's temporary directory) by
-    :func:`daskpca.store.scratch.scratch_folder` and removed when the context ends, whatever ended
-    it (SIGTERM included); one left by a killed job is removed by the next. With a ``distributed`` client, dask's p2p rechunk
-    does the same through the workers' disks (no folder every worker must share).
+    :func:`daskpca.store.scratch.scratch_folder` — refused inside the input — and removed when the
+    context ends, whatever ended it (SIGTERM included); one left by a killed job is removed by the
+    next. With a ``distributed`` client, dask's p2p rechunk does the same through the workers'
+    disks (no folder every worker must share).
 
     Use as a context manager; ``array`` is the strip-chunked copy (or ``X`` itself when it needs
     none). Costs one read of ``X`` and one write, made when the context is entered.
@@ -385,9 +389,6 @@ class ColumnStrips:
         self.X, self.array, self.folder, self.how = X, X, None, None
 
     def __enter__(self):
-        import dask
-        import dask.array as da
-
         X = self.X
         if not needs_column_strips(X.chunks, X.dtype.itemsize):
             return self
@@ -398,30 +399,21 @@ class ColumnStrips:
             return self
         from contextlib import ExitStack
 
-        import zarr
-
         from ..store.scratch import scratch_error, scratch_folder
-
+        from ._cache import stored_paths
         from ._device import on_device
 
         device = on_device(X)
         self._scratch = ExitStack()
-        self.folder = self._scratch.enter_context(scratch_folder("strips"))  # removed on exit, SIGTERM too
+        # Removed on exit, SIGTERM too; refused where $DASKPCA_SCRATCH lies inside the input.
+        self.folder = self._scratch.enter_context(scratch_folder("strips", inputs=stored_paths([X])))
         try:
             tiles = X.rechunk({1: width})  # splits each row block: no shuffle, no merge
+            rows = X.chunks[0]
+            if len(set(rows[:-1])) > 1 or rows[-1] > rows[0]:  # ragged row blocks: tiles of the largest, regular
+                tiles = tiles.rechunk({0: max(rows)})
+            self.array = self._copy(tiles, width)
             if not device.on_host:  # device blocks: the copy is written from the host, read back to the device
-                tiles = tiles.map_blocks(device.to_host, dtype=X.dtype, meta=np.empty((0, 0), dtype=X.dtype))
-            # Uncompressed: the copy is read twice right away and then deleted, so a codec would
-            # only add its encode and two decodes (measured at 3000 × 65 160 float32: a strip read
-            # of the zstd copy took 3× the floor read of the source; raw, the local disk or page
-            # cache delivers it several times faster than zstd decodes).
-            target = zarr.create_array(store=str(self.folder / "strips.zarr"), shape=X.shape, dtype=X.dtype,
-                                       chunks=(max(X.chunks[0]), width), compressors=None)
-            if len(set(X.chunks[0][:-1])) > 1:  # ragged row blocks: tiles of the largest, regular
-                tiles = tiles.rechunk({0: max(X.chunks[0])})
-            dask.compute(da.store(tiles, target, lock=False, compute=False))
-            self.array = da.from_zarr(target, chunks=(X.shape[0], width))
-            if not device.on_host:
                 self.array = self.array.map_blocks(device.asarray, dtype=X.dtype, meta=device.meta(X.dtype))
             self.how = f"a temporary copy in strips of {width} columns"
         except OSError as error:
@@ -432,7 +424,56 @@ class ColumnStrips:
             raise
         return self
 
+    def _copy(self, tiles, width: int):
+        """Write ``tiles`` into the copy (one compute); the strip-chunked array that reads it."""
+        import dask.array as da
+        import zarr
+        from dask._task_spec import Task
+        from dask.base import tokenize
+
+        X = self.X
+        # Uncompressed: the copy is read twice right away and then deleted, so a codec would
+        # only add its encode and two decodes (measured at 3000 × 65 160 float32: a strip read
+        # of the zstd copy took 3× the floor read of the source; raw, the local disk or page
+        # cache delivers it several times faster than zstd decodes).
+        dtype = X.dtype.newbyteorder("<")
+        chunk = (max(tiles.chunks[0]), width)
+        target = zarr.create_array(store=str(self.folder / "strips.zarr"), shape=X.shape, dtype=dtype,
+                                   chunks=chunk, compressors=None, fill_value=0)
+        codecs = target.metadata.codecs
+        if len(codecs) != 1 or type(codecs[0]).__name__ != "BytesCodec":
+            raise TypeError(f"the strip copy's zarr array is not raw bytes ({codecs!r})")
+        files = [[str(self.folder / "strips.zarr" / target.metadata.encode_chunk_key((i, j)))
+                  for j in range(len(tiles.chunks[1]))] for i in range(len(tiles.chunks[0]))]
+        written = tiles.map_blocks(_write_tile, files, dtype, chunk, dtype=object, chunks=(1, 1),
+                                   meta=np.empty((0, 0), dtype=object)).compute()
+        name = f"strips-{tokenize(X.name, str(self.folder), width)}"
+        graph = {(name, 0, j): Task((name, 0, j), _read_strip, [row[j] for row in files], dtype, chunk,
+                                    [(rows, columns) for rows in tiles.chunks[0]],
+                                    [tuple(written[i, j]) for i in range(len(tiles.chunks[0]))])
+                 for j, columns in enumerate(tiles.chunks[1])}
+        return da.Array(graph, name, ((X.shape[0],), tiles.chunks[1]), meta=np.empty((0, 0), dtype=X.dtype))
+
     def __exit__(self, *exc):
         if self.folder is not None:
             self._scratch.close()
         return False
+
+
+def _write_tile(block, files, dtype, chunk: tuple, block_id=None):
+    """A strip copy's write task: tile ``block_id`` into its chunk file; ``(bytes, fingerprint)``
+    in a 1 × 1 object block."""
+    from ._cache import _write_block
+
+    out = np.empty((1, 1), dtype=object)
+    out[0, 0] = _write_block(block, files[block_id[0]][block_id[1]], dtype, chunk)
+    return out
+
+
+def _read_strip(files, dtype, chunk: tuple, shapes, written):
+    """One column strip of the copy: its tiles mapped, checked against what their writers
+    recorded (:func:`._cache._read_block`), and stacked — (n_samples, strip width)."""
+    from ._cache import _read_block
+
+    return np.concatenate([_read_block(file, dtype, chunk, shape, record)
+                           for file, shape, record in zip(files, shapes, written)], axis=0)

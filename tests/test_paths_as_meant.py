@@ -17,7 +17,7 @@ import xarray as xr
 import daskpca
 from daskpca import PCA, cli, io
 from daskpca.cli.command import build_parser
-from daskpca.exceptions import AccuracyWarning, InputError, InputTypeError, NonFiniteInputError
+from daskpca.exceptions import AccuracyWarning, InputError, InputTypeError, NonFiniteInputError, StoreChangedError
 from daskpca.store.paths import as_meant
 
 from _helpers import low_rank_data, write_zarr
@@ -113,11 +113,18 @@ def test_save_load_and_io_expand_tilde(home):
     pca.save("~/api.zarr")
     assert not (work / "~").exists() and (home_dir / "api.zarr").is_dir()
     np.testing.assert_array_equal(PCA.load("~/api.zarr").components_, pca.components_)
-    # Loaded through one spelling, saved back through another: the same store (its version checked).
-    PCA.load(f"file://{home_dir}/api.zarr").save("~/api.zarr", overwrite=True)
+    # Loaded through one spelling, saved back through another: the same store, its version checked.
+    loaded = PCA.load(f"file://{home_dir}/api.zarr")
+    PCA(2).fit(X[::-1]).save(f"{home_dir}/api.zarr", overwrite=True)  # another writer, meanwhile
+    with pytest.raises(StoreChangedError):
+        loaded.save("~/api.zarr", overwrite=True)
     assert len(io.history("~/api.zarr")) == 2
     assert io.write_array(X, "~/x.zarr") == str(home_dir / "x.zarr")
-    np.testing.assert_array_equal(io.open_xarray("~/x.zarr").to_array().values[0], X)
+    assert io.verify("~/x.zarr")["format"] == io.DATA_FORMAT
+    io.write_xarray(xr.DataArray(X, dims=("time", "x"), name="v"), "~/labeled.zarr")
+    np.testing.assert_array_equal(io.open_xarray("~/labeled.zarr")["v"].values, X)
+    assert sorted(p.name for p in home_dir.iterdir() if not p.name.startswith(".")) == [
+        "api.zarr", "labeled.zarr", "x.zarr"]
 
 
 # ----------------------------------------------------------------------------- file:// URLs

@@ -71,62 +71,15 @@ def _claim_outputs(args, *outputs):
 # ----------------------------------------------------------------------------- sources
 
 
-def open_source(path: str, var: str | None = None):
-    """Open SOURCE lazily: a zarr array → dask array; a zarr group or NetCDF file → DataArray.
+def open_source(path: str, var: str | None = None, var_name: str = "var"):
+    """Open SOURCE lazily (:func:`daskpca.io.open_source`, the reader the library offers too): a
+    zarr array → dask array; a zarr group or NetCDF file → DataArray. Its errors (missing path,
+    unknown ``var=``, a group of several variables without one, a non-numeric variable) are
+    :class:`~daskpca.exceptions.InputError`; the command line names its flags in them
+    (:func:`daskpca.cli.errors.as_cli`: ``var=`` → ``--var``, ``var2=`` → ``--var2``)."""
+    from ..io import open_source as read
 
-    Raises
-    ------
-    UsageError
-        Missing path, unknown ``--var`` (listing the variables), a group without ``--var`` that
-        holds several variables, or a non-numeric variable.
-    """
-    import dask.array as da
-    import xarray as xr
-    import zarr
-
-    from ..io import resolve
-
-    is_url = "://" in path
-    if not is_url and not Path(path).exists():
-        raise UsageError(f"SOURCE {path!r} does not exist; pass the path or URL of a zarr store or NetCDF file.")
-    if path.endswith((".nc", ".nc4", ".netcdf")):
-        try:
-            data = xr.open_dataset(path, chunks={})
-        except Exception as exc:  # the engine's own message says what is missing
-            raise UsageError(f"cannot open {path!r} as NetCDF: {exc}") from exc
-        return _select_variable(data, var, path)
-    # What daskpca publishes to an object store is a pointer to its current version: read that
-    # version, as every reader of the store layer does (a local store is read where it is).
-    location = resolve(path)
-    try:
-        node = zarr.open(location, mode="r")
-    except Exception as exc:
-        raise UsageError(f"{path!r} is not a zarr store ({type(exc).__name__}: {exc}).") from exc
-    if isinstance(node, zarr.Array):
-        if var:
-            raise UsageError(f"{path!r} is a single zarr array; --var {var!r} applies to datasets only: drop it.")
-        return _numeric(da.from_zarr(node), path)
-    # Consolidated metadata is not part of zarr v3: do not look for it there (xarray warns).
-    consolidated = False if node.metadata.zarr_format == 3 else None
-    data = xr.open_zarr(location, consolidated=consolidated, chunks={})
-    return _select_variable(data, var, path)
-
-
-def _select_variable(data, var, path):
-    names = sorted(str(name) for name in data.data_vars)
-    if var is None:
-        if len(names) != 1:
-            raise UsageError(f"{path!r} holds variables {names}; choose one with --var NAME.")
-        var = names[0]
-    if var not in data.data_vars:
-        raise UsageError(f"--var {var!r} is not in {path!r}; its variables are {names}.")
-    return _numeric(data[var], f"{path}:{var}")
-
-
-def _numeric(array, label):
-    if np.dtype(array.dtype).kind not in "biuf":
-        raise UsageError(f"{label} has dtype {array.dtype}; PCA needs numbers. Choose a numeric variable with --var.")
-    return array
+    return read(path, var, var_name=var_name)
 
 
 def _is_labeled(data) -> bool:
@@ -258,7 +211,7 @@ def _fit_mca(args, n_components) -> dict:
     mca = MCA(n_components, **cli_options.estimator_params(args, {"MCA": MCA._param_names()})["MCA"])
     with _claim_outputs(args, args.out):
         io.check_writable(args.out, overwrite=args.overwrite)
-        fields = [open_source(args.source, args.var), open_source(args.with_source, args.var2)]
+        fields = [open_source(args.source, args.var), open_source(args.with_source, args.var2, "var2")]
         sample_dims = _sample_dims(args, fields[0])
         mca.plan(*fields, sample_dims=sample_dims)  # the pair, k and parameters checked; nothing read
         with runner(args, fields[0].nbytes + fields[1].nbytes):
@@ -434,7 +387,9 @@ def cmd_demo(args) -> dict:
     from .. import PCA
     from ..io import write_array
 
-    root = Path(args.dir) if args.dir else demo_folder()
+    from ..store.paths import as_meant
+
+    root = Path(as_meant(args.dir)) if args.dir else demo_folder()  # `dir = "~/demo"` in a job file too
     print(f"demo folder: {root} (--dir to change; the sample array is reused, the results replaced)")
     with dask_client(args):
         X = demo_data(root / "input.zarr", args.n_samples, args.n_features, min(10, args.n_features), args.chunk_rows, seed=0)

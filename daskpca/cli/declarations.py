@@ -9,6 +9,11 @@ exit code 2, any output that is, contains or lies inside an input or another out
 ``s3://``-style URLs). A new command or a new path option needs only its line in :data:`PATHS`;
 ``tests/test_declared_paths.py`` walks the parser and fails on a path option left undeclared.
 Paths given in a job file reach ``args`` as the flags' values, so they are checked the same way.
+
+The same check first puts every declared path as the user meant it
+(:func:`daskpca.store.paths.as_meant`: ``~`` expanded, ``file://`` and ``FILE://localhost/`` URLs
+as local paths, relative paths absolute), in ``args`` itself: the overlap check, the claims, the
+writers, the publisher and the messages then all see the path the job acts on.
 """
 
 from __future__ import annotations
@@ -50,8 +55,28 @@ def declared(command: str) -> tuple[dict, dict]:
     return dict(COMMON_INPUTS + paths.inputs), dict(paths.outputs)
 
 
+def meant_paths(args) -> None:
+    """Replace every declared path of ``args`` by the path the user meant (see the module notes).
+
+    Raises
+    ------
+    UsageError
+        A path that names no place here (a ``file://`` URL of another host), naming its option.
+    """
+    from ..exceptions import InputError
+    from ..store.paths import as_meant
+
+    inputs, outputs = declared(args.command)
+    for label, name in {**inputs, **outputs}.items():
+        try:
+            setattr(args, name, as_meant(getattr(args, name, None)))
+        except InputError as exc:
+            raise UsageError(f"{label} {exc}") from None
+
+
 def check_paths(args) -> None:
-    """Refuse a job whose output is, contains or lies inside one of its inputs or other outputs.
+    """Put the declared paths as meant (:func:`meant_paths`), then refuse a job whose output is,
+    contains or lies inside one of its inputs or other outputs.
 
     Raises
     ------
@@ -61,6 +86,7 @@ def check_paths(args) -> None:
     """
     from ..store.paths import overlaps
 
+    meant_paths(args)
     inputs, outputs = declared(args.command)
     problems = overlaps({label: getattr(args, name, None) for label, name in inputs.items()},
                         {label: getattr(args, name, None) for label, name in outputs.items()})

@@ -311,10 +311,13 @@ def parse_args(argv, commands_table: dict):
     parser = build_parser(commands_table)
     args = parser.parse_args(argv)
     if args.config:
+        from ..exceptions import InputError
+        from ..store.paths import as_meant
+
         try:
-            with open(args.config, "rb") as handle:
+            with open(as_meant(args.config), "rb") as handle:
                 config = tomllib.load(handle)
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+        except (OSError, tomllib.TOMLDecodeError, InputError) as exc:
             raise UsageError(f"--config {args.config!r}: {exc}") from exc
         sub = parser.command_parsers[args.command]
         sub.set_defaults(**_config_values(sub, config, args.config))
@@ -333,7 +336,7 @@ def _repair_positionals(args, argv) -> None:
         if not hasattr(args, positional) or getattr(args, positional) is not None:
             continue
         dims = getattr(args, "sample_dims", None) or []
-        if len(dims) > 1 and ("://" in dims[-1] or os.path.exists(dims[-1])):
+        if len(dims) > 1 and ("://" in dims[-1] or os.path.exists(os.path.expanduser(dims[-1]))):
             setattr(args, positional, dims[-1])
             args.sample_dims = dims[:-1]
         elif dims:

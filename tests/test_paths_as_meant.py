@@ -17,7 +17,7 @@ import xarray as xr
 import daskpca
 from daskpca import PCA, cli, io
 from daskpca.cli.command import build_parser
-from daskpca.exceptions import AccuracyWarning, InputError, InputTypeError, NonFiniteInputError, StoreChangedError
+from daskpca.exceptions import AccuracyWarning, ConvergenceWarning, InputError, InputTypeError, NonFiniteInputError, StoreChangedError
 from daskpca.store.paths import as_meant
 
 from _helpers import low_rank_data, write_zarr
@@ -237,14 +237,29 @@ def test_every_json_command_prints_an_error_object_on_failure(home, capsys):
 
 
 def test_warnings_are_one_line_in_the_clis_voice(home, capsys):
-    code, out, err = _run(capsys, "fit", "in.zarr", "-k", "2", "--out", "m.zarr", "--solver", "randomized", "--quiet")
+    code, out, err = _run(capsys, "fit", "in.zarr", "-k", "2", "--out", "m.zarr", "--solver", "ppca", "--max-iter", "3",
+                          "--quiet")
     assert code == 0, err
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines and all(line.startswith("daskpca: warning: ") for line in lines), err
-    assert ".py:" not in err and "AccuracyWarning" not in err and "tol=" not in err and "--tol" in err
-    with pytest.warns(AccuracyWarning):  # the API still warns as Python does, after the command is done
-        PCA(2, solver="randomized").fit(low_rank_data(60, 5))
-    assert warnings.showwarning.__module__ != "daskpca.cli.errors"
+    assert ".py:" not in err and "ConvergenceWarning" not in err and "max_iter" not in err and "--max-iter" in err
+    with pytest.warns(ConvergenceWarning):  # the API still warns as Python does, after the command is done
+        PCA(2, solver="ppca", max_iter=3).fit(low_rank_data(60, 5))
+
+
+def test_the_warning_hook_speaks_flags_for_daskpca_and_leaves_others(capsys):
+    from daskpca.cli.errors import cli_warnings
+
+    # Another library's warning (raised here, in a test: not daskpca's) goes where Python sends it.
+    with pytest.warns(UserWarning, match="a library's own warning"):
+        with cli_warnings("fit"), warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn("solver='auto' ran the approximate 'krylov' solver. Pass tol= (e.g. 1e-4) to ask for an "
+                          "accuracy, or use an exact solver (solver='covariance' or 'gram').", AccuracyWarning)
+            warnings.warn("a library's own warning", UserWarning)
+    assert capsys.readouterr().err == (
+        "daskpca: warning: --solver auto ran the approximate 'krylov' solver. Pass --tol (e.g. 1e-4) to ask for "
+        "an accuracy, or use an exact solver (--solver covariance or gram).\n")
 
 
 # ----------------------------------------------------------------------------- API input errors

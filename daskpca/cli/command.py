@@ -25,7 +25,7 @@ import numpy as np
 from . import options as cli_options
 from .options import UsageError
 from .declarations import check_paths
-from .errors import failure_line
+from .errors import cli_warnings, error_json, failure_line
 from .demo import demo_data, demo_folder
 from .cluster import LOCAL_CLUSTER, cluster_asked, dask_client, runner
 from .summary import (coupled_summary, coupled_table, is_coupled, passes_text, say as _say, summary as job_summary, to_json,
@@ -438,28 +438,35 @@ def main(argv=None) -> int:
     try:
         args = parse_args(argv)
     except UsageError as exc:
-        print(f"daskpca: error: {exc}", file=sys.stderr)
-        return 2
+        return _failed(exc, 2, str(exc), "--json" in (sys.argv[1:] if argv is None else argv))
     if args.verbose:
         logging.getLogger("distributed").setLevel(logging.WARNING)
     try:
-        check_paths(args)  # every command: no output is, contains or lies inside an input
-        summary = args.run(args)
+        with cli_warnings(args.command):  # daskpca's warnings as `daskpca: warning: …` lines, in flags
+            check_paths(args)  # every command: paths as meant; no output is, contains or lies inside an input
+            summary = args.run(args)
     except KeyboardInterrupt as exc:
         from ..store.scratch import Terminated  # SIGTERM while a temporary copy was open: cleaned up
 
         terminated = isinstance(exc, Terminated)
-        print(f"daskpca: {'terminated (SIGTERM)' if terminated else 'interrupted'}; nothing was published", file=sys.stderr)
-        return 143 if terminated else 130
+        message = f"{'terminated (SIGTERM)' if terminated else 'interrupted'}; nothing was published"
+        return _failed(exc, 143 if terminated else 130, message, args.json, prefix="daskpca: ")
     except Exception as exc:  # noqa: BLE001 — every failure ends as one line and an exit code
         code, first = failure_line(exc, args.command)
         if args.verbose:
             log.error("daskpca %s failed", args.command, exc_info=exc)
-        print(f"daskpca: error: {first}", file=sys.stderr)
-        return code
+        return _failed(exc, code, first, args.json)
     if args.json:
         print(to_json(summary))
     return 0
+
+
+def _failed(exc: BaseException, code: int, message: str, json: bool, prefix: str = "daskpca: error: ") -> int:
+    """The one way a command fails: its line on stderr and, with --json, the error object on stdout."""
+    print(f"{prefix}{message}", file=sys.stderr)
+    if json:
+        print(error_json(exc, code, message), flush=True)
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -79,6 +79,8 @@ def open_source(path: str, var: str | None = None, var_name: str = "var"):
     (:func:`daskpca.cli.errors.as_cli`: ``var=`` → ``--var``, ``var2=`` → ``--var2``)."""
     from ..io import open_source as read
 
+    if "://" not in path and not Path(path).exists():
+        raise UsageError(f"SOURCE {path!r} does not exist; pass the path or URL of a zarr store or NetCDF file.")
     return read(path, var, var_name=var_name)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import sys
 import warnings
 from contextlib import contextmanager
@@ -95,7 +96,7 @@ _OTHER_FLAGS = {"nan": "--nan", "var": "--var", "var2": "--var2", "n_components"
 #: those no English word could be (``solver``, ``cache``, ``weights`` stay as they are).
 _BARE = ("max_iter", "max_passes", "random_state", "n_components", "sample_dims", "lag_step", "block_length", "tol")
 #: A parameter's value that means something else as a flag: ``(parameter, value): the flag``.
-_VALUE_FLAGS = {("cache", "False"): "--cache off"}
+_VALUE_FLAGS = {("cache", "False"): "--cache off", ("n_components", "None"): "-k all"}
 
 _QUOTED = re.compile(r"'([^']*)'|\"([^\"]*)\"")
 _VALUE = r"(?:'[^']*'(?:(?:,| or|, or) '[^']*')*|\"[^\"]*\"|[^\s,;:()]+)"
@@ -134,7 +135,14 @@ def _as_flag(parameter: str, value: str | None, flags: dict) -> str:
         return flag
     if value == "False":
         return f"without {flag}"
-    return f"{flag} {_QUOTED.sub(lambda m: m.group(1) or m.group(2) or '', value)}"
+    words = re.split(r"((?:,| or|, or) )", value)  # 'covariance' or 'gram': each value as the shell takes it
+    return f"{flag} " + "".join(part if i % 2 else _shell_word(part) for i, part in enumerate(words))
+
+
+def _shell_word(value: str) -> str:
+    """A value as typed after a flag: quotes dropped where the shell needs none."""
+    match = _QUOTED.fullmatch(value)
+    return shlex.quote(match.group(1) if match.group(1) is not None else match.group(2)) if match else value
 
 
 def as_cli(message: str, command: str) -> str:

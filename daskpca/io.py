@@ -441,7 +441,7 @@ def open_source(path, var: str | None = None, *, var_name: str = "var"):
     try:
         node = zarr.open(location, mode="r")
     except Exception as exc:
-        raise InputError(f"{path!r} is neither a zarr store nor a NetCDF file ({type(exc).__name__}: {exc}).") from exc
+        raise InputError(f"{path!r} is not a zarr store or a NetCDF file ({type(exc).__name__}: {exc}).") from exc
     if isinstance(node, zarr.Array):
         if var:
             raise InputError(f"{path!r} is a single zarr array; {var_name}={var!r} applies to datasets only: drop it.")

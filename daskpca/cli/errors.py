@@ -91,12 +91,13 @@ def error_json(exc: BaseException | None, code: int, message: str) -> str:
 #: Parameters that are no ``fit`` option but a flag of some command: ``parameter: flag``.
 _OTHER_FLAGS = {"nan": "--nan", "var": "--var", "var2": "--var2", "n_components": "-k", "sample_dims": "--sample-dims",
                 "overwrite": "--overwrite", "n_replicates": "--bootstrap", "block_length": "--block-length",
-                "n_maps": "--n-maps"}
+                "n_maps": "--n-maps", "verify": "--no-verify"}
 #: Parameter names translated where they stand alone in a sentence ("Increase max_iter"): only
 #: those no English word could be (``solver``, ``cache``, ``weights`` stay as they are).
 _BARE = ("max_iter", "max_passes", "random_state", "n_components", "sample_dims", "lag_step", "block_length", "tol")
 #: A parameter's value that means something else as a flag: ``(parameter, value): the flag``.
-_VALUE_FLAGS = {("cache", "False"): "--cache off", ("n_components", "None"): "-k all"}
+_VALUE_FLAGS = {("cache", "False"): "--cache off", ("n_components", "None"): "-k all", ("verify", "False"): "--no-verify",
+                ("verify", "True"): "without --no-verify"}
 
 _QUOTED = re.compile(r"'([^']*)'|\"([^\"]*)\"")
 _VALUE = r"(?:'[^']*'(?:(?:,| or|, or) '[^']*')*|\"[^\"]*\"|[^\s,;:()]+)"
@@ -163,8 +164,9 @@ def as_cli(message: str, command: str) -> str:
         return f"`daskpca {owner} {text}`" if owner else text
 
     # The library's own notes on the other side: the line says the flag itself.
-    text = re.sub(r"\s*\(\w+=[^()]*? in Python\)", "", message)
-    text = re.sub(r"\s*\(--[\w-]+ on the command line\)|;\s*--[\w-]+ on the command line", "", text)
+    text = re.sub(r"\s*\([^()]*\bin Python\)", "", message)
+    text = re.sub(r"\s*\(--[\w-]+ on the command line\)|;\s*--[\w-]+ on the command line|\s*\(the CLI's --[\w-]+\)",
+                  "", text)
 
     def call(match):
         arguments = [a.strip() for a in match.group(2).split(",") if a.strip()]

@@ -94,7 +94,8 @@ _OTHER_FLAGS = {"nan": "--nan", "var": "--var", "var2": "--var2", "n_components"
                 "n_maps": "--n-maps", "verify": "--no-verify"}
 #: Parameter names translated where they stand alone in a sentence ("Increase max_iter"): only
 #: those no English word could be (``solver``, ``cache``, ``weights`` stay as they are).
-_BARE = ("max_iter", "max_passes", "random_state", "n_components", "sample_dims", "lag_step", "block_length", "tol")
+_BARE = ("max_iter", "max_passes", "random_state", "n_components", "sample_dims", "lag_step", "block_length", "n_replicates",
+         "tol")
 #: A parameter's value that means something else as a flag: ``(parameter, value): the flag``.
 _VALUE_FLAGS = {("cache", "False"): "--cache off", ("n_components", "None"): "-k all", ("verify", "False"): "--no-verify",
                 ("verify", "True"): "without --no-verify"}

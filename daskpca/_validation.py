@@ -303,13 +303,15 @@ def _netcdf_message(path: str, name: str) -> str:
 
         with xr.open_dataset(path, chunks={}) as data:
             names = sorted(str(v) for v in data.data_vars)
+            dim = str(data[names[0]].dims[0]) if names and data[names[0]].dims else "time"
         variables, example = f"its variables {names}", names[0] if names else "NAME"
     except Exception as exc:  # noqa: BLE001 — no NetCDF engine here, or not readable: said so
-        variables, example = f"its variables (not listed: {type(exc).__name__}: {str(exc).splitlines()[0]})", "NAME"
+        variables, example, dim = (f"its variables (not listed: {type(exc).__name__}: {str(exc).splitlines()[0]})",
+                                   "NAME", "time")
     return (f"{name}={path!r} is a NetCDF file; a path given here is read as a zarr array. Open one of "
             f"{variables} as a lazy DataArray — daskpca.io.open_source({path!r}, var={example!r}) (the reader "
             f"`daskpca fit` uses) or xarray.open_dataset({path!r}, chunks={{}})[{example!r}] — and pass it with "
-            "its sample dims, e.g. pca.fit(data, sample_dims='time').")
+            f"its sample dims, e.g. pca.fit(data, sample_dims={dim!r}).")
 
 
 def check_n_features(array, n_features_in: int, name: str = "X", estimator: str = "PCA") -> None:

@@ -202,6 +202,8 @@ def test_translation_of_api_syntax():
     assert as_cli("pass --overwrite (overwrite=True in Python) to replace it", "fit") == "pass --overwrite to replace it"
     assert as_cli("with PCA(solver='ppca')", "update") == "with `daskpca fit --solver ppca`"
     assert as_cli("init=..., tolerance, the solver", "fit") == "init=..., tolerance, the solver"  # no flag: kept
+    assert as_cli("'/data/tol/solver=x/n_components.zarr' is damaged", "fit") == (
+        "'/data/tol/solver=x/n_components.zarr' is damaged")  # paths are not parameters
 
 
 # ----------------------------------------------------------------------------- --json on failure

@@ -79,11 +79,10 @@ def failure_line(exc: BaseException, command: str) -> tuple[int, str]:
     return code, first
 
 
-def error_json(exc: BaseException | None, code: int, message: str) -> str:
+def error_json(exc: BaseException, code: int, message: str) -> str:
     """The ``--json`` text of a failed command: ``{"error": {"type", "message", "exit_code"}}``
     (``message``: the line printed on stderr), so a script reading stdout always gets JSON."""
-    kind = type(exc).__name__ if exc is not None else "Interrupted"
-    return json.dumps({"error": {"type": kind, "message": message, "exit_code": code}}, indent=2)
+    return json.dumps({"error": {"type": type(exc).__name__, "message": message, "exit_code": code}}, indent=2)
 
 
 # ----------------------------------------------------------------------------- the CLI's words
@@ -187,9 +186,10 @@ def as_cli(message: str, command: str) -> str:
         trailing = "." if value and value.endswith(".") and not value.endswith("...") else ""
         return spoken(_as_flag(parameter, value, flags), [parameter]) + trailing
 
-    text = re.sub(rf"(?<![\w.-])(\w+)=({_VALUE})?", knob, text)
+    # A name stands alone after a space or bracket, never inside a quoted path ('/data/tol/x.zarr').
+    text = re.sub(rf"(?<![^\s(\[])(\w+)=({_VALUE})?", knob, text)
     for parameter in _BARE:
-        text = re.sub(rf"(?<![\w.=-]){parameter}(?![\w=-])", lambda m: flags[m.group(0)], text)
+        text = re.sub(rf"(?<![^\s(\[]){parameter}(?![\w=/-])", lambda m: flags[m.group(0)], text)
     # "(--solver exact; --solver exact)": the library named both forms, now the same.
     return re.sub(r"\(([^();]+); \1\)", r"(\1)", text)
 

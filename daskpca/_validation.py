@@ -128,7 +128,9 @@ def as_dask_matrix(X, *, name: str = "X"):
     X : array-like, dask.array.Array, zarr.Array, or str / os.PathLike
         A 2-D real array of shape (n_samples, n_features): a NumPy array or anything
         ``numpy.asarray`` takes (nested lists, pandas DataFrames, ...); a string or path is
-        opened as a zarr array (local path or fsspec URL). Sparse matrices are refused.
+        opened as a zarr array (local path or fsspec URL; ``~`` and ``file://`` as meant, see
+        :func:`daskpca.store.paths.as_meant`). Sparse matrices are refused, and so is a NetCDF
+        path, naming the reader that opens it (:func:`daskpca.io.open_source`).
     name : str
         What to call the value in error messages.
 
@@ -222,14 +224,27 @@ def _is_sparse(X) -> bool:
 
 
 def _numeric_object_array(array: np.ndarray, name: str) -> np.ndarray:
-    """An object array of numbers as float64 (as scikit-learn converts them)."""
+    """An object array of numbers as float64 (as scikit-learn converts them); anything else in
+    it (strings, None, dicts) is an :class:`InputTypeError` naming the first such value."""
     try:
         return array.astype(np.float64)
     except (TypeError, ValueError) as error:
-        raise type(error)(
-            f"{name} has dtype object and holds a value that is not a number ({error}). "
-            "Convert the data with X.astype('float64')."
+        first = next((v for v in array.flat if not _is_number(v)), None)
+        raise InputTypeError(
+            f"{name} has dtype object and holds values that are not numbers (the first: {first!r} of type "
+            f"{type(first).__name__}); PCA needs a numeric array (float64, float32 or integers), one number "
+            f"per entry. Convert the values first, e.g. X.astype('float64') for numbers stored as text, "
+            f"or encode categories as numeric columns."
         ) from error
+
+
+def _is_number(value) -> bool:
+    """Whether ``astype(float64)`` takes ``value`` (numbers, and numbers written as text)."""
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _check_dtype(dtype, name: str, allow_object: bool = False) -> None:
@@ -258,6 +273,12 @@ def _open_zarr(path: str, name: str):
     import dask.array as da
     import zarr
 
+    from . import io
+    from .store.paths import as_meant
+
+    path = as_meant(path)
+    if io.is_netcdf(path):
+        raise InputError(_netcdf_message(path, name))
     try:
         node = zarr.open(path, mode="r")
     except FileNotFoundError as exc:
@@ -272,6 +293,25 @@ def _open_zarr(path: str, name: str):
             f"{path!r} + '/{names[0] if names else 'NAME'}' (arrays here: {names})."
         )
     return da.from_zarr(node)
+
+
+def _netcdf_message(path: str, name: str) -> str:
+    """What to do with a NetCDF path given where a zarr array is read: open it with the reader the
+    command line uses (it names the file's variables when an engine can list them)."""
+    try:
+        import xarray as xr
+
+        with xr.open_dataset(path, chunks={}) as data:
+            names = sorted(str(v) for v in data.data_vars)
+            dim = str(data[names[0]].dims[0]) if names and data[names[0]].dims else "time"
+        variables, example = f"its variables {names}", names[0] if names else "NAME"
+    except Exception as exc:  # noqa: BLE001 — no NetCDF engine here, or not readable: said so
+        variables, example, dim = (f"its variables (not listed: {type(exc).__name__}: {str(exc).splitlines()[0]})",
+                                   "NAME", "time")
+    return (f"{name}={path!r} is a NetCDF file; a path given here is read as a zarr array. Open one of "
+            f"{variables} as a lazy DataArray — daskpca.io.open_source({path!r}, var={example!r}) (the reader "
+            f"`daskpca fit` uses) or xarray.open_dataset({path!r}, chunks={{}})[{example!r}] — and pass it with "
+            f"its sample dims, e.g. pca.fit(data, sample_dims={dim!r}).")
 
 
 def check_n_features(array, n_features_in: int, name: str = "X", estimator: str = "PCA") -> None:

@@ -20,6 +20,11 @@ Readers here (:func:`read_dataset`, :func:`open_xarray`) refuse a store without 
 objects differ from the record (:class:`~daskpca.exceptions.DamagedStoreError`). Readers of a
 versioned object store must go through :func:`resolve` (these functions do).
 
+**Paths as meant.** Every function here takes a path as the user typed it and acts on
+:func:`daskpca.store.paths.as_meant` of it (``~`` expanded, ``file://`` / ``FILE://localhost/``
+URLs as local paths, relative paths absolute; object-store URLs kept): the claim, the writer,
+the publisher and the marker all see one path.
+
 **Datasets.** :func:`write_dataset` / :func:`read_dataset` store small in-memory datasets with a
 marker naming their format; what a saved model's bytes mean is the estimator layer's business
 (:mod:`daskpca.models._format`, above this module).
@@ -35,6 +40,7 @@ from contextlib import ExitStack, contextmanager
 from .store import claims as _claims, integrity as _integrity, publish as _publish
 from .store.claims import is_url as _is_url
 from .store.claims import local_path as _local
+from .store.paths import as_meant as _meant
 from .store.paths import overlaps  # noqa: F401  (public here: a job's inputs against its outputs)
 from .store.publish import COMPLETE_MARKER, history, resolve, rollback  # noqa: F401  (public here)
 from .exceptions import DamagedStoreError, IncompleteStoreError, InputError, NewerFormatError, OutputExistsError
@@ -47,8 +53,17 @@ FOLDER_FORMAT = "daskpca-folder"
 #: Previous versions a model store keeps when it is replaced (``update``, ``fit --overwrite``).
 MODEL_HISTORY = 5
 
-claims = _claims.holding
-break_claim = _claims.break_claim
+
+
+def claims(targets, *, break_stale: bool = False, command: str | None = None):
+    """Claim every target for the block (:func:`daskpca.store.claims.holding`), paths as meant."""
+    return _claims.holding([_meant(t) for t in targets], break_stale=break_stale, command=command)
+
+
+def break_claim(target) -> dict | None:
+    """Clear the claim on ``target`` (:func:`daskpca.store.claims.break_claim`), path as meant."""
+    return _claims.break_claim(_meant(target))
+
 #: The claim this process holds on an output (the command line's rollback publishes under it).
 held_claim = _claims.held
 
@@ -57,6 +72,7 @@ def check_writable(path, *, overwrite: bool = False) -> None:
     """Raise before any heavy work when ``path`` (local or fsspec URL) cannot be written:
     :class:`OutputExistsError` when it exists and may not be replaced, :class:`PermissionError`
     when its folder cannot be written. The writers check again."""
+    path = _meant(path)
     if _is_url(path):
         from .store import objects as _objects
 
@@ -76,6 +92,7 @@ def check_writable(path, *, overwrite: bool = False) -> None:
 def check_folder(path) -> None:
     """Raise :class:`PermissionError` when a local ``path``'s folder cannot be written (or is a
     file); object-store URLs pass (their permissions show at the first write)."""
+    path = _meant(path)
     if not _is_url(path):
         _check_local_folder(_local(path))
 
@@ -146,6 +163,7 @@ def atomic_store(path, *, overwrite: bool = False, marker: dict | None, keep_his
     store there is another one now, :class:`StoreChangedError` (checked under the claim, so no
     daskpca writer can slip in between: a compare-and-swap).
     """
+    path = _meant(path)
     active = _TRANSACTION.get()
     check_folder(path)
     with ExitStack() as local:
@@ -208,10 +226,11 @@ def write_array(array, path, *, overwrite: bool = False, name: str | None = None
     Returns
     -------
     str
-        The path written.
+        The path written (as meant: absolute, ``~`` expanded).
     """
     import dask.array as da
 
+    path = _meant(path)
     if not isinstance(array, da.Array):
         array = da.from_array(array)
     # zarr needs regular chunks (all equal but the last): regroup irregular ones.
@@ -237,6 +256,7 @@ def _marker_fields() -> dict:
 def read_marker(path) -> dict:
     """The completion marker of a store (of its current version); raise when the store is
     missing, partial or too new."""
+    path = _meant(path)
     location = resolve(path)
     if _is_url(location):
         from .store import objects as _objects
@@ -279,6 +299,7 @@ def verify(path, *, full: bool = True, label: str | None = None, error=None) -> 
     cheap check for missing or extra chunk files). Raises
     :class:`~daskpca.exceptions.DamagedStoreError` (or ``error``) naming the damage.
     """
+    path = _meant(path)
     marker = read_marker(path)
     # Every store daskpca publishes carries a record except a plain folder (a report): a record
     # missing from any other is damage, never a reason to skip the check.
@@ -301,6 +322,7 @@ def write_xarray(obj, path, *, overwrite: bool = False, chunks: dict | None = No
     """
     import xarray as xr
 
+    path = _meant(path)
     ds = obj.to_dataset(name=obj.name or "data") if isinstance(obj, xr.DataArray) else obj
     ds = ds.copy(deep=False)
     if chunks:
@@ -330,6 +352,7 @@ def open_xarray(path, **kwargs):
 
     from .store.snapshot import open_version
 
+    path = _meant(path)
     read_marker(path)  # missing, partial or too new: named by the path given
     store = open_version(path)
     store.version = verify(store.location, full=False, label=repr(os.fspath(path))).get("version")
@@ -347,6 +370,107 @@ def _quiet_marker():
         yield
 
 
+# ------------------------------------------------------------------------------ sources
+
+#: File name endings read as NetCDF (any file whose first bytes say NetCDF/HDF5 is, too).
+NETCDF_SUFFIXES = (".nc", ".nc4", ".netcdf", ".cdf")
+_NETCDF_MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05", b"\x89HDF\r\n\x1a\n")
+
+
+def is_netcdf(path) -> bool:
+    """Whether ``path`` names a NetCDF file: by its ending, or a local file's first bytes
+    (classic ``CDF``, NetCDF-4's HDF5 signature). Reads at most 8 bytes."""
+    if not isinstance(path, (str, os.PathLike)):
+        return False
+    path = os.fspath(path)
+    if path.lower().endswith(NETCDF_SUFFIXES):
+        return True
+    if _is_url(path) or not os.path.isfile(path):
+        return False
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(8).startswith(_NETCDF_MAGIC)
+    except OSError:
+        return False
+
+
+def open_source(path, var: str | None = None, *, var_name: str = "var"):
+    """Open a data source lazily, as the command line does: nothing is read but metadata.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A zarr array or group (local path or fsspec URL; a store daskpca published to an object
+        store is read at its current version), or a NetCDF file (:func:`is_netcdf`). As meant:
+        ``~`` and ``file://`` as in every function here.
+    var : str, optional
+        The variable of a group or NetCDF file; needed when it holds several.
+    var_name : str
+        What ``var`` is called in errors (the command line's second field passes ``"var2"``).
+
+    Returns
+    -------
+    dask.array.Array or xarray.DataArray
+        A zarr array as a dask array of its chunks; a variable of a group or NetCDF file as a
+        lazy (dask-backed) DataArray, ready for ``fit(data, sample_dims=...)``.
+
+    Raises
+    ------
+    InputError
+        Nothing at ``path``; neither zarr nor readable NetCDF; ``var`` unknown (its variables
+        listed), missing where there are several, or given for a single array; a variable that
+        is not numeric.
+    """
+    import dask.array as da
+    import numpy as np
+    import xarray as xr
+    import zarr
+
+    path = _meant(path)
+    if not _is_url(path) and not os.path.exists(path):
+        raise InputError(f"{path!r} does not exist; give the path or URL of a zarr store or NetCDF file.")
+    if is_netcdf(path):
+        try:
+            data = xr.open_dataset(path, chunks={})
+        except Exception as exc:  # the engine's own message says what is missing
+            raise InputError(f"cannot open {path!r} as NetCDF: {exc}") from exc
+        return _variable(data, var, path, var_name)
+    # What daskpca publishes to an object store is a pointer to its current version: read that
+    # version, as every reader of the store layer does (a local store is read where it is).
+    location = resolve(path)
+    try:
+        node = zarr.open(location, mode="r")
+    except Exception as exc:
+        raise InputError(f"{path!r} is not a zarr store or a NetCDF file ({type(exc).__name__}: {exc}).") from exc
+    if isinstance(node, zarr.Array):
+        if var:
+            raise InputError(f"{path!r} is a single zarr array; {var_name}={var!r} applies to datasets only: drop it.")
+        return _numeric(da.from_zarr(node), path, var_name, np)
+    # Consolidated metadata is not part of zarr v3: do not look for it there (xarray warns).
+    consolidated = False if node.metadata.zarr_format == 3 else None
+    return _variable(xr.open_zarr(location, consolidated=consolidated, chunks={}), var, path, var_name)
+
+
+def _variable(data, var, path, var_name):
+    import numpy as np
+
+    names = sorted(str(name) for name in data.data_vars)
+    if var is None:
+        if len(names) != 1:
+            raise InputError(f"{path!r} holds variables {names}; choose one with {var_name}='NAME'.")
+        var = names[0]
+    if var not in data.data_vars:
+        raise InputError(f"{var_name}={var!r} is not in {path!r}; its variables are {names}.")
+    return _numeric(data[var], f"{path}:{var}", var_name, np)
+
+
+def _numeric(array, label, var_name, np):
+    if np.dtype(array.dtype).kind not in "biuf":
+        raise InputError(f"{label} has dtype {array.dtype}; PCA needs numbers. Choose a numeric variable "
+                         f"({var_name}='NAME').")
+    return array
+
+
 # ------------------------------------------------------------------------------ datasets
 
 
@@ -354,6 +478,7 @@ def write_dataset(ds, path, *, overwrite: bool = False, marker: dict, keep_histo
                   replaces_version: str | None = None) -> str:
     """Write a small in-memory ``xarray.Dataset`` (e.g. a saved model) to zarr, atomically
     (``replaces_version``: see :func:`atomic_store`)."""
+    path = _meant(path)
     ds = ds.copy(deep=False)
     for variable in ds.variables.values():
         variable.encoding = {}
@@ -394,6 +519,7 @@ def read_dataset(path, *, expected_format: str, error=None, verify_integrity: bo
     ValueError
         When the store holds another kind of daskpca store.
     """
+    path = _meant(path)
     for attempt in range(LOCAL_READ_ATTEMPTS):
         marker = read_marker(path)
         if marker.get("format") != expected_format:

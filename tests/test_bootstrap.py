@@ -244,7 +244,7 @@ def test_report_draws_bootstrap_intervals_behind_a_flag(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path / "model.zarr"), "--out", str(tmp_path / "r2"), "--bootstrap", "10"]) == 2
     assert "--data SOURCE" in capsys.readouterr().err
     assert cli.main([*args, "--out", str(tmp_path / "r3"), "--bootstrap", "200", "--block-length", "134"]) == 2
-    assert "block_length=134" in capsys.readouterr().err  # fewer than 3 blocks of 400 samples
+    assert "--block-length 134" in capsys.readouterr().err  # fewer than 3 blocks of 400 samples
     assert not (tmp_path / "r2").exists() and not (tmp_path / "r3").exists()
     # The scree plot takes the interval as asymmetric error bars.
     result = bootstrap(pca, X, n_replicates=200, random_state=0)
@@ -330,7 +330,7 @@ def test_report_refuses_bootstraps_that_cannot_vary_cannot_fit_or_resample_other
     PCA(3, solver="covariance").fit(X).save(tmp_path / "model.zarr")
     base = ["report", str(tmp_path / "model.zarr"), "--out", str(tmp_path / "rep")]
     for extra, message in (
-        (["--bootstrap", "1", "--data", str(tmp_path / "x.zarr")], "n_replicates=1 is too few"),
+        (["--bootstrap", "1", "--data", str(tmp_path / "x.zarr")], "--bootstrap 1 is too few"),
         (["--bootstrap", str(10**9), "--data", str(tmp_path / "x.zarr")], "more than CLIENT_BYTES"),
         (["--bootstrap", "200", "--data", str(tmp_path / "other.zarr")], "not the data the model was fitted on"),
         (["--data", str(tmp_path / "x.zarr")], "--data applies to the bootstrap only"),

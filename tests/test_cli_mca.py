@@ -72,7 +72,7 @@ def test_krylov_mca_honours_max_passes_and_prints_strict_json(fields, tmp_path, 
     summary = json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} in --json output"))
     assert summary["n_passes"] == 2 and summary["squared_covariance_fraction"] == [None, None]
     assert main([*argv, "--max-passes", "1", "--out", str(tmp_path / "b.zarr")]) == 2
-    assert "max_passes >= 2" in capsys.readouterr().err and not (tmp_path / "b.zarr").exists()
+    assert "--max-passes >= 2" in capsys.readouterr().err and not (tmp_path / "b.zarr").exists()
 
 
 def test_inspect_and_transform_accept_the_mca_models_fit_writes(fields, tmp_path, capsys):

@@ -25,7 +25,7 @@ import numpy as np
 from . import options as cli_options
 from .options import UsageError
 from .declarations import check_paths
-from .errors import failure_line
+from .errors import cli_warnings, error_json, failure_line
 from .demo import demo_data, demo_folder
 from .cluster import LOCAL_CLUSTER, cluster_asked, dask_client, runner
 from .summary import (coupled_summary, coupled_table, is_coupled, passes_text, say as _say, summary as job_summary, to_json,
@@ -71,62 +71,17 @@ def _claim_outputs(args, *outputs):
 # ----------------------------------------------------------------------------- sources
 
 
-def open_source(path: str, var: str | None = None):
-    """Open SOURCE lazily: a zarr array → dask array; a zarr group or NetCDF file → DataArray.
+def open_source(path: str, var: str | None = None, var_name: str = "var"):
+    """Open SOURCE lazily (:func:`daskpca.io.open_source`, the reader the library offers too): a
+    zarr array → dask array; a zarr group or NetCDF file → DataArray. Its errors (missing path,
+    unknown ``var=``, a group of several variables without one, a non-numeric variable) are
+    :class:`~daskpca.exceptions.InputError`; the command line names its flags in them
+    (:func:`daskpca.cli.errors.as_cli`: ``var=`` → ``--var``, ``var2=`` → ``--var2``)."""
+    from ..io import open_source as read
 
-    Raises
-    ------
-    UsageError
-        Missing path, unknown ``--var`` (listing the variables), a group without ``--var`` that
-        holds several variables, or a non-numeric variable.
-    """
-    import dask.array as da
-    import xarray as xr
-    import zarr
-
-    from ..io import resolve
-
-    is_url = "://" in path
-    if not is_url and not Path(path).exists():
+    if "://" not in path and not Path(path).exists():
         raise UsageError(f"SOURCE {path!r} does not exist; pass the path or URL of a zarr store or NetCDF file.")
-    if path.endswith((".nc", ".nc4", ".netcdf")):
-        try:
-            data = xr.open_dataset(path, chunks={})
-        except Exception as exc:  # the engine's own message says what is missing
-            raise UsageError(f"cannot open {path!r} as NetCDF: {exc}") from exc
-        return _select_variable(data, var, path)
-    # What daskpca publishes to an object store is a pointer to its current version: read that
-    # version, as every reader of the store layer does (a local store is read where it is).
-    location = resolve(path)
-    try:
-        node = zarr.open(location, mode="r")
-    except Exception as exc:
-        raise UsageError(f"{path!r} is not a zarr store ({type(exc).__name__}: {exc}).") from exc
-    if isinstance(node, zarr.Array):
-        if var:
-            raise UsageError(f"{path!r} is a single zarr array; --var {var!r} applies to datasets only: drop it.")
-        return _numeric(da.from_zarr(node), path)
-    # Consolidated metadata is not part of zarr v3: do not look for it there (xarray warns).
-    consolidated = False if node.metadata.zarr_format == 3 else None
-    data = xr.open_zarr(location, consolidated=consolidated, chunks={})
-    return _select_variable(data, var, path)
-
-
-def _select_variable(data, var, path):
-    names = sorted(str(name) for name in data.data_vars)
-    if var is None:
-        if len(names) != 1:
-            raise UsageError(f"{path!r} holds variables {names}; choose one with --var NAME.")
-        var = names[0]
-    if var not in data.data_vars:
-        raise UsageError(f"--var {var!r} is not in {path!r}; its variables are {names}.")
-    return _numeric(data[var], f"{path}:{var}")
-
-
-def _numeric(array, label):
-    if np.dtype(array.dtype).kind not in "biuf":
-        raise UsageError(f"{label} has dtype {array.dtype}; PCA needs numbers. Choose a numeric variable with --var.")
-    return array
+    return read(path, var, var_name=var_name)
 
 
 def _is_labeled(data) -> bool:
@@ -258,7 +213,7 @@ def _fit_mca(args, n_components) -> dict:
     mca = MCA(n_components, **cli_options.estimator_params(args, {"MCA": MCA._param_names()})["MCA"])
     with _claim_outputs(args, args.out):
         io.check_writable(args.out, overwrite=args.overwrite)
-        fields = [open_source(args.source, args.var), open_source(args.with_source, args.var2)]
+        fields = [open_source(args.source, args.var), open_source(args.with_source, args.var2, "var2")]
         sample_dims = _sample_dims(args, fields[0])
         mca.plan(*fields, sample_dims=sample_dims)  # the pair, k and parameters checked; nothing read
         with runner(args, fields[0].nbytes + fields[1].nbytes):
@@ -434,7 +389,9 @@ def cmd_demo(args) -> dict:
     from .. import PCA
     from ..io import write_array
 
-    root = Path(args.dir) if args.dir else demo_folder()
+    from ..store.paths import as_meant
+
+    root = Path(as_meant(args.dir)) if args.dir else demo_folder()  # `dir = "~/demo"` in a job file too
     print(f"demo folder: {root} (--dir to change; the sample array is reused, the results replaced)")
     with dask_client(args):
         X = demo_data(root / "input.zarr", args.n_samples, args.n_features, min(10, args.n_features), args.chunk_rows, seed=0)
@@ -483,28 +440,35 @@ def main(argv=None) -> int:
     try:
         args = parse_args(argv)
     except UsageError as exc:
-        print(f"daskpca: error: {exc}", file=sys.stderr)
-        return 2
+        return _failed(exc, 2, str(exc), "--json" in (sys.argv[1:] if argv is None else argv))
     if args.verbose:
         logging.getLogger("distributed").setLevel(logging.WARNING)
     try:
-        check_paths(args)  # every command: no output is, contains or lies inside an input
-        summary = args.run(args)
+        with cli_warnings(args.command):  # daskpca's warnings as `daskpca: warning: …` lines, in flags
+            check_paths(args)  # every command: paths as meant; no output is, contains or lies inside an input
+            summary = args.run(args)
     except KeyboardInterrupt as exc:
         from ..store.scratch import Terminated  # SIGTERM while a temporary copy was open: cleaned up
 
         terminated = isinstance(exc, Terminated)
-        print(f"daskpca: {'terminated (SIGTERM)' if terminated else 'interrupted'}; nothing was published", file=sys.stderr)
-        return 143 if terminated else 130
+        message = f"{'terminated (SIGTERM)' if terminated else 'interrupted'}; nothing was published"
+        return _failed(exc, 143 if terminated else 130, message, args.json, prefix="daskpca: ")
     except Exception as exc:  # noqa: BLE001 — every failure ends as one line and an exit code
         code, first = failure_line(exc, args.command)
         if args.verbose:
             log.error("daskpca %s failed", args.command, exc_info=exc)
-        print(f"daskpca: error: {first}", file=sys.stderr)
-        return code
+        return _failed(exc, code, first, args.json)
     if args.json:
         print(to_json(summary))
     return 0
+
+
+def _failed(exc: BaseException, code: int, message: str, json: bool, prefix: str = "daskpca: error: ") -> int:
+    """The one way a command fails: its line on stderr and, with --json, the error object on stdout."""
+    print(f"{prefix}{message}", file=sys.stderr)
+    if json:
+        print(error_json(exc, code, message), flush=True)
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,6 +16,11 @@ directory) that is or lies inside an input or output, through symlinks or not, a
 output inside one of daskpca's scratch folders, are refused the same way
 (:func:`daskpca.store.scratch.check_apart`). A scratch root that merely contains the job's paths
 (``DASKPCA_SCRATCH=/tmp`` with ``/tmp/x.zarr``) is fine: each copy is a fresh folder of its own.
+
+The same check first puts every declared path as the user meant it
+(:func:`daskpca.store.paths.as_meant`: ``~`` expanded, ``file://`` and ``FILE://localhost/`` URLs
+as local paths, relative paths absolute), in ``args`` itself: the overlap check, the claims, the
+writers, the publisher and the messages then all see the path the job acts on.
 """
 
 from __future__ import annotations
@@ -59,10 +64,29 @@ def declared(command: str) -> tuple[dict, dict]:
     return dict(COMMON_INPUTS + paths.inputs), dict(paths.outputs)
 
 
+def meant_paths(args) -> None:
+    """Replace every declared path of ``args`` by the path the user meant (see the module notes).
+
+    Raises
+    ------
+    UsageError
+        A path that names no place here (a ``file://`` URL of another host), naming its option.
+    """
+    from ..exceptions import InputError
+    from ..store.paths import as_meant
+
+    inputs, outputs = declared(args.command)
+    for label, name in {**inputs, **outputs}.items():
+        try:
+            setattr(args, name, as_meant(getattr(args, name, None)))
+        except InputError as exc:
+            raise UsageError(f"{label} {exc}") from None
+
+
 def check_paths(args) -> None:
-    """Refuse a job whose output is, contains or lies inside one of its inputs or other outputs,
-    and a job that fits whose scratch folder is or lies inside one of its paths (or whose paths
-    lie inside a daskpca scratch folder).
+    """Put the declared paths as meant (:func:`meant_paths`), then refuse a job whose output is,
+    contains or lies inside one of its inputs or other outputs, and a job that fits whose scratch
+    folder is or lies inside one of its paths (or whose paths lie inside a daskpca scratch folder).
 
     Raises
     ------
@@ -74,6 +98,7 @@ def check_paths(args) -> None:
     from ..store.paths import overlaps
     from ..store.scratch import check_apart
 
+    meant_paths(args)
     inputs, outputs = declared(args.command)
     inputs = {label: getattr(args, name, None) for label, name in inputs.items()}
     outputs = {label: getattr(args, name, None) for label, name in outputs.items()}

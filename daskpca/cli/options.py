@@ -86,6 +86,20 @@ def n_components(text):
 # ----------------------------------------------------------------------------- the parser
 
 
+def solver_help() -> str:
+    """``--solver``'s help, from the solver registries (a solver registered there is listed)."""
+    from ..coupled.mca import PATHS
+    from ..eof.hilbert import HILBERT_SOLVERS
+    from ..solvers import SOLVERS
+
+    def listed(names):
+        names = list(names)
+        return ", ".join(names[:-1]) + f" or {names[-1]}"
+
+    return (f"PCA: {listed(['auto', *SOLVERS])}; with --hilbert: {listed(['auto', *HILBERT_SOLVERS])}; with --mca: "
+            f"{listed(PATHS)} (default: %(default)s)")
+
+
 class _Parser(argparse.ArgumentParser):
     """Errors as :class:`UsageError` (one line, exit 2, from :func:`daskpca.cli.main`)."""
 
@@ -122,8 +136,8 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
         group.add_argument("--threads", type=positive_int, help="local cluster: threads per worker (default: 1)")
         group.add_argument("--memory-limit", type=memory_limit, help="local cluster: memory per worker, e.g. 4GiB (default: auto)")
 
-    def output_options(sub, what="outputs"):
-        sub.add_argument("--overwrite", action="store_true", help=f"replace existing {what}")
+    def output_options(sub, what="existing outputs"):
+        sub.add_argument("--overwrite", action="store_true", help=f"replace {what}")
         sub.add_argument("--break-claim", action="store_true",
                          help="clear the claim a killed job left on an output (never one of a job still running here)")
 
@@ -146,7 +160,7 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     need.add_argument("--out", metavar="MODEL", help="where to save the model (a zarr store)")
     source_options(fit)
     sample_dims(fit)
-    fit.add_argument("--solver", default="auto", help="auto, covariance, gram, tsqr, randomized, als or ppca (default: %(default)s)")
+    fit.add_argument("--solver", default="auto", help=solver_help())
     fit.add_argument("--weights", choices=["coslat"], help="coslat: weight by √cos(latitude)")
     fit.add_argument("--whiten", action="store_true", help="save a whitening model (unit-variance scores)")
     fit.add_argument("--random-state", type=int, help="seed for randomized and iterative solvers")
@@ -313,10 +327,13 @@ def parse_args(argv, commands_table: dict):
     parser = build_parser(commands_table)
     args = parser.parse_args(argv)
     if args.config:
+        from ..exceptions import InputError
+        from ..store.paths import as_meant
+
         try:
-            with open(args.config, "rb") as handle:
+            with open(as_meant(args.config), "rb") as handle:
                 config = tomllib.load(handle)
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+        except (OSError, tomllib.TOMLDecodeError, InputError) as exc:
             raise UsageError(f"--config {args.config!r}: {exc}") from exc
         sub = parser.command_parsers[args.command]
         sub.set_defaults(**_config_values(sub, config, args.config))
@@ -335,7 +352,7 @@ def _repair_positionals(args, argv) -> None:
         if not hasattr(args, positional) or getattr(args, positional) is not None:
             continue
         dims = getattr(args, "sample_dims", None) or []
-        if len(dims) > 1 and ("://" in dims[-1] or os.path.exists(dims[-1])):
+        if len(dims) > 1 and ("://" in dims[-1] or os.path.exists(os.path.expanduser(dims[-1]))):
             setattr(args, positional, dims[-1])
             args.sample_dims = dims[:-1]
         elif dims:
@@ -351,7 +368,9 @@ def check_eof_options(args) -> None:
     """Combinations of --hilbert / --rotation / --lags that cannot work, refused before any read."""
     if args.hilbert and args.rotation:
         raise UsageError("--rotation rotates real EOFs; Hilbert EOFs are complex. Drop one of --hilbert and --rotation.")
-    if args.hilbert and args.solver not in ("auto", "gram", "krylov"):
+    from ..eof.hilbert import HILBERT_SOLVERS
+
+    if args.hilbert and args.solver not in ("auto", *HILBERT_SOLVERS):
         raise UsageError(f"--hilbert takes --solver auto, gram (exact) or krylov (long series, with an error bound); "
                          f"not {args.solver}.")
     if args.rotation == "varimax" and args.power is not None:  # a Rotator takes power, varimax fixes it to 1
@@ -371,7 +390,9 @@ def check_coupled_options(args) -> None:
               if given]
     if args.mca and single:
         raise UsageError(f"{', '.join(single)} apply to one field's PCA, not to --mca: drop them.")
-    if args.mca and args.solver not in ("auto", "exact", "krylov"):
+    from ..coupled.mca import PATHS
+
+    if args.mca and args.solver not in PATHS:
         raise UsageError(f"--mca takes --solver auto, exact (one pass) or krylov (with --tol); not {args.solver}.")
 
 

@@ -230,6 +230,9 @@ def _a(name: str) -> str:
 
 
 def _store_identity(store) -> str:
-    """One spelling per store: the resolved local path, or the URL without a trailing slash."""
-    path = os.fspath(store)
-    return path.rstrip("/") if "://" in path else os.path.realpath(path)
+    """One spelling per store (:func:`daskpca.store.paths.canonical`: ``~``, ``file://``, symlinks and
+    ``..`` resolved; a URL without its trailing slash), so a model loaded through one spelling and
+    saved back through another is still checked against the version it was loaded from."""
+    from ..store.paths import canonical
+
+    return canonical(store)

@@ -1,4 +1,14 @@
-"""Where a job's stores really are, so that no output of a job can be one of its inputs.
+"""Where a job's stores really are: the path as the user meant it, and no output of a job that
+is one of its inputs.
+
+:func:`as_meant` turns what the user typed into the path every step acts on — ``~`` expanded,
+``file://`` URLs (any case of the scheme, host empty or ``localhost``) as local paths, relative
+paths made absolute against the working directory, object-store URLs kept (their scheme
+lower-cased). It is applied once where a path enters: the command line's declared paths
+(:mod:`daskpca.cli.declarations`), the job file, and every reader and writer of
+:mod:`daskpca.io` (so ``save``, ``load`` and input paths too). The overlap check, the claim, the
+writer (zarr), the publisher and the completion marker then all see one path: without it zarr
+expanded ``~`` for the temporary store while the publisher renamed to a literal ``./~/…``.
 
 Two spellings name the same store when they resolve to the same place: a relative and an
 absolute path, a symlink and its target, ``a/../b`` and ``b``, a trailing slash, ``file://``.
@@ -11,15 +21,64 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
+from pathlib import Path
 
 from .claims import is_url, local_path
+from ..exceptions import InputError
+
+#: ``scheme://`` at the start of a URL (RFC 3986: a letter, then letters, digits, ``+-.``).
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def as_meant(path):
+    """``path`` as the user meant it: the one spelling every step of a job uses.
+
+    Parameters
+    ----------
+    path : str, os.PathLike or None
+        A local path (``~`` and ``~user`` expanded, relative to the working directory),
+        a ``file://`` URL — scheme in any case (RFC 3986), host empty or ``localhost``
+        (RFC 8089) — or an object-store URL (``s3://…``, any fsspec protocol). Anything else
+        (``None``, a zarr store object) is returned as it is.
+
+    Returns
+    -------
+    str
+        An absolute local path (``..`` and symlinks kept: the OS resolves them as it would for
+        the user; :func:`canonical` resolves them to compare), or the URL with its scheme
+        lower-cased and nothing else changed. Idempotent.
+
+    Raises
+    ------
+    InputError
+        A ``file://`` URL naming another host: daskpca reads and writes local files only through
+        the local file system (mount the share and give its local path).
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        return path
+    path = os.fspath(path)
+    match = _SCHEME.match(path)
+    if match is None:
+        return str(Path(os.path.expanduser(path)).absolute())
+    scheme = match.group(1).lower()
+    rest = path[match.end():]
+    if scheme != "file":
+        return f"{scheme}://{rest}"
+    host, slash, local = rest.partition("/")
+    if host and host.lower() != "localhost":
+        raise InputError(
+            f"{path!r} names the host {host!r}: a file:// URL means a file on this machine (host empty or "
+            f"'localhost', e.g. file:///{local or 'abs/path.zarr'}). Mount that host's folder here and give its "
+            "local path, or use an object-store URL (s3://…).")
+    return str(Path("/" + local).absolute()) if slash else "/"
 
 
 def canonical(path) -> str:
     """One spelling per location: the real local path (symlinks, ``..`` and relative parts
     resolved, also for a path that does not exist yet), or ``protocol://`` + the normalised
     object-store path without a trailing slash."""
-    path = os.fspath(path)
+    path = as_meant(path)
     if is_url(path):
         protocol, rest = path.split("://", 1)
         return f"{protocol.lower()}://{posixpath.normpath('/' + rest).lstrip('/')}"

@@ -33,6 +33,10 @@ needed to fail a second writer before it computes. A version prefix plus one con
 keeps every version a plain zarr store, needs only the S3 primitives, and works the same for
 ``update``'s history.
 
+Every entry point (:func:`start`, :func:`check_replaceable`, :func:`resolve`, :func:`history`,
+:func:`rollback`) takes the path as the user meant it (:func:`daskpca.store.paths.as_meant`), so
+the temporary folder, the rename and the marker land where the writer (zarr) expands ``~`` to.
+
 Steps, each a fault point for tests (``DASKPCA_FAULT=STEP`` kills the process there with
 SIGKILL): ``data-written`` (new data complete, no marker), ``marker-written`` (new version
 complete, not yet visible), ``switched`` (new version visible, previous not yet retired),
@@ -54,6 +58,7 @@ from pathlib import Path
 
 from . import integrity, objects
 from .claims import is_url, local_path
+from .paths import as_meant
 from ..exceptions import IncompleteStoreError, InputError, OutputClaimedError, OutputExistsError
 
 #: Name of the completion marker written last into every store (version).
@@ -87,8 +92,9 @@ def start(target, *, overwrite: bool, keep_history: int = 0, claim=None):
     """A publication of ``target``: write the new store at ``.location``, then ``commit(marker)``
     (or ``abort()``). Raises :class:`OutputExistsError` at once when ``target`` exists and
     ``overwrite`` is false; the check is made again at the switch."""
+    target = as_meant(target)
     cls = ObjectPublication if is_url(target) else LocalPublication
-    return cls(os.fspath(target), overwrite=overwrite, keep_history=keep_history, claim=claim)
+    return cls(target, overwrite=overwrite, keep_history=keep_history, claim=claim)
 
 
 def _exists_message(target) -> str:
@@ -100,7 +106,7 @@ def check_replaceable(target) -> None:
     """Raise :class:`OutputExistsError` unless what is at ``target`` is a store daskpca wrote
     (a folder with its completion marker; on an object store, a version pointer or a marker):
     ``overwrite`` replaces daskpca's own results, never a user's files or another tool's store."""
-    target = os.fspath(target)
+    target = as_meant(target)
     if is_url(target):
         fs, root = objects.filesystem(target)
         ours = any(objects.read(fs, f"{root}/{name}")[0] is not None for name in (POINTER, COMPLETE_MARKER))
@@ -266,7 +272,7 @@ def read_pointer(url: str) -> tuple[dict | None, str | None]:
 
 def resolve(path) -> str:
     """The location readers open for ``path``: the current version of a versioned target."""
-    path = os.fspath(path)
+    path = as_meant(path)
     if not is_url(path):
         return path
     pointer, _ = read_pointer(path)
@@ -354,7 +360,7 @@ def _collect_garbage(fs, root: str, keep: set) -> None:
 
 def history(path) -> list[dict]:
     """The versions of ``path`` a rollback can go to, newest first; ``current`` marks the live one."""
-    path = os.fspath(path)
+    path = as_meant(path)
     if is_url(path):
         pointer, _ = read_pointer(path)
         if pointer is None:
@@ -399,7 +405,7 @@ def _entry(marker: dict) -> dict:
 
 def rollback(path, version: str, *, claim=None) -> None:
     """Make ``version`` (from :func:`history`) the current one again; the current one is kept."""
-    path = os.fspath(path)
+    path = as_meant(path)
     entries = history(path)
     known = [e["version"] for e in entries]
     if not known:

@@ -32,7 +32,7 @@ from . import _features, _plan, labeled
 from ._features import FeatureSpec, FeatureStage, matrix_weights
 from ._probabilistic import ProbabilisticMixin
 from ._validation import NonFinite, as_dask_matrix, check_nan_policy
-from .exceptions import InputError, InputTypeError, NonFiniteInputError
+from .exceptions import AccuracyWarning, InputError, InputTypeError, NonFiniteInputError
 from .models import _format
 from .models._base import Estimator, model_matrix, positions, project_matrix, reconstruct, scores_out
 from .models._constraints import ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Interval, Options, Predicate
@@ -45,6 +45,165 @@ from .solvers._progress import PassClock
 
 #: Score scalings of ``transform`` / ``inverse_transform`` (see :mod:`daskpca.labeled`).
 SCALINGS = ("none", "unit", "sqrt_lambda")
+
+
+# ------------------------------------------------------------ what the input itself allows
+
+
+def source_name(X) -> str:
+    """How error messages name the input: its path, its zarr store, its variable, or "X"."""
+    import os
+
+    if isinstance(X, (str, os.PathLike)):
+        return repr(os.fspath(X))
+    store_path = getattr(X, "store_path", None)
+    if store_path is not None:  # a zarr.Array
+        return f"the zarr array at {str(store_path)!r}"
+    if labeled.is_labeled(X):
+        name = getattr(X, "name", None)
+        return f"the {type(X).__name__} {name!r}" if name is not None else f"the {type(X).__name__}"
+    return "X"
+
+
+def refuse_unwritten_store(X) -> None:
+    """Raise for a zarr array (a path or a ``zarr.Array``) of which no chunk was ever written:
+    every value would read as its fill value, and a model of it is a model of nothing (a deleted
+    or never-produced input). Reads metadata and at most two chunk keys' existence, or lists the
+    keys when neither is there; never a chunk. Anything else (or a path that does not open as an
+    array) is left to :func:`~daskpca._validation.as_dask_matrix`."""
+    import os
+
+    try:
+        import zarr
+        from zarr.core.sync import sync
+
+        if isinstance(X, (str, os.PathLike)):
+            array = zarr.open_array(os.fspath(X), mode="r")
+        elif isinstance(X, zarr.Array):
+            array = X
+        else:
+            return
+        if not array.size:
+            return
+        grid = [-(-size // chunk) for size, chunk in zip(array.shape, array.chunks)]
+        keys = {tuple(0 for _ in grid), tuple(g - 1 for g in grid)}
+        if any(sync((array.store_path / array.metadata.encode_chunk_key(key)).exists()) for key in keys):
+            return
+        unwritten = array.nchunks_initialized == 0
+    except Exception:  # noqa: BLE001 — not a zarr array this can inspect: the reader decides
+        return
+    if unwritten:
+        raise InputError(
+            f"{source_name(X)} (shape {'×'.join(map(str, array.shape))}) has no data: no chunk of it has been "
+            f"written, so every value would read as its fill value ({array.fill_value!r}). Write the data first "
+            "(or point at the array that holds it): a model fitted on it would describe nothing.")
+
+
+def refuse_no_variance(result: SolverResult, X) -> None:
+    """Raise for data with no variance (all zero, constant, or a store whose chunks all hold one
+    value): every variance would be 0 and every ratio "0.00 %", a model of nothing. Read from the
+    fit's own result (its total variance comes with its pass): no extra read."""
+    if result.total_variance > 0 or not np.isfinite(result.total_variance):
+        return
+    mean = np.asarray(result.mean)
+    n, d = result.n_samples, mean.shape[0]
+    if n < 2:
+        what = f"a single sample has no variance (n_samples={n}). Pass at least 2 samples"
+    elif mean.size and np.all(mean == mean.flat[0]):
+        what = (f"has no variance: every value equals {mean.flat[0]:.6g}. Check that it is the field you meant "
+                "(a deleted or never-written input reads as its fill value; a mask or a wrong variable can "
+                "leave one value everywhere)")
+    else:
+        what = (f"has no variance: every feature is constant over the {n} samples (values from "
+                f"{mean.min():.6g} to {mean.max():.6g}). Check that it is the field you meant (samples as rows, "
+                "features as columns; a repeated time step or a wrong variable gives this)")
+    raise InputError(f"{source_name(X)} (shape {n}×{d}) {what}: PCA of it has no components, and no model was made.")
+
+
+#: Below this, the input-precision term is float64 round-off, which every solver's bound already
+#: leaves out (exact solvers report 0, "exact to round-off"): it is not added to ``error_bound_``.
+PRECISION_FLOOR = 1e-10
+
+
+def input_precision_bound(result: SolverResult, dtype) -> dict:
+    """How far the rounding of the input itself can turn the kept subspace (sin θ), and its parts.
+
+    The fit computes the components of the values *as stored* exactly (each road centres on a
+    shift taken from the data, :mod:`daskpca.solvers._moments`); what it cannot do is resolve
+    structure finer than the values carry. A value of a dtype with machine epsilon ε is stored to
+    within half a unit in its last place, ≤ ε·|x|/2; where the mean is large against the spread
+    that is u/2 with u = ε·max|μ| (one ulp at the mean's magnitude) for every value — the part
+    ε·|x − μ| is a relative change of the spread itself, left out. Roundings that do not conspire
+    make an n×d perturbation Δ with ‖Δ‖₂ ≲ (u/2)(√n + √d), so the centred covariance moves by
+    E = (X̃ᵀΔ + ΔᵀX̃ + ΔᵀΔ)/(n − 1) with, per s = (u/2)(1 + √(d/n)),
+    ‖E‖ ≤ 2s√λ₁ + s² and its block coupling the kept and discarded subspaces
+    ‖E₂₁‖ ≤ s(√λ₁ + √λ_{k+1}) + s². Davis–Kahan: sin θ ≤ ‖E₂₁‖ / (λ_k − λ_{k+1} − ‖E‖)
+    (1 when the gap is not larger than ‖E‖). An estimate of the rounding's reach, like Krylov's
+    gap, not a proof for adversarial roundings.
+
+    λ_{k+1}: the spectrum, the covariance solver's ``next_variance``, Krylov's gap estimate, or
+    else ≤ the discarded variance (total − kept); when even that leaves no gap, λ_k itself stands
+    for it (the data's spread against its precision). Returns ``{"bound", "ulp", "gap"}``.
+    """
+    dtype = np.dtype(dtype)
+    values = np.asarray(result.explained_variance, dtype=np.float64)
+    k, n, d = values.size, result.n_samples, np.shape(result.mean)[0]
+    if not np.issubdtype(dtype, np.inexact) or k == 0 or k >= min(n, d) or values[-1] <= 0:
+        return {"bound": 0.0, "ulp": 0.0, "gap": float(values[-1]) if k else 0.0}
+    ulp = float(np.finfo(dtype).eps * np.max(np.abs(result.mean), initial=0.0))
+    if result.spectrum is not None and len(result.spectrum) > k:
+        following = float(result.spectrum[k])
+    elif "next_variance" in result.info:
+        following = float(result.info["next_variance"])
+    elif np.isfinite(result.info.get("gap", np.nan)):
+        following = max(float(values[-1] - result.info["gap"]), 0.0)
+    else:
+        following = min(max(result.total_variance - float(values.sum()), 0.0), float(values[-1]))
+    gap = float(values[-1] - following)
+    if not gap > 0:
+        gap = float(values[-1])
+    s = ulp / 2 * (1 + np.sqrt(d / n))
+    coupling = s * (np.sqrt(values[0]) + np.sqrt(max(following, 0.0))) + s * s
+    whole = 2 * s * np.sqrt(values[0]) + s * s
+    bound = min(1.0, coupling / (gap - whole)) if gap > whole else 1.0
+    return {"bound": float(bound), "ulp": ulp, "gap": gap}
+
+
+def with_input_precision(result: SolverResult, dtype) -> SolverResult:
+    """The result with the input's precision (:func:`input_precision_bound`) in its info —
+    ``input_precision_bound`` always, and added to ``error_bound`` when above
+    :data:`PRECISION_FLOOR` (the solver's own bound stays in ``solver_error_bound``)."""
+    precision = input_precision_bound(result, dtype)
+    info = {**result.info, "input_precision_bound": precision["bound"], "input_ulp": precision["ulp"]}
+    if precision["bound"] > PRECISION_FLOOR and "error_bound" in result.info:
+        info["solver_error_bound"] = float(result.info["error_bound"])
+        info["error_bound"] = min(1.0, float(result.info["error_bound"]) + precision["bound"])
+    elif precision["bound"] > PRECISION_FLOOR:
+        info["error_bound"] = float("nan")  # the solver computes none: still unknown, the term is in the info
+    return replace(result, info=info)
+
+
+def input_precision_warning(model, dtype) -> str | None:
+    """The :class:`~daskpca.exceptions.AccuracyWarning` of a fit whose input's own precision
+    limits its components beyond the accuracy asked (``tol``; without one the default accuracy,
+    ``daskpca._plan.DEFAULT_TOL``). An AccuracyWarning, not an IllConditionedWarning: no solver
+    does better (that warning's cure, ``solver='tsqr'``, would change nothing); it is a bound
+    on the answer, reported in ``error_bound_`` as that warning's class promises."""
+    info = model.solver_info_
+    bound = float(info.get("input_precision_bound", 0.0))
+    asked = model.tol if isinstance(model.tol, Real) and model.tol > 0 else _plan.DEFAULT_TOL
+    if not bound > max(asked, PRECISION_FLOOR):
+        return None
+    dtype = np.dtype(dtype)
+    k = model.n_components_
+    return (
+        f"the input's own precision limits the components: its values are {dtype.name} around |mean| up to "
+        f"{float(np.max(np.abs(model.mean_))):.3g}, each stored to within ~{info['input_ulp']:.1g}, against a spread of "
+        f"√λ_{k} = {float(np.sqrt(model.explained_variance_[-1])):.2g}; the kept subspace of the values before "
+        f"rounding may differ by sin θ up to {bound:.1e} (solver_info_['input_precision_bound'], included in "
+        f"error_bound_), above the accuracy asked ({asked:g}). The fit itself loses nothing to the large mean. To "
+        "resolve more, store the data less its mean (anomalies)" + (" or in float64" if dtype.itemsize < 8 else "")
+        + ", or keep fewer components.")
 
 
 class BasePCA(Estimator):
@@ -98,6 +257,7 @@ class BasePCA(Estimator):
         """The one fit road: matrix → feature stage → plan → solver → fitted attributes."""
         self.validate_params()
         self.__dict__.pop("_loaded_from", None)  # a new fit replaces, it does not modify, a loaded model
+        refuse_unwritten_store(X)
         matrix, layout, spec = self._fit_input(X, sample_dims)
         request = self._request(matrix)
         if plan is None:
@@ -119,7 +279,8 @@ class BasePCA(Estimator):
             if layout is None:
                 raise
             raise labeled.located(error, matrix, layout, X) from error
-        self._set_fitted(result, name, reason, layout)
+        refuse_no_variance(result, X)
+        self._set_fitted(result, name, reason, layout, input_dtype=matrix.dtype)
         self.pass_seconds_, self.fit_seconds_, self.cache_ = np.array(clock.passes), clock.seconds, cache.summary
         self.client_seconds_ = np.array(clock.client)
         if spec is not None:
@@ -127,6 +288,9 @@ class BasePCA(Estimator):
         unasked = self.solver == "auto" and not getattr(module, "ACCEPTS_MISSING", False)  # ppca: NaN chose it
         for message, category in _plan.fit_warnings(self, module, name, chosen_by_planner=unasked):
             warnings.warn(message, category, stacklevel=3)
+        message = input_precision_warning(self, matrix.dtype)
+        if message:
+            warnings.warn(message, AccuracyWarning, stacklevel=3)
 
     def _fit_input(self, X, sample_dims):
         """``(matrix, layout, spec)``: the input as a lazy matrix, its labeled layout (or None)
@@ -182,7 +346,12 @@ class BasePCA(Estimator):
         request.validate()
         return request
 
-    def _set_fitted(self, result: SolverResult, solver: str, reason: str, layout) -> None:
+    def _set_fitted(self, result: SolverResult, solver: str, reason: str, layout, *, input_dtype=None) -> None:
+        """Fitted attributes from the solver's result; ``input_dtype`` (the analysed matrix's
+        before conversion) adds the input's own precision to ``error_bound_``
+        (:func:`input_precision_bound`)."""
+        if input_dtype is not None:
+            result = with_input_precision(result, input_dtype)
         signs = flip_signs(result.components)
         k = len(result.explained_variance)
         n_samples, n_features = result.n_samples, result.mean.shape[0]
@@ -738,7 +907,8 @@ class PCA(ProbabilisticMixin, BasePCA):
         # The fit's reason quoted the old sample count; say what this model now is instead.
         reason = (f"update: the covariance statistics of {merged.count - n_before} new samples merged "
                   f"exactly into those of {n_before} ({merged.count} samples in all)")
-        self._set_fitted(replace(result, features=self.feature_stage_), "covariance", reason, layout)
+        self._set_fitted(replace(result, features=self.feature_stage_), "covariance", reason, layout,
+                         input_dtype=matrix.dtype)
         self.solver_info_ = {**info, **self.solver_info_, "updated_with": merged.count - n_before}
         return self
 

@@ -85,7 +85,8 @@ def refuse_unwritten_store(X) -> None:
             return
         if not array.size:
             return
-        grid = [-(-size // chunk) for size, chunk in zip(array.shape, array.chunks)]
+        stored = getattr(array, "shards", None) or array.chunks  # a sharded array stores whole shards
+        grid = [-(-size // chunk) for size, chunk in zip(array.shape, stored)]
         keys = {tuple(0 for _ in grid), tuple(g - 1 for g in grid)}
         if any(sync((array.store_path / array.metadata.encode_chunk_key(key)).exists()) for key in keys):
             return
@@ -121,35 +122,47 @@ def refuse_no_variance(result: SolverResult, X) -> None:
 
 
 #: Below this, the input-precision term is float64 round-off, which every solver's bound already
-#: leaves out (exact solvers report 0, "exact to round-off"): it is not added to ``error_bound_``.
+#: leaves out (exact solvers report 0, "exact to round-off").
 PRECISION_FLOOR = 1e-10
+#: The input's precision limits the answer when its term exceeds this fraction of the sampling
+#: error of the kept subspace (below it, the rounding is noise among the data's own; the
+#: default accuracy, ``_plan.DEFAULT_TOL``, is chosen by the same rule).
+SAMPLING_FRACTION = 0.01
 
 
-def input_precision_bound(result: SolverResult, dtype) -> dict:
-    """How far the rounding of the input itself can turn the kept subspace (sin θ), and its parts.
+def input_precision_bound(result: SolverResult, dtype, asked: float | None = None) -> dict:
+    """How far the rounding of the input itself can turn the kept subspace (sin θ), and whether
+    that limits the answer.
 
     The fit computes the components of the values *as stored* exactly (each road centres on a
     shift taken from the data, :mod:`daskpca.solvers._moments`); what it cannot do is resolve
     structure finer than the values carry. A value of a dtype with machine epsilon ε is stored to
-    within half a unit in its last place, ≤ ε·|x|/2; where the mean is large against the spread
-    that is u/2 with u = ε·max|μ| (one ulp at the mean's magnitude) for every value — the part
-    ε·|x − μ| is a relative change of the spread itself, left out. Roundings that do not conspire
-    make an n×d perturbation Δ with ‖Δ‖₂ ≲ (u/2)(√n + √d), so the centred covariance moves by
-    E = (X̃ᵀΔ + ΔᵀX̃ + ΔᵀΔ)/(n − 1) with, per s = (u/2)(1 + √(d/n)),
-    ‖E‖ ≤ 2s√λ₁ + s² and its block coupling the kept and discarded subspaces
-    ‖E₂₁‖ ≤ s(√λ₁ + √λ_{k+1}) + s². Davis–Kahan: sin θ ≤ ‖E₂₁‖ / (λ_k − λ_{k+1} − ‖E‖)
-    (1 when the gap is not larger than ‖E‖). An estimate of the rounding's reach, like Krylov's
-    gap, not a proof for adversarial roundings.
+    within half a unit in its last place; where the mean is large against the spread that unit is
+    u = ε·max|μ| for every value (the part ε·|x − μ| is a relative change of the spread itself,
+    left out). Rounding to nearest acts as independent noise of variance v = u²/12, uncorrelated
+    with the data, and moves the centred covariance by E = (X̃ᵀΔ + ΔᵀX̃ + ΔᵀΔ)/(n − 1), whose block
+    coupling kept and discarded directions is, to first order,
+    ‖E₂₁‖ ≈ √(v/(n − 1))·(√(total variance) + √(d·λ₁)) + v·(1 + √(d/n)). Davis–Kahan:
+    sin θ ≤ ‖E₂₁‖ / (λ_k − λ_{k+1}) (1 when the gap is not larger). An estimate of the rounding's
+    reach, like Krylov's gap, not a proof for roundings that conspire.
+
+    It *limits* the answer (``material``) when it exceeds both the accuracy asked (``asked``:
+    ``tol``, else DEFAULT_TOL) and :data:`SAMPLING_FRACTION` of the subspace's own sampling error
+    √(2/(n − 1))·√(λ_kλ_{k+1})/(λ_k − λ_{k+1}) (North et al. 1982): below that the rounding is
+    noise among the data's own.
 
     λ_{k+1}: the spectrum, the covariance solver's ``next_variance``, Krylov's gap estimate, or
     else ≤ the discarded variance (total − kept); when even that leaves no gap, λ_k itself stands
-    for it (the data's spread against its precision). Returns ``{"bound", "ulp", "gap"}``.
+    for it. Returns ``{"bound", "ulp", "material"}``.
     """
     dtype = np.dtype(dtype)
     values = np.asarray(result.explained_variance, dtype=np.float64)
     k, n, d = values.size, result.n_samples, np.shape(result.mean)[0]
-    if not np.issubdtype(dtype, np.inexact) or k == 0 or k >= min(n, d) or values[-1] <= 0:
-        return {"bound": 0.0, "ulp": 0.0, "gap": float(values[-1]) if k else 0.0}
+    # No term where nothing is to be resolved: integers are exact, every direction kept, or a kept
+    # variance at round-off (data of lower rank: the ill-conditioning warning says that).
+    if (not np.issubdtype(dtype, np.inexact) or k == 0 or k >= min(n, d)
+            or not values[-1] > _plan.ILL_CONDITIONED_RATIO * values[0]):
+        return {"bound": 0.0, "ulp": 0.0, "material": False}
     ulp = float(np.finfo(dtype).eps * np.max(np.abs(result.mean), initial=0.0))
     if result.spectrum is not None and len(result.spectrum) > k:
         following = float(result.spectrum[k])
@@ -159,28 +172,38 @@ def input_precision_bound(result: SolverResult, dtype) -> dict:
         following = max(float(values[-1] - result.info["gap"]), 0.0)
     else:
         following = min(max(result.total_variance - float(values.sum()), 0.0), float(values[-1]))
+    following = max(following, 0.0)
     gap = float(values[-1] - following)
     if not gap > 0:
         gap = float(values[-1])
-    s = ulp / 2 * (1 + np.sqrt(d / n))
-    coupling = s * (np.sqrt(values[0]) + np.sqrt(max(following, 0.0))) + s * s
-    whole = 2 * s * np.sqrt(values[0]) + s * s
-    bound = min(1.0, coupling / (gap - whole)) if gap > whole else 1.0
-    return {"bound": float(bound), "ulp": ulp, "gap": gap}
+    v = ulp * ulp / 12
+    coupling = (np.sqrt(v / max(n - 1, 1)) * (np.sqrt(max(result.total_variance, 0.0)) + np.sqrt(d * values[0]))
+                + v * (1 + np.sqrt(d / n)))
+    bound = float(min(1.0, coupling / gap)) if gap > coupling else 1.0
+    sampling = np.sqrt(2.0 / max(n - 1, 1)) * np.sqrt(values[-1] * following) / gap
+    asked = _plan.DEFAULT_TOL if asked is None else asked
+    material = bool(bound > max(asked, SAMPLING_FRACTION * sampling, PRECISION_FLOOR))
+    return {"bound": bound, "ulp": ulp, "material": material}
 
 
-def with_input_precision(result: SolverResult, dtype) -> SolverResult:
-    """The result with the input's precision (:func:`input_precision_bound`) in its info —
-    ``input_precision_bound`` always, and added to ``error_bound`` when above
-    :data:`PRECISION_FLOOR` (the solver's own bound stays in ``solver_error_bound``)."""
-    precision = input_precision_bound(result, dtype)
-    info = {**result.info, "input_precision_bound": precision["bound"], "input_ulp": precision["ulp"]}
-    if precision["bound"] > PRECISION_FLOOR and "error_bound" in result.info:
-        info["solver_error_bound"] = float(result.info["error_bound"])
-        info["error_bound"] = min(1.0, float(result.info["error_bound"]) + precision["bound"])
-    elif precision["bound"] > PRECISION_FLOOR:
-        info["error_bound"] = float("nan")  # the solver computes none: still unknown, the term is in the info
+def with_input_precision(result: SolverResult, dtype, asked: float | None = None) -> SolverResult:
+    """The result with the input's precision (:func:`input_precision_bound`) in its info:
+    ``input_precision_bound`` always; added to ``error_bound`` where it limits the answer (the
+    solver's own bound then stays in ``solver_error_bound``)."""
+    precision = input_precision_bound(result, dtype, asked)
+    info = {**result.info, "input_precision_bound": precision["bound"], "input_ulp": precision["ulp"],
+            "input_precision_limits": precision["material"]}
+    if precision["material"]:
+        solver_bound = float(result.info.get("error_bound", np.nan))
+        info["solver_error_bound"] = solver_bound
+        info["error_bound"] = min(1.0, solver_bound + precision["bound"])  # NaN stays NaN: no bound known
     return replace(result, info=info)
+
+
+def _asked_accuracy(model) -> float:
+    """The accuracy a fit was asked for: its ``tol``, else the default accuracy (DEFAULT_TOL)."""
+    tol = getattr(model, "tol", None)
+    return float(tol) if isinstance(tol, Real) and tol > 0 else _plan.DEFAULT_TOL
 
 
 def input_precision_warning(model, dtype) -> str | None:
@@ -190,10 +213,10 @@ def input_precision_warning(model, dtype) -> str | None:
     does better (that warning's cure, ``solver='tsqr'``, would change nothing); it is a bound
     on the answer, reported in ``error_bound_`` as that warning's class promises."""
     info = model.solver_info_
-    bound = float(info.get("input_precision_bound", 0.0))
-    asked = model.tol if isinstance(model.tol, Real) and model.tol > 0 else _plan.DEFAULT_TOL
-    if not bound > max(asked, PRECISION_FLOOR):
+    if not info.get("input_precision_limits"):
         return None
+    bound = float(info["input_precision_bound"])
+    asked = _asked_accuracy(model)
     dtype = np.dtype(dtype)
     k = model.n_components_
     return (
@@ -201,7 +224,8 @@ def input_precision_warning(model, dtype) -> str | None:
         f"{float(np.max(np.abs(model.mean_))):.3g}, each stored to within ~{info['input_ulp']:.1g}, against a spread of "
         f"√λ_{k} = {float(np.sqrt(model.explained_variance_[-1])):.2g}; the kept subspace of the values before "
         f"rounding may differ by sin θ up to {bound:.1e} (solver_info_['input_precision_bound'], included in "
-        f"error_bound_), above the accuracy asked ({asked:g}). The fit itself loses nothing to the large mean. To "
+        f"error_bound_), above the accuracy asked ({asked:g}) and not small against the sampling error. The fit "
+        "itself loses nothing to the large mean. To "
         "resolve more, store the data less its mean (anomalies)" + (" or in float64" if dtype.itemsize < 8 else "")
         + ", or keep fewer components.")
 
@@ -351,7 +375,7 @@ class BasePCA(Estimator):
         before conversion) adds the input's own precision to ``error_bound_``
         (:func:`input_precision_bound`)."""
         if input_dtype is not None:
-            result = with_input_precision(result, input_dtype)
+            result = with_input_precision(result, input_dtype, _asked_accuracy(self))
         signs = flip_signs(result.components)
         k = len(result.explained_variance)
         n_samples, n_features = result.n_samples, result.mean.shape[0]
@@ -764,7 +788,11 @@ class PCA(ProbabilisticMixin, BasePCA):
     error_bound_ : float
         Bound on the sine of the largest principal angle between ``components_``' span and the
         exact one: 0 for exact solvers, the Krylov solver's a posteriori bound (see
-        :mod:`daskpca.solvers.krylov`), NaN for approximate solvers that compute none.
+        :mod:`daskpca.solvers.krylov`), NaN for approximate solvers that compute none. Where the
+        input's own precision limits the answer (values stored to an ulp that is not small
+        against the kept spread: a large mean in float32, or a huge one in float64) that term
+        is added, and the fit warns (:class:`~daskpca.exceptions.AccuracyWarning`); see
+        :func:`input_precision_bound` and ``solver_info_["input_precision_bound"]``.
     pass_seconds_, fit_seconds_ : ndarray of shape (n_reads,), float
         Wall time of each read this ``fit`` made (the feature stage's own first, if any), and of
         the whole solve. Not saved with the model.

@@ -97,6 +97,8 @@ def row_shift(block) -> np.ndarray:
     otherwise rounded relative to ``|x − shift|``, a spread, never the mean. Plain array methods
     only (no ``np.asarray``): the block may be another library's array.
     """
+    if block.shape[0] == 0:  # no row to take: nothing to shift
+        return block.sum(axis=0, dtype=np.float64)
     shift = block[0].astype(np.float64)  # a copy: set in place below
     shift[~np.isfinite(shift)] = 0.0
     return shift

@@ -563,14 +563,16 @@ def fit_warnings(model, module, solver: str, *, chosen_by_planner: bool) -> list
     if message:
         out.append((message, IllConditionedWarning))
     default = model.solver_info_.get("tol") if chosen_by_planner and model.tol is None else None
-    if default is not None and not model.error_bound_ <= default:  # the default accuracy was missed
+    # The solver's own bound: the input's precision, added to error_bound_, has its own warning.
+    solver_bound = model.solver_info_.get("solver_error_bound", model.error_bound_)
+    if default is not None and not solver_bound <= default:  # the default accuracy was missed
         out.append((
             f"solver='auto' ran block Krylov for the default accuracy sin θ ≤ {default:g} without reaching it: its "
             f"error bound is {model.error_bound_:.1e} (error_bound_). Raise max_passes, or use an exact solver "
             "(solver='covariance' or 'gram').",
             AccuracyWarning,
         ))
-    elif default is None and chosen_by_planner and model.tol is None and model.error_bound_ != 0:
+    elif default is None and chosen_by_planner and model.tol is None and solver_bound != 0:
         bound = model.error_bound_
         out.append((
             f"no exact solver fits a task for this input, so solver='auto' ran the approximate {solver!r} "

@@ -32,7 +32,7 @@ from . import _features, _plan, labeled
 from ._features import FeatureSpec, FeatureStage, matrix_weights
 from ._probabilistic import ProbabilisticMixin
 from ._validation import NonFinite, as_dask_matrix, check_nan_policy
-from .exceptions import InputError, InputTypeError, NonFiniteInputError
+from .exceptions import AccuracyWarning, InputError, InputTypeError, NonFiniteInputError
 from .models import _format
 from .models._base import Estimator, model_matrix, positions, project_matrix, reconstruct, scores_out
 from .models._constraints import ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Interval, Options, Predicate
@@ -45,6 +45,189 @@ from .solvers._progress import PassClock
 
 #: Score scalings of ``transform`` / ``inverse_transform`` (see :mod:`daskpca.labeled`).
 SCALINGS = ("none", "unit", "sqrt_lambda")
+
+
+# ------------------------------------------------------------ what the input itself allows
+
+
+def source_name(X) -> str:
+    """How error messages name the input: its path, its zarr store, its variable, or "X"."""
+    import os
+
+    if isinstance(X, (str, os.PathLike)):
+        return repr(os.fspath(X))
+    store_path = getattr(X, "store_path", None)
+    if store_path is not None:  # a zarr.Array
+        return f"the zarr array at {str(store_path)!r}"
+    if labeled.is_labeled(X):
+        name = getattr(X, "name", None)
+        return f"the {type(X).__name__} {name!r}" if name is not None else f"the {type(X).__name__}"
+    return "X"
+
+
+def refuse_unwritten_store(X) -> None:
+    """Raise for a zarr array (a path or a ``zarr.Array``) of which no chunk was ever written:
+    every value would read as its fill value, and a model of it is a model of nothing (a deleted
+    or never-produced input). Reads metadata and at most two chunk keys' existence, or lists the
+    keys when neither is there; never a chunk. Anything else (or a path that does not open as an
+    array) is left to :func:`~daskpca._validation.as_dask_matrix`."""
+    import os
+
+    try:
+        import zarr
+        from zarr.core.sync import sync
+
+        if isinstance(X, (str, os.PathLike)):
+            array = zarr.open_array(os.fspath(X), mode="r")
+        elif isinstance(X, zarr.Array):
+            array = X
+        else:
+            return
+        if not array.size:
+            return
+        stored = getattr(array, "shards", None) or array.chunks  # a sharded array stores whole shards
+        grid = [-(-size // chunk) for size, chunk in zip(array.shape, stored)]
+        keys = {tuple(0 for _ in grid), tuple(g - 1 for g in grid)}
+        if any(sync((array.store_path / array.metadata.encode_chunk_key(key)).exists()) for key in keys):
+            return
+        unwritten = array.nchunks_initialized == 0
+    except Exception:  # noqa: BLE001 — not a zarr array this can inspect: the reader decides
+        return
+    if unwritten:
+        raise InputError(
+            f"{source_name(X)} (shape {'×'.join(map(str, array.shape))}) has no data: no chunk of it has been "
+            f"written, so every value would read as its fill value ({array.fill_value!r}). Write the data first "
+            "(or point at the array that holds it): a model fitted on it would describe nothing.")
+
+
+def refuse_no_variance(result: SolverResult, X) -> None:
+    """Raise for data with no variance (all zero, constant, or a store whose chunks all hold one
+    value): every variance would be 0 and every ratio "0.00 %", a model of nothing. Read from the
+    fit's own result (its total variance comes with its pass): no extra read."""
+    if result.total_variance > 0 or not np.isfinite(result.total_variance):
+        return
+    mean = np.asarray(result.mean)
+    n, d = result.n_samples, mean.shape[0]
+    if n < 2:
+        what = f"a single sample has no variance (n_samples={n}). Pass at least 2 samples"
+    elif mean.size and np.all(mean == mean.flat[0]):
+        what = (f"has no variance: every value equals {mean.flat[0]:.6g}. Check that it is the field you meant "
+                "(a deleted or never-written input reads as its fill value; a mask or a wrong variable can "
+                "leave one value everywhere)")
+    else:
+        what = (f"has no variance: every feature is constant over the {n} samples (values from "
+                f"{mean.min():.6g} to {mean.max():.6g}). Check that it is the field you meant (samples as rows, "
+                "features as columns; a repeated time step or a wrong variable gives this)")
+    raise InputError(f"{source_name(X)} (shape {n}×{d}) {what}: PCA of it has no components, and no model was made.")
+
+
+#: Below this, the input-precision term is float64 round-off, which every solver's bound already
+#: leaves out (exact solvers report 0, "exact to round-off").
+PRECISION_FLOOR = 1e-10
+#: The input's precision limits the answer when its term exceeds this fraction of the sampling
+#: error of the kept subspace (below it, the rounding is noise among the data's own; the
+#: default accuracy, ``_plan.DEFAULT_TOL``, is chosen by the same rule).
+SAMPLING_FRACTION = 0.01
+
+
+def input_precision_bound(result: SolverResult, dtype, asked: float | None = None) -> dict:
+    """How far the rounding of the input itself can turn the kept subspace (sin θ), and whether
+    that limits the answer.
+
+    The fit computes the components of the values *as stored* exactly (each road centres on a
+    shift taken from the data, :mod:`daskpca.solvers._moments`); what it cannot do is resolve
+    structure finer than the values carry. A value of a dtype with machine epsilon ε is stored to
+    within half a unit in its last place; where the mean is large against the spread that unit is
+    u = ε·max|μ| for every value (the part ε·|x − μ| is a relative change of the spread itself,
+    left out). Rounding to nearest acts as independent noise of variance v = u²/12, uncorrelated
+    with the data, and moves the centred covariance by E = (X̃ᵀΔ + ΔᵀX̃ + ΔᵀΔ)/(n − 1), whose block
+    coupling kept and discarded directions is, to first order,
+    ‖E₂₁‖ ≈ √(v/(n − 1))·(√(total variance) + √(d·λ₁)) + v·(1 + √(d/n)). Davis–Kahan:
+    sin θ ≤ ‖E₂₁‖ / (λ_k − λ_{k+1}) (1 when the gap is not larger). An estimate of the rounding's
+    reach, like Krylov's gap, not a proof for roundings that conspire.
+
+    It *limits* the answer (``material``) when it exceeds both the accuracy asked (``asked``:
+    ``tol``, else DEFAULT_TOL) and :data:`SAMPLING_FRACTION` of the subspace's own sampling error
+    √(2/(n − 1))·√(λ_kλ_{k+1})/(λ_k − λ_{k+1}) (North et al. 1982): below that the rounding is
+    noise among the data's own.
+
+    λ_{k+1}: the spectrum, the covariance solver's ``next_variance``, Krylov's gap estimate, or
+    else ≤ the discarded variance (total − kept); when even that leaves no gap, λ_k itself stands
+    for it. Returns ``{"bound", "ulp", "material"}``.
+    """
+    dtype = np.dtype(dtype)
+    values = np.asarray(result.explained_variance, dtype=np.float64)
+    k, n, d = values.size, result.n_samples, np.shape(result.mean)[0]
+    # No term where nothing is to be resolved: integers are exact, every direction kept, or a kept
+    # variance at round-off (data of lower rank: the ill-conditioning warning says that).
+    if (not np.issubdtype(dtype, np.inexact) or k == 0 or k >= min(n, d)
+            or not values[-1] > _plan.ILL_CONDITIONED_RATIO * values[0]):
+        return {"bound": 0.0, "ulp": 0.0, "material": False}
+    ulp = float(np.finfo(dtype).eps * np.max(np.abs(result.mean), initial=0.0))
+    if result.spectrum is not None and len(result.spectrum) > k:
+        following = float(result.spectrum[k])
+    elif "next_variance" in result.info:
+        following = float(result.info["next_variance"])
+    elif np.isfinite(result.info.get("gap", np.nan)):
+        following = max(float(values[-1] - result.info["gap"]), 0.0)
+    else:
+        following = min(max(result.total_variance - float(values.sum()), 0.0), float(values[-1]))
+    following = max(following, 0.0)
+    gap = float(values[-1] - following)
+    if not gap > 0:
+        gap = float(values[-1])
+    v = ulp * ulp / 12
+    coupling = (np.sqrt(v / max(n - 1, 1)) * (np.sqrt(max(result.total_variance, 0.0)) + np.sqrt(d * values[0]))
+                + v * (1 + np.sqrt(d / n)))
+    bound = float(min(1.0, coupling / gap)) if gap > coupling else 1.0
+    sampling = np.sqrt(2.0 / max(n - 1, 1)) * np.sqrt(values[-1] * following) / gap
+    asked = _plan.DEFAULT_TOL if asked is None else asked
+    material = bool(bound > max(asked, SAMPLING_FRACTION * sampling, PRECISION_FLOOR))
+    return {"bound": bound, "ulp": ulp, "material": material}
+
+
+def with_input_precision(result: SolverResult, dtype, asked: float | None = None) -> SolverResult:
+    """The result with the input's precision (:func:`input_precision_bound`) in its info:
+    ``input_precision_bound`` always; added to ``error_bound`` where it limits the answer (the
+    solver's own bound then stays in ``solver_error_bound``)."""
+    precision = input_precision_bound(result, dtype, asked)
+    info = {**result.info, "input_precision_bound": precision["bound"], "input_ulp": precision["ulp"],
+            "input_precision_limits": precision["material"]}
+    if precision["material"]:
+        solver_bound = float(result.info.get("error_bound", np.nan))
+        info["solver_error_bound"] = solver_bound
+        info["error_bound"] = min(1.0, solver_bound + precision["bound"])  # NaN stays NaN: no bound known
+    return replace(result, info=info)
+
+
+def _asked_accuracy(model) -> float:
+    """The accuracy a fit was asked for: its ``tol``, else the default accuracy (DEFAULT_TOL)."""
+    tol = getattr(model, "tol", None)
+    return float(tol) if isinstance(tol, Real) and tol > 0 else _plan.DEFAULT_TOL
+
+
+def input_precision_warning(model, dtype) -> str | None:
+    """The :class:`~daskpca.exceptions.AccuracyWarning` of a fit whose input's own precision
+    limits its components beyond the accuracy asked (``tol``; without one the default accuracy,
+    ``daskpca._plan.DEFAULT_TOL``). An AccuracyWarning, not an IllConditionedWarning: no solver
+    does better (that warning's cure, ``solver='tsqr'``, would change nothing); it is a bound
+    on the answer, reported in ``error_bound_`` as that warning's class promises."""
+    info = model.solver_info_
+    if not info.get("input_precision_limits"):
+        return None
+    bound = float(info["input_precision_bound"])
+    asked = _asked_accuracy(model)
+    dtype = np.dtype(dtype)
+    k = model.n_components_
+    return (
+        f"the input's own precision limits the components: its values are {dtype.name} around |mean| up to "
+        f"{float(np.max(np.abs(model.mean_))):.3g}, each stored to within ~{info['input_ulp']:.1g}, against a spread of "
+        f"√λ_{k} = {float(np.sqrt(model.explained_variance_[-1])):.2g}; the kept subspace of the values before "
+        f"rounding may differ by sin θ up to {bound:.1e} (solver_info_['input_precision_bound'], included in "
+        f"error_bound_), above the accuracy asked ({asked:g}) and not small against the sampling error. The fit "
+        "itself loses nothing to the large mean. To "
+        "resolve more, store the data less its mean (anomalies)" + (" or in float64" if dtype.itemsize < 8 else "")
+        + ", or keep fewer components.")
 
 
 class BasePCA(Estimator):
@@ -98,6 +281,7 @@ class BasePCA(Estimator):
         """The one fit road: matrix → feature stage → plan → solver → fitted attributes."""
         self.validate_params()
         self.__dict__.pop("_loaded_from", None)  # a new fit replaces, it does not modify, a loaded model
+        refuse_unwritten_store(X)
         matrix, layout, spec = self._fit_input(X, sample_dims)
         request = self._request(matrix)
         if plan is None:
@@ -119,7 +303,8 @@ class BasePCA(Estimator):
             if layout is None:
                 raise
             raise labeled.located(error, matrix, layout, X) from error
-        self._set_fitted(result, name, reason, layout)
+        refuse_no_variance(result, X)
+        self._set_fitted(result, name, reason, layout, input_dtype=matrix.dtype)
         self.pass_seconds_, self.fit_seconds_, self.cache_ = np.array(clock.passes), clock.seconds, cache.summary
         self.client_seconds_ = np.array(clock.client)
         if spec is not None:
@@ -127,6 +312,9 @@ class BasePCA(Estimator):
         unasked = self.solver == "auto" and not getattr(module, "ACCEPTS_MISSING", False)  # ppca: NaN chose it
         for message, category in _plan.fit_warnings(self, module, name, chosen_by_planner=unasked):
             warnings.warn(message, category, stacklevel=3)
+        message = input_precision_warning(self, matrix.dtype)
+        if message:
+            warnings.warn(message, AccuracyWarning, stacklevel=3)
 
     def _fit_input(self, X, sample_dims):
         """``(matrix, layout, spec)``: the input as a lazy matrix, its labeled layout (or None)
@@ -184,7 +372,12 @@ class BasePCA(Estimator):
         request.validate()
         return request
 
-    def _set_fitted(self, result: SolverResult, solver: str, reason: str, layout) -> None:
+    def _set_fitted(self, result: SolverResult, solver: str, reason: str, layout, *, input_dtype=None) -> None:
+        """Fitted attributes from the solver's result; ``input_dtype`` (the analysed matrix's
+        before conversion) adds the input's own precision to ``error_bound_``
+        (:func:`input_precision_bound`)."""
+        if input_dtype is not None:
+            result = with_input_precision(result, input_dtype, _asked_accuracy(self))
         signs = flip_signs(result.components)
         k = len(result.explained_variance)
         n_samples, n_features = result.n_samples, result.mean.shape[0]
@@ -609,7 +802,11 @@ class PCA(ProbabilisticMixin, BasePCA):
     error_bound_ : float
         Bound on the sine of the largest principal angle between ``components_``' span and the
         exact one: 0 for exact solvers, the Krylov solver's a posteriori bound (see
-        :mod:`daskpca.solvers.krylov`), NaN for approximate solvers that compute none.
+        :mod:`daskpca.solvers.krylov`), NaN for approximate solvers that compute none. Where the
+        input's own precision limits the answer (values stored to an ulp that is not small
+        against the kept spread: a large mean in float32, or a huge one in float64) that term
+        is added, and the fit warns (:class:`~daskpca.exceptions.AccuracyWarning`); see
+        :func:`input_precision_bound` and ``solver_info_["input_precision_bound"]``.
     pass_seconds_, fit_seconds_ : ndarray of shape (n_reads,), float
         Wall time of each read this ``fit`` made (the feature stage's own first, if any), and of
         the whole solve. Not saved with the model.
@@ -755,7 +952,8 @@ class PCA(ProbabilisticMixin, BasePCA):
         # The fit's reason quoted the old sample count; say what this model now is instead.
         reason = (f"update: the covariance statistics of {merged.count - n_before} new samples merged "
                   f"exactly into those of {n_before} ({merged.count} samples in all)")
-        self._set_fitted(replace(result, features=self.feature_stage_), "covariance", reason, layout)
+        self._set_fitted(replace(result, features=self.feature_stage_), "covariance", reason, layout,
+                         input_dtype=matrix.dtype)
         self.solver_info_ = {**info, **self.solver_info_, "updated_with": merged.count - n_before}
         return self
 

@@ -103,3 +103,38 @@ def test_integer_input_becomes_float64():
     X = np.random.default_rng(0).integers(0, 10, size=(100, 5))
     pca = PCA(2).fit(X)
     assert pca.transform(X).dtype == np.float64
+
+
+@pytest.mark.parametrize("solver", ["covariance", "tsqr", "gram", "krylov", "randomized", "als"])
+def test_a_field_with_no_variance_is_refused_by_name(solver):
+    from daskpca.exceptions import InputError
+
+    with pytest.raises(InputError, match=r"X \(shape 40×6\) has no variance: every value equals 0\b.*no model was made"):
+        PCA(2, solver=solver, random_state=0).fit(np.zeros((40, 6)))
+    constant = np.tile(np.arange(6.0), (40, 1))
+    with pytest.raises(InputError, match=r"every feature is constant over the 40 samples \(values from 0 to 5\)"):
+        PCA(2, solver=solver, random_state=0).fit(da.from_array(constant, chunks=(10, 6)))
+
+
+def test_a_zarr_array_never_written_is_refused_before_any_read(tmp_path):
+    import zarr
+
+    from daskpca import cli
+    from daskpca.exceptions import InputError
+
+    path = tmp_path / "deleted.zarr"
+    zarr.create_array(str(path), shape=(50, 8), chunks=(10, 8), dtype="f4")  # metadata only: no chunk
+    with dask.config.set(scheduler=_no_compute):
+        with pytest.raises(InputError, match=r"'.*deleted\.zarr' \(shape 50×8\) has no data: no chunk of it has been written"):
+            PCA(2).fit(str(path))
+        with pytest.raises(InputError, match=r"the zarr array at '.*deleted\.zarr' \(shape 50×8\) has no data"):
+            PCA(2).fit(zarr.open_array(str(path), mode="r"))
+    code = cli.main(["fit", str(path), "-k", "2", "--out", str(tmp_path / "m.zarr")])
+    assert code == 2 and not (tmp_path / "m.zarr").exists()
+    zarr.open_array(str(path), mode="r+")[...] = 7.0  # written, but constant: refused after the pass
+    with pytest.raises(InputError, match=r"has no variance: every value equals 7\b"):
+        PCA(2).fit(str(path))
+
+
+def _no_compute(*args, **kwargs):
+    raise AssertionError("the refusal must come before any compute")

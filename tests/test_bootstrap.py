@@ -340,3 +340,38 @@ def test_report_refuses_bootstraps_that_cannot_vary_cannot_fit_or_resample_other
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, err
         assert not (tmp_path / "rep").exists()
+
+
+def _z_scored(X):
+    return (X - X.mean(0)) / X.std(0, ddof=1)
+
+
+def test_data_with_the_model_moments_but_not_its_structure_is_refused():
+    # Any two z-scored fields share their mean (0) and total variance (d) exactly; so do a field
+    # and its columns permuted, and noise matched to its moments. What the model explains differs.
+    rng = np.random.default_rng(11)
+    z1, z2 = _z_scored(ar1_field(rng, 300, 0.3)), _z_scored(ar1_field(rng, 300, 0.3))
+    pca = PCA(3, solver="covariance").fit(z1)
+    noise = _z_scored(rng.standard_normal(z1.shape))
+    for other in (z2, z1[:, ::-1], noise):
+        with pytest.raises(ValueError, match=r"not the data the model was fitted on: along component \d its variance"):
+            bootstrap(pca, other, n_replicates=200)
+    for solver in ("covariance", "gram", "krylov", "randomized"):  # the same data passes, whatever the solver
+        model = PCA(3, solver=solver, random_state=0).fit(z1)
+        bootstrap(model, z1, n_replicates=200)
+        bootstrap(model, z1.astype(np.float32).astype(np.float64), n_replicates=200)
+
+
+def test_report_refuses_to_bootstrap_another_field_of_the_same_shape(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from daskpca import cli
+
+    rng = np.random.default_rng(12)
+    z1, z2 = _z_scored(ar1_field(rng, 300, 0.5)), _z_scored(ar1_field(rng, 300, 0.5))
+    write_zarr(tmp_path / "z2.zarr", z2, (100, 5))
+    PCA(3, solver="covariance").fit(z1).save(tmp_path / "model.zarr")
+    code = cli.main(["report", str(tmp_path / "model.zarr"), "--out", str(tmp_path / "rep"), "--bootstrap", "200",
+                     "--data", str(tmp_path / "z2.zarr")])
+    err = capsys.readouterr().err
+    assert code == 2 and "not the data the model was fitted on: along component" in err and "refit" in err, err
+    assert not (tmp_path / "rep").exists()

@@ -299,7 +299,8 @@ def test_loads_while_another_process_replaces_the_model_read_one_whole_version(t
     # Each saved version is recognisable (k components, mean 10·k): a load racing the swaps
     # returns one of them whole — never an error, never parts of two versions.
     path = tmp_path / "m.zarr"
-    PCA(1).fit(np.zeros((60, 5)) + 10.0).save(path)
+    X = np.random.default_rng(0).standard_normal((60, 5))
+    PCA(1).fit(X - X.mean(axis=0) + 10.0).save(path)  # data with variance (a constant field is refused)
     writer = subprocess.Popen([sys.executable, "-c", _REPLACER, str(path), "40"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     assert writer.stdout.readline() == "ready\n"

@@ -245,8 +245,9 @@ def bootstrap(pca, X, *, n_replicates: int = 1000, block_length: int | None = No
                          "pass the data the model was fitted on.")
     Z = pca.feature_stage_.apply(matrix)
     with tuned_for_tasks():
-        parts = dask.compute(*map_row_blocks(Z, _project_block, "bootstrap-project", pca.mean_, plan.basis))
-    _check_same_data(pca, sum(p[2] for p in parts), sum(p[3] for p in parts))
+        parts = dask.compute(*map_row_blocks(Z, _project_block, "bootstrap-project", pca.mean_, plan.basis,
+                                             pca.components_.T))
+    _check_same_data(pca, *(sum(p[i] for p in parts) for i in range(2, 6)))
     result = bootstrap_scores(
         np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
         basis=plan.basis, reference=pca.components_[: plan.n_modes] @ plan.basis, n_replicates=n_replicates,
@@ -387,11 +388,13 @@ def _check_bootstrap(pca, n_replicates, block_length, confidence, n_modes, n_bas
     return _BootstrapPlan(np.ascontiguousarray(basis), int(m), int(n_modes), bool(m >= rank))
 
 
-def _project_block(block, row_offset, mean, basis):
-    """``(scores, residual, sums, squares)`` of one row block: ``(z − mean)·V`` (n_i × m),
-    ‖(z − mean) − V Vᵀ(z − mean)‖² (n_i,), and the column sums of ``z − mean`` and of its squares
-    (d,) that tell whether this is the data the model was fitted on. Computed on the block's
-    device; the four results (n_i·(m + 1) + 2·d numbers) handed to the host."""
+def _project_block(block, row_offset, mean, basis, components):
+    """``(scores, residual, sums, squares, component_sums, component_squares)`` of one row block:
+    ``(z − mean)·V`` (n_i × m), ‖(z − mean) − V Vᵀ(z − mean)‖² (n_i,), and what tells whether this
+    is the data the model was fitted on: the column sums of ``z − mean`` and of its squares (d,),
+    and of its projections on the model's components ``(z − mean)·U`` and their squares (k,).
+    Computed on the block's device; the six results (n_i·(m + 1) + 2·(d + k) numbers) handed to
+    the host."""
     xp = namespace(block)
     centered = xp.subtract(block, like(mean, block), dtype=xp.float64)
     if not xp.isfinite(centered).all():
@@ -399,17 +402,44 @@ def _project_block(block, row_offset, mean, basis):
     scores = centered @ like(basis, block)
     squares = xp.einsum("ij,ij->i", centered, centered)
     residual = xp.maximum(squares - xp.einsum("ij,ij->i", scores, scores), 0.0)
-    return to_host((scores, residual, centered.sum(axis=0), xp.einsum("ij,ij->j", centered, centered)))
+    projected = centered @ like(components, block)
+    return to_host((scores, residual, centered.sum(axis=0), xp.einsum("ij,ij->j", centered, centered),
+                    projected.sum(axis=0), xp.einsum("ij,ij->j", projected, projected)))
 
 
 #: How far the data's mean and total variance may stand from the model's before the bootstrap
 #: says it is other data: relative to each feature's spread (a refit in float32 agrees to ~1e-6).
 SAME_DATA_RTOL = 1e-4
+#: How far the data's variance along each kept component (uᵀCu) may stand from the model's
+#: ``explained_variance_``, relative, for the data it was fitted on: round-off of a refit (a float32
+#: copy of the data agrees to ~1e-8). Approximate solvers add their own eigenvalue error (Krylov's
+#: bound; a tenth of the sampling error √(2/(n − 1)) for those that report none): other data of
+#: the same kind differs by about the sampling error, other fields by far more.
+SAME_VARIANCE_RTOL = 1e-6
 
 
-def _check_same_data(pca, sums, squares) -> None:
-    """Refuse data whose mean or total variance is not the model's: its intervals would be those of
-    other data, and the model's estimates could fall outside them (the field ×10 + 100)."""
+def _variance_tolerance(pca) -> np.ndarray:
+    """Per kept component, the relative difference between uᵀCu on the fitted data and
+    ``explained_variance_`` that round-off and the solver's approximation allow (see
+    :data:`SAME_VARIANCE_RTOL`)."""
+    values = np.asarray(pca.explained_variance_, dtype=np.float64)
+    n, d = pca.n_samples_, pca.components_.shape[1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        roundoff = np.where(values > 0, d * np.finfo(np.float64).eps * values[0] / values, np.inf)
+    tolerance = SAME_VARIANCE_RTOL + roundoff
+    bounds = pca.solver_info_.get("eigenvalue_error_bounds")
+    if bounds is not None and np.shape(bounds) == values.shape:
+        tolerance = tolerance + np.asarray(bounds, dtype=np.float64)
+    elif not np.isfinite(getattr(pca, "error_bound_", 0.0)):  # an approximate solver with no bound
+        tolerance = tolerance + 0.1 * np.sqrt(2.0 / max(n - 1, 1))
+    return tolerance
+
+
+def _check_same_data(pca, sums, squares, component_sums=None, component_squares=None) -> None:
+    """Refuse data whose mean, total variance or variance along the model's components is not the
+    model's: its intervals would be those of other data, and the model's estimates could fall
+    outside them (the field ×10 + 100; another z-scored field of the same shape, whose mean and
+    total variance match exactly; the same field with its features in another order)."""
     n = pca.n_samples_
     shift = sums / n  # the data's mean less the model's, per analysed feature
     variance = np.maximum(squares / n - shift**2, 0.0)  # per feature, about the data's own mean
@@ -427,6 +457,24 @@ def _check_same_data(pca, sums, squares) -> None:
         raise InputError(
             f"this is not the data the model was fitted on: its total variance is {total:.6g}, the model's "
             f"{fitted:.6g}. The bootstrap resamples the fitted data; pass that data, or refit the model on it.")
+    if component_sums is None:
+        return
+    # What the model explains, on this data: uᵀCu per kept component, about the data's own mean.
+    explained = (component_squares - component_sums**2 / n) / max(n - 1, 1)
+    values = np.asarray(pca.explained_variance_, dtype=np.float64)
+    tolerance = _variance_tolerance(pca)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        relative = np.abs(explained - values) / np.maximum(values, np.finfo(np.float64).tiny)
+    worst = int(np.argmax(relative - tolerance))
+    if relative[worst] > tolerance[worst]:
+        raise InputError(
+            f"this is not the data the model was fitted on: along component {worst + 1} its variance is "
+            f"{explained[worst]:.6g}, the model's explained_variance_[{worst}] is {values[worst]:.6g} (relative "
+            f"difference {relative[worst]:.2g}, more than the {tolerance[worst]:.1g} round-off and the solver allow). "
+            "Its mean and total variance may match (as for any z-scored field, or the same field with its "
+            "features in another order), but the model does not explain it as it explained its own data. The "
+            "bootstrap resamples the fitted data; pass that data (same samples, same order of features), or "
+            "refit the model on this data.")
 
 
 def _replicate_spectra(scores, residual, rng, n_replicates, block_length, reference):

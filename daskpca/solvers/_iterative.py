@@ -18,6 +18,7 @@ from ._base import open_checkpoint
 from ._device import namespace
 from ._graph import SizedByArrays
 from ._linalg import tall_norm2, tall_qr
+from ._moments import merge_shifted_means, row_shift
 from .._validation import NonFinite, find_nonfinite
 from ..exceptions import InputError
 
@@ -36,12 +37,23 @@ class ColumnMoments(SizedByArrays):
         ``Σ (x - mean)²`` of each column over its observed entries.
     nonfinite : NonFinite
         NaN/±inf entries (with ``missing=True``: ±inf only, NaN being a missing value).
+    shift, offset : ndarray of shape (d,), float64, or None
+        The mean unrounded, ``shift + offset`` (see :mod:`daskpca.solvers._moments`): a value of
+        the column plus the mean of the values less it. ``None``: the shift is the mean.
     """
 
     count: np.ndarray
     mean: np.ndarray
     m2: np.ndarray
     nonfinite: NonFinite
+    shift: np.ndarray | None = None
+    offset: np.ndarray | None = None
+
+    def shifted_mean(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(shift, offset)`` with mean = shift + offset."""
+        if self.shift is None:
+            return self.mean, self.mean * 0.0
+        return self.shift, self.offset
 
     def variance(self) -> np.ndarray:
         """Per-column sample variance (ddof=1; 0 for columns with fewer than two entries)."""
@@ -53,7 +65,9 @@ def column_moments(block: np.ndarray, row_offset: int = 0, col_offset: int = 0, 
 
     With ``missing=True`` NaN entries are skipped (counted per column) and only ±inf is reported
     as non-finite; otherwise every NaN/±inf is reported and replaced by 0 so the merge stays
-    finite (the fit raises afterwards). In the block's array library (a device block stays there).
+    finite (the fit raises afterwards). Each column is shifted by a value of its own (the first
+    observed one) before its mean is taken, so the mean is accurate to ε·spread however large
+    (see :mod:`daskpca.solvers._moments`). In the block's array library (a device block stays there).
     """
     xp = namespace(block)
     x = xp.asarray(block, dtype=xp.float64)
@@ -64,25 +78,38 @@ def column_moments(block: np.ndarray, row_offset: int = 0, col_offset: int = 0, 
             observed &= xp.isfinite(x)
         count = observed.sum(axis=0).astype(xp.int64)
         x = xp.where(observed, x, 0.0)
-        mean = x.sum(axis=0) / xp.maximum(count, 1)
-        m2 = (xp.where(observed, x - mean, 0.0) ** 2).sum(axis=0)
+        # The first observed value of each column (0 where none is): a value of the data.
+        shift = x[observed.argmax(axis=0), xp.arange(x.shape[1])] if x.shape[0] else xp.zeros(x.shape[1])
+        shifted = xp.where(observed, x - shift, 0.0)
+        offset = shifted.sum(axis=0) / xp.maximum(count, 1)
+        m2 = (xp.where(observed, shifted - offset, 0.0) ** 2).sum(axis=0)
     else:
         nonfinite = find_nonfinite(block, row_offset, col_offset)
         if nonfinite.count:
             x = xp.where(xp.isfinite(x), x, 0.0)
         count = xp.full(x.shape[1], x.shape[0], dtype=xp.int64)
-        mean = x.mean(axis=0) if x.shape[0] else xp.zeros(x.shape[1])
-        m2 = ((x - mean) ** 2).sum(axis=0)
-    return ColumnMoments(count, mean, m2, nonfinite)
+        if not x.shape[0]:
+            return ColumnMoments(count, xp.zeros(x.shape[1]), xp.zeros(x.shape[1]), nonfinite)
+        shift = row_shift(x)
+        shifted = x - shift
+        offset = shifted.mean(axis=0)
+        m2 = ((shifted - offset) ** 2).sum(axis=0)
+    return ColumnMoments(count, shift + offset, m2, nonfinite, shift, offset)
 
 
 def _merge_columns(a: ColumnMoments, b: ColumnMoments) -> ColumnMoments:
     count = a.count + b.count
-    safe = namespace(count).maximum(count, 1)
-    delta = b.mean - a.mean
-    mean = a.mean + delta * (b.count / safe)
+    xp = namespace(count)
+    safe = xp.maximum(count, 1)
+    shift_a, offset_a = a.shifted_mean()
+    shift_b, offset_b = b.shifted_mean()
+    # A column seen by no row of a part has no shift there: take the other part's.
+    shift_a = xp.where(a.count > 0, shift_a, shift_b)
+    offset_a = xp.where(a.count > 0, offset_a, 0.0)
+    shift_b, offset_b = xp.where(b.count > 0, shift_b, shift_a), xp.where(b.count > 0, offset_b, 0.0)
+    delta, offset = merge_shifted_means(a.count, shift_a, offset_a, b.count, shift_b, offset_b)
     m2 = a.m2 + b.m2 + delta**2 * (a.count * b.count / safe)
-    return ColumnMoments(count, mean, m2, a.nonfinite.merge(b.nonfinite))
+    return ColumnMoments(count, shift_a + offset, m2, a.nonfinite.merge(b.nonfinite), shift_a, offset)
 
 
 def combine_column_moments(parts) -> ColumnMoments:

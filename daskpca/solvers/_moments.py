@@ -6,6 +6,20 @@ finalises (covariance = scatter / (count - 1)). Everything is accumulated in flo
 input dtype, and every block is centered on its *own* mean before its scatter is formed, so no
 step ever computes ``XᵀX/n - μμᵀ`` (which cancels catastrophically when ``|μ| ≫ spread``).
 
+Shifted means: a mean is held as ``shift + offset``
+--------------------------------------------------
+Centering on the block's own mean is not enough when ``|μ| ≫ spread``: a mean computed as
+``Σx/n`` carries an error of ~ε·|μ| (2e-6 at |μ| = 1e10), and the merge's ``δ = μ_B − μ_A``, a
+difference of two such means of size ~spread/√n, inherits it whole — the scatter's rank-one
+corrections, hence the components, were off by ~ε·|μ|/spread (sin θ 1e-4 at μ = 1e10, σ = 1e-2).
+So every part holds its mean as a *shift* taken from the data (the block's first row, an exact
+float) plus an *offset*, the mean of ``x − shift``: that subtraction is exact when
+``|μ| ≫ spread`` (Sterbenz: x and the shift are within a factor 2), so the offset is accurate to
+~ε·spread. Merges take ``δ = (shift_B − shift_A) + (offset_B − offset_A)`` — the first difference
+is again exact — and keep A's shift (:func:`merge_shifted_means`). Only the final mean is rounded
+once, ``shift + offset``. The kernels use plain array operators (``x - shift``, ``x.sum(axis=0)``),
+so they port to other array libraries.
+
 The merge is Chan, Golub & LeVeque (1979), "Updating formulae and a pairwise algorithm for
 computing sample variances": for partial results A and B,
 ``n = n_A + n_B``, ``δ = μ_B - μ_A``, ``μ = μ_A + δ n_B / n``,
@@ -17,7 +31,7 @@ Device blocks (CuPy) are reduced on their device, merges included, through the b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import reduce
 
 import numpy as np
@@ -47,6 +61,10 @@ class Moments(SizedByArrays):
         (e.g. land points of an ocean field; their moments are those of zeros, exactly 0) from
         partially missing ones — with no extra read. Non-finite entries are replaced by 0 before
         the moments are formed.
+    shift, offset : ndarray of shape (d,), float64, or None
+        The mean as ``shift + offset`` before rounding (see the module notes); ``mean`` is their
+        rounded sum. ``None`` (moments made from a mean alone, e.g. a saved model's): the shift
+        is the mean and the offset 0.
     """
 
     count: int
@@ -54,6 +72,14 @@ class Moments(SizedByArrays):
     scatter: np.ndarray
     nonfinite: NonFinite
     finite_count: np.ndarray | None = field(default=None, compare=False)
+    shift: np.ndarray | None = field(default=None, compare=False)
+    offset: np.ndarray | None = field(default=None, compare=False)
+
+    def shifted_mean(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(shift, offset)`` with mean = shift + offset (see the module notes)."""
+        if self.shift is None:
+            return self.mean, self.mean * 0.0
+        return self.shift, self.offset
 
     def finite_counts(self) -> np.ndarray:
         """Per-feature number of finite entries (``count`` everywhere when all were finite)."""
@@ -67,41 +93,73 @@ class Moments(SizedByArrays):
         return (self.scatter + self.scatter.T) / 2
 
 
+def row_shift(block) -> np.ndarray:
+    """The shift of a block (n_i, d): its first row in float64, non-finite entries read as 0.
+
+    A row of the data itself, so ``x − shift`` is exact for every x within a factor 2 of it —
+    every value of a column whose mean is large against its spread (Sterbenz's lemma) — and
+    otherwise rounded relative to ``|x − shift|``, a spread, never the mean. Plain array methods
+    only (no ``np.asarray``): the block may be another library's array.
+    """
+    xp = namespace(block)
+    if block.shape[0] == 0:  # no row to take: nothing to shift
+        return block.sum(axis=0, dtype=xp.float64)
+    shift = block[0].astype(xp.float64)
+    return xp.where(xp.isfinite(shift), shift, 0.0)
+
+
+def merge_shifted_means(count_a, shift_a, offset_a, count_b, shift_b, offset_b):
+    """``(delta, offset)`` of the merge of two parts whose means are ``shift + offset``:
+    ``delta = μ_B − μ_A`` formed without rounding either mean (``shift_B − shift_A`` is exact
+    when the shifts are data of one column with a large mean), and the pooled mean's offset about
+    ``shift_a``, which the merged part keeps. ``count_*`` may be per-column arrays (0 allowed)."""
+    delta = (shift_b - shift_a) + (offset_b - offset_a)
+    total = count_a + count_b
+    return delta, offset_a + delta * (count_b / (total if np.ndim(total) == 0 else np.maximum(total, 1)))
+
+
 @dataclass(frozen=True)
 class CenteredBlock:
-    """A block converted to float64 and centered on its own column means (see :func:`center_block`)."""
+    """A block converted to float64 and centered on its own column means (see :func:`center_block`).
+
+    ``mean`` = ``shift + offset`` rounded; ``shift`` (the block's first row) and ``offset`` (the
+    mean of ``block − shift``) hold it unrounded, for merges (see the module notes)."""
 
     centered: np.ndarray
     mean: np.ndarray
     nonfinite: NonFinite
     finite_count: np.ndarray | None
+    shift: np.ndarray | None = None
+    offset: np.ndarray | None = None
 
 
 def center_block(block: np.ndarray, row_offset: int = 0, col_offset: int = 0) -> CenteredBlock:
     """Convert a block to float64 and center its columns, checking for NaN/±inf on the way.
 
-    The float64 column means are taken first (accumulated in float64 whatever the input dtype);
-    a NaN or ±inf anywhere in a column makes its mean non-finite, so the full element-wise scan
-    runs only when some mean is not finite — the clean path costs nothing extra. Non-finite
-    entries are then counted, located (global row, column), counted per feature and replaced by 0
-    so the statistics stay finite (the caller raises, or the labeled layer drops features that
-    are non-finite everywhere: their zeros add exactly nothing).
-
-    Conversion and centering are one ``subtract`` into a new float64 array: one block-sized
-    float64 buffer, not two. Written against the block's namespace: a device block stays there.
+    The block is shifted by its first row (:func:`row_shift`) while it is converted — one
+    ``subtract`` into a new float64 array, one block-sized buffer — and the column means of
+    the shifted block (the offsets, accurate to ε·spread whatever the mean) are subtracted in
+    place. A NaN or ±inf anywhere in a column makes its offset non-finite, so the full
+    element-wise scan runs only then — the clean path costs nothing extra. Non-finite entries
+    are then counted, located (global row, column), counted per feature and replaced by 0 so the
+    statistics stay finite (the caller raises, or the labeled layer drops features that are
+    non-finite everywhere: their zeros add exactly nothing). Written against the block's
+    namespace: a device block stays there.
     """
     xp = namespace(block)
-    mean = block.mean(axis=0, dtype=xp.float64)
+    shift = row_shift(block)
+    centered = xp.subtract(block, shift, dtype=xp.float64)
+    offset = centered.mean(axis=0)
     nonfinite, finite_count = NonFinite(), None
-    if not xp.isfinite(mean).all():
+    if not xp.isfinite(offset).all():
         nonfinite = find_nonfinite(block, row_offset, col_offset)
         if nonfinite.count:
             finite = xp.isfinite(block)
             finite_count = finite.sum(axis=0, dtype=xp.int64)
-            block = xp.where(finite, block, 0)
-            mean = block.mean(axis=0, dtype=xp.float64)
-    centered = xp.subtract(block, mean, dtype=xp.float64)
-    return CenteredBlock(centered, mean, nonfinite, finite_count)
+            centered = xp.where(finite, centered, 0.0 - shift)  # zero-filled entries, shifted
+            offset = centered.mean(axis=0)
+    centered -= offset
+    return CenteredBlock(centered, shift + offset, nonfinite, finite_count, shift, offset)
 
 
 def chunk_moments(block: np.ndarray, row_offset: int = 0, col_offset: int = 0) -> Moments:
@@ -127,7 +185,7 @@ def chunk_moments(block: np.ndarray, row_offset: int = 0, col_offset: int = 0) -
         return Moments(0, xp.zeros(n_features), xp.zeros((n_features, n_features)), NonFinite())
     part = center_block(block, row_offset, col_offset)
     scatter = part.centered.T @ part.centered
-    return Moments(n_rows, part.mean, scatter, part.nonfinite, part.finite_count)
+    return Moments(n_rows, part.mean, scatter, part.nonfinite, part.finite_count, part.shift, part.offset)
 
 
 def _merge_finite_counts(parts):
@@ -160,17 +218,16 @@ def combine_moments(parts) -> Moments:
     counted = [p for p in parts if p.count] or parts[:1]
     first = counted[0]
     if len(counted) == 1:
-        return Moments(first.count, first.mean, first.scatter, nonfinite, finite_count)
-    count, mean = first.count, first.mean
+        return replace(first, nonfinite=nonfinite, finite_count=finite_count)
+    count, (shift, offset) = first.count, first.shifted_mean()
     backend = backend_of(first.scatter)
     scatter = backend.float64_copy(first.scatter, order="F")
     for part in counted[1:]:
         total = count + part.count
-        delta = part.mean - mean
+        delta, offset = merge_shifted_means(count, shift, offset, part.count, *part.shifted_mean())
         scatter += part.scatter
         # scatter += (count·part.count/total)·δδᵀ, in place (NumPy: BLAS dger); δδᵀ is symmetric,
         # so the Fortran order dger updates in place is the same matrix whatever order the inputs had.
         scatter = backend.rank_one_update(scatter, count * part.count / total, delta)
-        mean = mean + delta * (part.count / total)
         count = total
-    return Moments(count, mean, scatter, nonfinite, finite_count)
+    return Moments(count, shift + offset, scatter, nonfinite, finite_count, shift, offset)

@@ -36,7 +36,12 @@ n-sized exists between passes (the textbook scheme keeps the n×ℓ Q). The same
 count, mean and total sum of squares (Chan–Golub–LeVeque), so the mean, the total variance and
 the NaN/±inf check come with the first pass, and centering is implicit: each block is centered on
 its own mean, the correction rides in the merges (no ``XΩ − 1(μᵀΩ)`` cancellation when
-``|μ| ≫ spread``, and no centered copy of X anywhere).
+``|μ| ≫ spread``, and no centered copy of X anywhere). The means themselves are never rounded
+before the end: a part holds its mean as the shift its slabs were made about (a float64 vector
+near the data, so ``rows − shift`` is exact when ``|μ| ≫ spread``) plus an offset, and the merge's
+δ_a is formed from exact differences of shifts (see :mod:`daskpca.solvers._moments`). A rounded
+mean carries ~ε·|μ|, and every δ_a, the merges' only new data, inherited it: sin θ 1e-5 at
+μ = 1e10, σ = 1e-2 in float64.
 
 Memory per task: the input row block, one ~16 MiB float64 slab (:data:`SLAB_BYTES`), and
 ``SPLIT_EVERY`` d×(ℓ+1) partial factors; a merge task holds ``SPLIT_EVERY`` d×(ℓ+1) matrices.
@@ -80,11 +85,15 @@ class _Sketch(SizedByArrays):
     ``r`` (m×ℓ) and the implicit Q_g (rows×m, orthogonal to the all-ones vector) factor the
     sketch X̂_gΩ = Q_g·r; ``ht`` = Q_gᵀX̂_g (m×d, the transpose of H = X̂_gᵀQ_g, kept row-major
     so merges stack rows, a plain copy). ``m2`` is the total Σ‖x − μ_g‖² (the trace of the
-    scatter), for the total variance.
+    scatter), for the total variance. The mean is held unrounded: μ_g = shift·scale + offset,
+    ``shift`` in the input's units (the vector the slabs were shifted by), ``scale`` the pass's
+    column factor (None: 1), ``offset`` in the analysed units.
     """
 
     count: int
-    mean: np.ndarray  # (d,)
+    shift: np.ndarray  # (d,)
+    offset: np.ndarray  # (d,)
+    scale: np.ndarray | None  # (d,) or None
     m2: float
     r: np.ndarray  # (m, ℓ)
     ht: np.ndarray  # (m, d)
@@ -93,15 +102,26 @@ class _Sketch(SizedByArrays):
     # a pass that carries the feature stage (``count_missing``), None when there were none.
     missing: np.ndarray | None = None
 
+    @property
+    def mean(self) -> np.ndarray:
+        """μ_g, rounded once (d,)."""
+        return self.offset + (self.shift if self.scale is None else self.shift * self.scale)
+
+    def offset_from(self, shift: np.ndarray) -> np.ndarray:
+        """μ_g − shift·scale, unrounded: ``shift − self.shift`` is exact for shifts near the data."""
+        moved = self.shift - shift
+        return self.offset + (moved if self.scale is None else moved * self.scale)
+
     def finite_counts(self) -> np.ndarray:
         """Finite entries per column (d,)."""
-        return np.full(self.mean.shape, self.count, dtype=np.int64) - (0 if self.missing is None else self.missing)
+        return np.full(self.offset.shape, self.count, dtype=np.int64) - (0 if self.missing is None else self.missing)
 
     def restricted(self, columns: np.ndarray) -> "_Sketch":
         """The sketch of the ``columns`` (boolean, d) alone. Exact for columns dropped because they
         were zero-filled throughout: a zero column adds nothing to X̂Ω, to the sum of squares or
         the other columns of H, so this is the pass over ``X[:, columns]`` with ``Ω[columns]``."""
-        return replace(self, mean=self.mean[columns], ht=self.ht[:, columns], missing=None)
+        return replace(self, shift=self.shift[columns], offset=self.offset[columns],
+                       scale=None if self.scale is None else self.scale[columns], ht=self.ht[:, columns], missing=None)
 
 
 def _qr_after_direction(direction: np.ndarray, matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -286,8 +306,7 @@ def _sketch_slab(
                             scale=scale)
         return replace(part, nonfinite=nonfinite)
     m2 = squares - float(column_sums @ column_sums) / n_rows if with_m2 else 0.0
-    mean = (shift if scale is None else shift * scale) + column_sums / n_rows
-    return _Sketch(n_rows, mean, m2, r[1:, 1:], ht[1:], nonfinite, missing)
+    return _Sketch(n_rows, shift, column_sums / n_rows, scale, m2, r[1:, 1:], ht[1:], nonfinite, missing)
 
 
 def _sketch_block(block: np.ndarray, row_offset: int, omega: np.ndarray, with_m2: bool = True,
@@ -310,10 +329,12 @@ def _sketch_block(block: np.ndarray, row_offset: int, omega: np.ndarray, with_m2
     omega, scale = like(omega, block), like(scale, block)
     if n_rows == 0:
         empty = xp.zeros((0, omega.shape[1]))
-        return _Sketch(0, xp.zeros(n_features), 0.0, empty, xp.zeros((0, n_features)), NonFinite())
+        return _Sketch(0, xp.zeros(n_features), xp.zeros(n_features), scale, 0.0, empty, xp.zeros((0, n_features)),
+                       NonFinite())
     # A device block is one slab in a fresh device buffer (see the module notes).
     slabs = _row_slabs(n_rows, n_features, omega.shape[1]) if backend.on_host else [slice(0, n_rows)]
-    # Any vector within ~the rows' spread of their mean keeps the shift free of cancellation.
+    # Any vector within ~the rows' spread of their mean keeps the shift free of cancellation (and
+    # exact where |μ| ≫ spread); it is carried, never rounded into the mean.
     with np.errstate(invalid="ignore", over="ignore"):
         shift = block[:SHIFT_ROWS].mean(axis=0, dtype=xp.float64)
     if count_missing:  # zero-filled entries: a column with a non-finite head is shifted by 0
@@ -337,11 +358,15 @@ def _merge_sketches(parts: list[_Sketch], omega: np.ndarray) -> _Sketch:
     xp = namespace(parts[0].r)
     omega = like(omega, parts[0].r)
     count = sum(p.count for p in parts)
-    mean = sum(p.count * p.mean for p in parts) / count
+    # The pooled mean about the first part's shift: each part's mean less shift·scale is formed
+    # from an exact difference of shifts, so no mean is rounded (see the module notes).
+    shift = parts[0].shift
+    offsets = [p.offset_from(shift) for p in parts]
+    offset = sum(p.count * o for p, o in zip(parts, offsets)) / count
     r_rows, ht_rows, ones_direction, m2, nonfinite = [], [], [], 0.0, NonFinite()
     counted = [p.missing for p in parts if p.missing is not None]
-    for p in parts:
-        delta = p.mean - mean
+    for p, part_offset in zip(parts, offsets):
+        delta = part_offset - offset
         weight = np.sqrt(p.count)
         r_rows += [p.r, weight * (delta @ omega)[None, :]]
         ht_rows += [p.ht, weight * delta[None, :]]
@@ -350,8 +375,8 @@ def _merge_sketches(parts: list[_Sketch], omega: np.ndarray) -> _Sketch:
         nonfinite = nonfinite.merge(p.nonfinite)
     p, r = _qr_after_direction(xp.concatenate(ones_direction), xp.concatenate(r_rows, axis=0))
     # r[0, 1:] ≈ 0: every part's sketch is already orthogonal to c's all-ones direction.
-    return _Sketch(count, mean, m2, r[1:, 1:], p[:, 1:].T @ xp.concatenate(ht_rows, axis=0), nonfinite,
-                   sum(counted) if counted else None)
+    return _Sketch(count, shift, offset, parts[0].scale, m2, r[1:, 1:], p[:, 1:].T @ xp.concatenate(ht_rows, axis=0),
+                   nonfinite, sum(counted) if counted else None)
 
 
 def pass_graph(X, omega: np.ndarray, with_m2: bool = True, count_missing: bool = False, scale=None):

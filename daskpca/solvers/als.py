@@ -74,6 +74,7 @@ import scipy.linalg
 from ._device import like, namespace
 from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from ._linalg import eigh_descending
+from ._moments import merge_shifted_means, row_shift
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 from ._progress import Passes
@@ -90,11 +91,16 @@ class _ALSPart(SizedByArrays):
     """Sums of one iteration over some rows, centered on their own mean."""
 
     count: int
-    mean: np.ndarray  # (d,)
+    shift: np.ndarray  # (d,): the mean is shift + offset, unrounded (see daskpca.solvers._moments)
+    offset: np.ndarray  # (d,)
     g: np.ndarray  # (d, k): scatter · Q
     h: np.ndarray  # (k, k): Qᵀ · scatter · Q, accumulated as a Gram of the scores
     m2: np.ndarray  # (d,): per-column centered sums of squares (diagonal of the scatter)
     nonfinite: NonFinite
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self.shift + self.offset
 
 
 def _als_block(block: np.ndarray, row_offset: int, basis: np.ndarray) -> _ALSPart:
@@ -108,25 +114,28 @@ def _als_block(block: np.ndarray, row_offset: int, basis: np.ndarray) -> _ALSPar
     n_rows = x.shape[0]
     if n_rows == 0:
         d, k = basis.shape
-        return _ALSPart(0, xp.zeros(d), xp.zeros((d, k)), xp.zeros((k, k)), xp.zeros(d), nonfinite)
-    mean = x.mean(axis=0)
-    x -= mean
+        return _ALSPart(0, xp.zeros(d), xp.zeros(d), xp.zeros((d, k)), xp.zeros((k, k)), xp.zeros(d), nonfinite)
+    shift = row_shift(x)
+    x -= shift  # exact where |μ| ≫ spread, so the mean below is accurate to ε·spread
+    offset = x.mean(axis=0)
+    x -= offset
     scores = x @ basis  # P_i
-    return _ALSPart(n_rows, mean, x.T @ scores, scores.T @ scores, xp.einsum("ij,ij->j", x, x), nonfinite)
+    return _ALSPart(n_rows, shift, offset, x.T @ scores, scores.T @ scores, xp.einsum("ij,ij->j", x, x), nonfinite)
 
 
 def _merge_two(a: _ALSPart, b: _ALSPart, basis: np.ndarray) -> _ALSPart:
     if a.count == 0 or b.count == 0:
         keep = b if a.count == 0 else a
-        return _ALSPart(keep.count, keep.mean, keep.g, keep.h, keep.m2, a.nonfinite.merge(b.nonfinite))
+        return _ALSPart(keep.count, keep.shift, keep.offset, keep.g, keep.h, keep.m2, a.nonfinite.merge(b.nonfinite))
     count = a.count + b.count
-    delta = b.mean - a.mean
+    delta, offset = merge_shifted_means(a.count, a.shift, a.offset, b.count, b.shift, b.offset)
     weight = a.count * b.count / count
     xp = namespace(delta)
     projected = like(basis, delta).T @ delta  # Qᵀδ
     return _ALSPart(
         count,
-        a.mean + delta * (b.count / count),
+        a.shift,
+        offset,
         a.g + b.g + xp.outer(delta, projected) * weight,
         a.h + b.h + xp.outer(projected, projected) * weight,
         a.m2 + b.m2 + delta**2 * weight,

@@ -93,9 +93,13 @@ def result_from_moments(moments: Moments, request: ComponentRequest) -> SolverRe
         values, vectors = eigh_descending(covariance)
         k = request.resolve(values[: min(n_samples, n_features)])
     else:
-        # Only the k leading pairs: LAPACK's index-range driver is cheaper when k ≪ d.
+        # Only the k leading pairs (and λ_{k+1}, the gap the estimator's input-precision term
+        # needs): LAPACK's index-range driver is cheaper when k ≪ d.
         k = request.fixed()
-        values, vectors = eigh_descending(covariance, k)
+        values, vectors = eigh_descending(covariance, k + 1)
+    info = {"moments": moments, "error_bound": 0.0}  # exact: no bound to report but round-off
+    if len(values) > k:
+        info["next_variance"] = float(values[k])
     return SolverResult(
         components=vectors[:, :k].T.copy(),
         explained_variance=values[:k].copy(),
@@ -104,5 +108,5 @@ def result_from_moments(moments: Moments, request: ComponentRequest) -> SolverRe
         total_variance=float(np.trace(covariance)),
         n_passes=N_PASSES,
         spectrum=values[: min(n_samples, n_features)] if len(values) == n_features else None,
-        info={"moments": moments, "error_bound": 0.0},  # exact: no bound to report but round-off
+        info=info,
     )

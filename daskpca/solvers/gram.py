@@ -6,7 +6,9 @@ u_i = X̃ᵀv_i / √λ_i, the sample-covariance eigenvalue is λ_i / (n − 1) 
 u_i = X̃ᵀv_i / √(Nλ_i) with its λ_i = λ_i(G)/N.
 
 Pass 1 reads the array in column strips (every row of a range of features): each strip is
-centered on its own exact column means before its Gram block is formed, so nothing cancels
+shifted by its first row, then centered on the column means of the shifted values (accurate to
+ε·spread whatever the mean: :func:`~daskpca.solvers._moments.center_block`), before its Gram
+block is formed, so nothing cancels
 (forming XXᵀ and then applying H·(XXᵀ)·H with H = I − 11ᵀ/n would equal it in exact arithmetic
 but loses ~|μ|²/spread² of relative accuracy in floating point). The n×n blocks are summed in a
 tree; means and the total variance come from the same pass.
@@ -55,7 +57,9 @@ class _GramPart(SizedByArrays):
     """Centered Gram contribution of some column strips, with their column means."""
 
     gram: np.ndarray  # (n, n), upper triangle valid
-    means: list  # [(col_offset, ndarray (d_j,)), ...]
+    # [(col_offset, shift (d_j,), offset (d_j,)), ...]: each strip's column means as shift + offset
+    # (its first row plus the mean of the rows less it; see _moments' module notes)
+    means: list
     nonfinite: NonFinite
     # [(col_offset, ndarray (d_j,) int64)]: finite entries per column, counted in the same pass
     # (lets the labeled layer drop wholly-NaN features without another read). Empty when every
@@ -64,11 +68,17 @@ class _GramPart(SizedByArrays):
 
     def column_means(self) -> np.ndarray:
         """Means of all columns, in column order."""
-        return np.concatenate([m for _, m in sorted(self.means, key=lambda om: om[0])])
+        shift, offset = self.column_shifts()
+        return shift + offset
+
+    def column_shifts(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(shift, offset)`` of all columns, in column order: their means unrounded."""
+        ordered = sorted(self.means, key=lambda means: means[0])
+        return np.concatenate([m[1] for m in ordered]), np.concatenate([m[2] for m in ordered])
 
     def column_finite_counts(self, n_samples: int) -> np.ndarray:
         """Finite entries per column (``n_samples`` for columns of strips that were all finite)."""
-        counts = np.full(sum(len(m) for _, m in self.means), n_samples, dtype=np.int64)
+        counts = np.full(sum(len(m[1]) for m in self.means), n_samples, dtype=np.int64)
         for offset, c in self.finite_counts:
             counts[offset : offset + len(c)] = c
         return counts
@@ -80,7 +90,7 @@ def _strip_gram(strip: np.ndarray, col_offset: int) -> _GramPart:
     finite_counts = [] if part.finite_count is None else [(col_offset, part.finite_count)]
     # NumPy recognises A·Aᵀ and calls BLAS syrk (measured 2× faster than SciPy's dsyrk here).
     gram = part.centered @ part.centered.T
-    return _GramPart(gram, [(col_offset, part.mean)], part.nonfinite, finite_counts)
+    return _GramPart(gram, [(col_offset, part.shift, part.offset)], part.nonfinite, finite_counts)
 
 
 def _sum_parts(parts: list[_GramPart]) -> _GramPart:
@@ -98,10 +108,14 @@ def _sum_parts(parts: list[_GramPart]) -> _GramPart:
     )
 
 
-def _strip_components(strip: np.ndarray, col_offset: int, mean: np.ndarray, basis: np.ndarray) -> np.ndarray:
-    """(d_j, k) rows of X̃ᵀ·basis for one column strip (on the strip's device; small, to the host)."""
+def _strip_components(strip: np.ndarray, col_offset: int, shift: np.ndarray, offset: np.ndarray,
+                      basis: np.ndarray) -> np.ndarray:
+    """(d_j, k) rows of X̃ᵀ·basis for one column strip, centered as in pass 1 (shift, then offset:
+    a rounded mean would leave each column off by ~ε·|μ|); on the strip's device, small, to the host."""
     xp = namespace(strip)
-    centered = xp.subtract(strip, like(mean[col_offset : col_offset + strip.shape[1]], strip), dtype=xp.float64)
+    columns = slice(col_offset, col_offset + strip.shape[1])
+    centered = xp.subtract(strip, like(shift[columns], strip), dtype=xp.float64)
+    centered -= like(offset[columns], strip)
     return to_host(centered.T @ like(basis, strip))
 
 
@@ -173,11 +187,12 @@ def result_from_part(X, part: _GramPart, request: ComponentRequest, passes: Pass
     that was non-finite for every sample is exact: it was zero-filled in pass 1, so it added
     nothing to the centered Gram matrix. The caller checks non-finite entries beforehand.
     """
-    mean = part.column_means()
+    shift, offset = part.column_shifts()
     if columns is not None:
         columns = np.asarray(columns, dtype=bool)
         X = X[:, columns]
-        mean = mean[columns]
+        shift, offset = shift[columns], offset[columns]
+    mean = shift + offset
     n_samples, n_features = X.shape
     gram = (part.gram + part.gram.T) / 2  # exactly symmetric for the eigensolver
     ddof_count = max(n_samples - 1, 1)
@@ -195,7 +210,7 @@ def result_from_part(X, part: _GramPart, request: ComponentRequest, passes: Pass
     tolerance = values[0] * max(n_samples, n_features) * np.finfo(np.float64).eps if len(values) else 0.0
     n_defined = int(np.sum(values[:k] > tolerance))
     basis = vectors[:, :n_defined] / np.sqrt(values[:n_defined])
-    pieces = map_column_blocks(X, _strip_components, "gram-components", mean, basis)
+    pieces = map_column_blocks(X, _strip_components, "gram-components", shift, offset, basis)
     if n_defined:
         with passes.read():
             components = np.concatenate(dask.compute(*pieces), axis=0).T

@@ -111,11 +111,16 @@ def _missing_moments(block: np.ndarray, row_offset: int) -> ColumnMoments:
     return column_moments(block, row_offset, missing=True)
 
 
-def _e_step(block: np.ndarray, row_offset: int, mean: np.ndarray, w: np.ndarray, sigma2: float) -> _EStats:
-    """Leaf, in the block's array library (a device block's sums stay on its device)."""
+def _e_step(block: np.ndarray, row_offset: int, shift: np.ndarray, offset: np.ndarray, w: np.ndarray,
+            sigma2: float) -> _EStats:
+    """Leaf, in the block's array library (a device block's sums stay on its device).
+
+    x − μ as (x − shift) − offset: exact then accurate where |μ| ≫ spread; x − round(μ) would
+    leave every column off by ~ε·|μ| (see daskpca.solvers._moments)."""
     xp = namespace(block)
-    mean, w = like(mean, block), like(w, block)
-    x = xp.asarray(block, dtype=xp.float64) - mean
+    shift, offset, w = like(shift, block), like(offset, block), like(w, block)
+    x = xp.subtract(block, shift, dtype=xp.float64)
+    x -= offset
     observed = ~xp.isnan(x)
     d, k = w.shape
     if observed.all():
@@ -219,19 +224,21 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
         raise_if_nonfinite(moments.nonfinite, nan_is_missing=True)
         n_passes, passes_before = 1, 0
     else:  # pass 1 (and its ±inf check) and iterations 1..n_iter ran in an earlier process
-        moments = ColumnMoments(state["count"], state["mean"], state["m2"], NonFinite())
+        shift, offset = (state["shift"], state["offset"]) if "shift" in state else (state["mean"], 0.0 * state["mean"])
+        moments = ColumnMoments(state["count"], state["mean"], state["m2"], NonFinite(), shift, offset)
         n_passes, passes_before = 0, int(state["passes"])
     n_observed = int(moments.count.sum())
     n_missing = n_samples * n_features - n_observed
     if n_observed == 0:
         raise InputError("X has no observed (non-NaN) entry; PPCA needs data to fit.")
     mean = moments.mean
+    shift, offset = moments.shifted_mean()
     mean_variance = max(float(moments.m2.sum()) / n_observed, np.finfo(np.float64).tiny)
     sigma2_floor = mean_variance * 1e-12  # keeps M_n invertible when the data has rank ≤ k
 
     def save(n_iter):
         store.save({
-            "count": moments.count, "mean": mean, "m2": moments.m2, "w": w, "sigma2": sigma2,
+            "count": moments.count, "mean": mean, "shift": shift, "offset": offset, "m2": moments.m2, "w": w, "sigma2": sigma2,
             "basis": basis, "variances": variances, "n_iter": n_iter, "passes": passes_before + n_passes,
         })
 
@@ -249,7 +256,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
     converged, change, model_change = False, np.inf, np.inf
     n_iter = done
     for n_iter in range(done + 1, max_iter + 1):
-        parts = map_row_blocks(X, _e_step, "ppca-estep", mean, w, sigma2)
+        parts = map_row_blocks(X, _e_step, "ppca-estep", shift, offset, w, sigma2)
         with passes.read():
             (stats,) = dask.compute(tree_reduce(parts, _sum_stats, "ppca-estep-sum"))
         n_passes += 1

@@ -28,6 +28,9 @@ orthogonal map takes X̃ to that stack padded with zeros (P's column space and `
 orthogonal), so every step is an orthogonal transformation plus one rank-one row formed from a
 difference of means: the result is as stable as Householder QR of X̃ itself, and no row block is
 ever shifted by a large common mean before its QR (which would cancel when ``|μ| ≫ spread``).
+The means are held as ``shift + offset`` (a data row plus the mean of the rows less it) and δ
+formed from the exact difference of the shifts (:func:`~daskpca.solvers._moments.merge_shifted_means`):
+a rounded mean would carry ~ε·|μ| into every δ, the correction row's only error.
 
 The merge tree
 --------------
@@ -76,6 +79,7 @@ from scipy.linalg import get_lapack_funcs, svd
 from ._device import NUMPY, backend_of
 from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from ._linalg import client_blas_threads
+from ._moments import merge_shifted_means, row_shift
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 from ._progress import Passes
@@ -102,9 +106,14 @@ class _RPart(SizedByArrays):
     """Count, mean and R factor of the rows centered on their own mean."""
 
     count: int
-    mean: np.ndarray  # (d,)
+    shift: np.ndarray  # (d,): the mean is shift + offset (see _moments' module notes)
+    offset: np.ndarray  # (d,)
     r: np.ndarray  # (m, d) upper trapezoidal, m ≤ d, zeros below the diagonal; owns its memory
     nonfinite: NonFinite
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self.shift + self.offset
 
 
 def _r_factor(a: np.ndarray) -> np.ndarray:
@@ -178,10 +187,12 @@ def _block_r(block: np.ndarray, row_offset: int) -> _RPart:
         x[~xp.isfinite(x)] = 0.0
     n_rows, n_features = x.shape
     if n_rows == 0:
-        return _RPart(0, xp.zeros(n_features), xp.zeros((0, n_features)), nonfinite)
-    mean = x.mean(axis=0)
-    x -= mean
-    return _RPart(n_rows, mean, _r_factor(x), nonfinite)
+        return _RPart(0, xp.zeros(n_features), xp.zeros(n_features), xp.zeros((0, n_features)), nonfinite)
+    shift = row_shift(x)
+    x -= shift  # exact where |μ| ≫ spread: the offset below is accurate to ε·spread
+    offset = x.mean(axis=0)
+    x -= offset
+    return _RPart(n_rows, shift, offset, _r_factor(x), nonfinite)
 
 
 def _merge_r(parts: list[_RPart]) -> _RPart:
@@ -205,15 +216,14 @@ def _merge_r(parts: list[_RPart]) -> _RPart:
     """
     parts = [p for p in parts if p.count] or parts[:1]
     nonfinite = parts[0].nonfinite
-    count, mean, r = parts[0].count, parts[0].mean, parts[0].r
+    count, shift, offset, r = parts[0].count, parts[0].shift, parts[0].offset, parts[0].r
     for part in parts[1:]:
         nonfinite = nonfinite.merge(part.nonfinite)
         total = count + part.count
-        delta = part.mean - mean
+        delta, offset = merge_shifted_means(count, shift, offset, part.count, part.shift, part.offset)
         r = _stacked_r(r, part.r, np.sqrt(count * part.count / total) * delta)
-        mean = mean + delta * (part.count / total)
         count = total
-    return _RPart(count, mean, r, nonfinite)
+    return _RPart(count, shift, offset, r, nonfinite)
 
 
 def r_graph(X):

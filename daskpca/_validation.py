@@ -234,7 +234,7 @@ def _numeric_object_array(array: np.ndarray, name: str) -> np.ndarray:
             f"{name} has dtype object and holds values that are not numbers (the first: {first!r} of type "
             f"{type(first).__name__}); PCA needs a numeric array (float64, float32 or integers), one number "
             f"per entry. Convert the values first, e.g. X.astype('float64') for numbers stored as text, "
-            f"or encode categories as numeric columns."
+            f"or encode categories as numeric columns. (NumPy's conversion said: {error})"
         ) from error
 
 
@@ -273,11 +273,10 @@ def _open_zarr(path: str, name: str):
     import dask.array as da
     import zarr
 
-    from . import io
-    from .store.paths import as_meant
+    from .store.paths import as_meant, is_netcdf
 
     path = as_meant(path)
-    if io.is_netcdf(path):
+    if is_netcdf(path):
         raise InputError(_netcdf_message(path, name))
     try:
         node = zarr.open(path, mode="r")

@@ -40,6 +40,7 @@ from contextlib import ExitStack, contextmanager
 from .store import claims as _claims, integrity as _integrity, publish as _publish
 from .store.claims import is_url as _is_url
 from .store.claims import local_path as _local
+from .store.paths import NETCDF_SUFFIXES, is_netcdf  # noqa: F401  (io's face: the sources it opens)
 from .store.paths import as_meant as _meant
 from .store.paths import overlaps  # noqa: F401  (public here: a job's inputs against its outputs)
 from .store.publish import COMPLETE_MARKER, history, resolve, rollback  # noqa: F401  (public here)
@@ -371,28 +372,6 @@ def _quiet_marker():
 
 
 # ------------------------------------------------------------------------------ sources
-
-#: File name endings read as NetCDF (any file whose first bytes say NetCDF/HDF5 is, too).
-NETCDF_SUFFIXES = (".nc", ".nc4", ".netcdf", ".cdf")
-_NETCDF_MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05", b"\x89HDF\r\n\x1a\n")
-
-
-def is_netcdf(path) -> bool:
-    """Whether ``path`` names a NetCDF file: by its ending, or a local file's first bytes
-    (classic ``CDF``, NetCDF-4's HDF5 signature). Reads at most 8 bytes."""
-    if not isinstance(path, (str, os.PathLike)):
-        return False
-    path = os.fspath(path)
-    if path.lower().endswith(NETCDF_SUFFIXES):
-        return True
-    if _is_url(path) or not os.path.isfile(path):
-        return False
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(8).startswith(_NETCDF_MAGIC)
-    except OSError:
-        return False
-
 
 def open_source(path, var: str | None = None, *, var_name: str = "var"):
     """Open a data source lazily, as the command line does: nothing is read but metadata.

@@ -25,7 +25,7 @@ import pytest
 import xarray as xr
 
 from daskpca import PCA
-from daskpca.solvers import _cache
+from daskpca.solvers import _cache, _copies
 from daskpca.coupled.mca import MCA
 from daskpca.eof.hilbert import HilbertPCA
 from daskpca.exceptions import CacheWarning, InvalidParameterError, ScratchDamagedError, ScratchError
@@ -82,7 +82,7 @@ def test_every_iterative_solver_reads_the_source_once_and_the_cache_after(tmp_pa
 
 
 def test_the_disk_cache_maps_its_chunk_files_zero_and_edge_blocks_included(tmp_path, scratch_dir):
-    """Later passes map the copy's chunk files (``_cache._read_block``): a block of zeros reads as
+    """Later passes map the copy's chunk files (``_copies._read_block``): a block of zeros reads as
     zeros, an edge block smaller than the chunk as its own rows and columns, and the fit is the
     uncached one to the bit."""
     X = hard_spectrum(250, 60, 4, 2.0, dtype=np.float32)
@@ -98,11 +98,11 @@ def test_the_disk_cache_maps_its_chunk_files_zero_and_edge_blocks_included(tmp_p
     # The read itself: a padded chunk gives the block; every block is written (zeros too), so a
     # missing chunk file is a damaged copy, never the fill value (issue 38).
     chunk = tmp_path / "chunk"
-    written = _cache._write_block(np.arange(6, dtype=np.float32).reshape(2, 3), str(chunk), np.float32, (3, 4))
+    written = _copies._write_block(np.arange(6, dtype=np.float32).reshape(2, 3), str(chunk), np.float32, (3, 4))
     assert written[0] == 48
-    np.testing.assert_array_equal(_cache._read_block(str(chunk), np.float32, (3, 4), (2, 3), written), [[0, 1, 2], [3, 4, 5]])
+    np.testing.assert_array_equal(_copies._read_block(str(chunk), np.float32, (3, 4), (2, 3), written), [[0, 1, 2], [3, 4, 5]])
     with pytest.raises(ScratchDamagedError, match="is missing"):
-        _cache._read_block(str(tmp_path / "absent"), np.float32, (3, 4), (2, 4), written)
+        _copies._read_block(str(tmp_path / "absent"), np.float32, (3, 4), (2, 4), written)
     assert _left(scratch_dir) == []
 
 

@@ -401,21 +401,21 @@ def test_an_undamaged_copy_gives_the_uncached_fit_to_the_bit(tmp_path, monkeypat
 
 
 def test_a_block_larger_than_the_fingerprints_stride_is_checked_across_its_length(tmp_path):
-    from daskpca.solvers import _cache
+    from daskpca.solvers import _copies
 
     block = np.random.default_rng(0).standard_normal((64, 4096)).astype(np.float32)  # 1 MiB: 16 strides
     path = tmp_path / "chunk"
-    written = _cache._write_block(block, str(path), np.float32, block.shape)
-    np.testing.assert_array_equal(_cache._read_block(str(path), np.float32, block.shape, block.shape, written), block)
+    written = _copies._write_block(block, str(path), np.float32, block.shape)
+    np.testing.assert_array_equal(_copies._read_block(str(path), np.float32, block.shape, block.shape, written), block)
     pristine = path.read_bytes()
-    stride = _cache.FINGERPRINT_STRIDE
+    stride = _copies.FINGERPRINT_STRIDE
     for start in range(0, len(pristine), stride):  # any aligned stride zeroed (a hole punched, a page cleared)
         path.write_bytes(pristine[:start] + bytes(stride) + pristine[start + stride:])
         with pytest.raises(ScratchDamagedError, match="other bytes"):
-            _cache._read_block(str(path), np.float32, block.shape, block.shape, written)
+            _copies._read_block(str(path), np.float32, block.shape, block.shape, written)
     path.write_bytes(pristine[:-4])
     with pytest.raises(ScratchDamagedError, match=f"holds {len(pristine) - 4} bytes"):
-        _cache._read_block(str(path), np.float32, block.shape, block.shape, written)
+        _copies._read_block(str(path), np.float32, block.shape, block.shape, written)
 
 
 def test_a_jobs_own_folder_is_removed_even_when_something_took_its_record(tmp_path, monkeypatch):

@@ -18,9 +18,10 @@ import re
 import shlex
 import sys
 import warnings
+from collections import defaultdict
 from contextlib import contextmanager
 
-from .options import FIT_PARAMETERS, UsageError
+from .options import FIT_PARAMETERS, UsageError, build_parser
 
 #: Where a failure that means "this chunk of the input cannot be decoded" is raised: zarr's codec
 #: pipeline and numcodecs (a truncated or corrupted chunk file, or a codec this environment lacks).
@@ -111,9 +112,7 @@ def _flags() -> dict:
 def _takes(command: str) -> dict:
     """``{flag: the command that takes it}``: ``command`` itself where it does, else ``fit`` or
     the first command that does."""
-    from .command import build_parser
-
-    parsers = build_parser().command_parsers
+    parsers = build_parser(defaultdict(lambda: None)).command_parsers  # the flags alone: no command is run
     order = [command, "fit", *parsers]
     owners = {}
     for name in order:

@@ -16,7 +16,7 @@ here). So the first read keeps what later passes consume, and passes 2+ read tha
     one zarr chunk per task block, written by the first pass's own tasks; removed when the job
     ends — success, error, Ctrl-C, SIGTERM — and one left by a killed job removed by the next
     (:mod:`daskpca.store.scratch`). Each write task returns what it wrote (the chunk file's bytes
-    and a sampled CRC-32, :func:`fingerprint`) and every later read checks its file against that:
+    and a sampled CRC-32, :func:`._copies.fingerprint`) and every later read checks its file against that:
     a chunk file removed, truncated or changed meanwhile (a temporary-file cleaner, another
     process) is a :class:`~daskpca.exceptions.ScratchDamagedError` naming it, never the fill
     value. A scratch root inside the input (through symlinks too) is refused before any read.
@@ -65,7 +65,6 @@ import math
 import os
 import socket
 import warnings
-import zlib
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -74,9 +73,11 @@ from typing import Iterator
 import dask
 import numpy as np
 
-from ..exceptions import CacheWarning, InvalidParameterError, ScratchDamagedError, ScratchError
+from ..exceptions import CacheWarning, InvalidParameterError, ScratchError
+from ._copies import _read_block, _write_block
+from ._decode import stored_paths
 from ._geometry import WORKER_FOOTPRINT, _workers, current_client, worker_resources
-from ._device import NUMPY, backend_of, on_device, to_host
+from ._device import NUMPY, backend_of, on_device
 from ._graph import unwrap_scheduler
 
 logger = logging.getLogger("daskpca")
@@ -187,53 +188,6 @@ def in_memory(matrix) -> str | None:
             else:
                 return None  # a stored source (zarr array, lazy backend): worth caching
     return " and ".join(sorted(kinds)) or "data computed by dask from values in its graph"
-
-
-def stored_paths(matrices) -> dict:
-    """``{label: path}`` of the local zarr stores that ``matrices`` read — the job's inputs as far
-    as the library knows them — for :func:`daskpca.store.scratch.check_apart`.
-
-    Found in each graph's data: a ``zarr.Array`` on a local store, also under xarray's lazy
-    backend wrappers or :class:`._decode.ZarrsRead`. Labelled ``X`` (and ``Y`` for a second
-    matrix). Other sources (NumPy, object stores, data computed by dask) add nothing. Reads no
-    data.
-    """
-    from dask._task_spec import DataNode, GraphNode
-
-    from ._decode import _bottom
-
-    found = {}
-    for index, matrix in enumerate(matrices):
-        label = "XY"[index] if index < 2 else f"#{index + 1}"
-        for node in dict(matrix.__dask_graph__()).values():
-            if isinstance(node, DataNode):
-                value = node.value
-            elif isinstance(node, GraphNode):
-                continue
-            else:
-                value = node
-            if type(value).__name__ == "ZarrsRead":
-                value = value.source
-            array = _bottom(value)
-            root = _local_root(getattr(array, "store", None))
-            if root is None:
-                continue
-            path = os.path.join(root, array.path) if array.path else root
-            if path not in found.values():
-                found[label if label not in found else f"{label} (store {len(found) + 1})"] = path
-    return found
-
-
-def _local_root(store) -> str | None:
-    """The local folder of a zarr store: a ``LocalStore``'s root, or the path of an
-    ``FsspecStore`` on the local file system (what ``da.from_zarr(path)`` opens); else None."""
-    root = getattr(store, "root", None)
-    if root is not None:
-        return os.fspath(root)
-    protocol = getattr(getattr(store, "fs", None), "protocol", None)
-    protocols = {protocol} if isinstance(protocol, str) else set(protocol or ())
-    path = getattr(store, "path", None)
-    return path if protocols & {"file", "local"} and isinstance(path, str) else None
 
 
 def memory_room(working_bytes: int) -> tuple[int, str]:
@@ -402,96 +356,6 @@ def _inline(graph: dict, inlined, keys) -> dict:
         uses = getattr(node, "dependencies", frozenset()) & inlined
         out[key] = node.substitute({k: subs[k] for k in uses}) if uses and key not in inlined else node
     return out
-
-
-#: What a chunk file's fingerprint reads: the first bytes of every stride of the file, and its
-#: last bytes. A full CRC-32 of a 128 MiB block took 180 ms here, against 40 ms for a plain sum
-#: over it — the later pass's own read of the block paid again several times over; the sample
-#: (512 bytes in every 64 KiB) took 3 ms. With the size, checked exactly, it tells a removed,
-#: truncated, zero-filled or rewritten file from ours; a change confined to unsampled bytes of a
-#: file of more than one stride (a single page rewritten in place) can pass.
-FINGERPRINT_SAMPLE = 512
-FINGERPRINT_STRIDE = 64 * 1024
-
-
-def fingerprint(data) -> int:
-    """CRC-32 of the sampled bytes of ``data`` (any C-contiguous buffer; all of it when it is no
-    longer than one stride). See :data:`FINGERPRINT_STRIDE`."""
-    view = memoryview(data).cast("B")
-    size = len(view)
-    if size <= FINGERPRINT_STRIDE:
-        return zlib.crc32(view)
-    crc = 0
-    for start in range(0, size, FINGERPRINT_STRIDE):
-        crc = zlib.crc32(view[start:start + FINGERPRINT_SAMPLE], crc)
-    return zlib.crc32(view[size - FINGERPRINT_SAMPLE:], crc)
-
-
-def _write_block(block, path: str, dtype, chunk_shape: tuple) -> tuple[int, int]:
-    """A disk cache's write task: ``block`` as the bytes of its chunk file ``path`` — what zarr
-    stores for an uncompressed little-endian chunk (an edge block padded with the fill value 0),
-    written once from the block, where zarr's own write encodes a copy first (on 2 workers × 1 GiB
-    that copy of every 134 MB block is memory the pass does not have). A device block is copied
-    to the host first.
-
-    Every block is written, a block of zeros too, so every chunk file of the copy exists. Returns
-    ``(bytes, fingerprint)``: what the writer wrote, which every read checks (:func:`_read_block`).
-    """
-    block = np.asarray(to_host(block), dtype=dtype)
-    if block.shape != tuple(chunk_shape):
-        padded = np.zeros(chunk_shape, dtype=dtype)
-        padded[tuple(slice(0, s) for s in block.shape)] = block
-        block = padded
-    data = memoryview(np.ascontiguousarray(block)).cast("B")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as file:
-        file.write(data)
-    return data.nbytes, fingerprint(data)
-
-
-def _damaged(path: str, problem: str, written: tuple[int, int]) -> ScratchDamagedError:
-    from ..store.scratch import SCRATCH_ENV
-
-    nbytes, crc = written
-    return ScratchDamagedError(
-        f"the temporary copy's chunk file {path!r} {problem}, where {nbytes} bytes were expected (as this job "
-        f"wrote them on its first read; sampled CRC-32 {crc:08x}). Something removed or changed it while the job "
-        f"ran — most likely a temporary-file cleaner (systemd-tmpfiles, tmpreaper, a cron job) or another process "
-        f"using the same folder. Set ${SCRATCH_ENV} to a folder of this job's own that nothing cleans, and run "
-        f"it again (or run with --cache memory / cache='memory' or off).")
-
-
-def _read_block(path: str, dtype, chunk_shape: tuple, shape: tuple, written: tuple[int, int], device=None):
-    """A later pass's read of one block from a temporary copy: its chunk file mapped into memory,
-    checked against what its writer recorded, and moved to ``device`` (the kept blocks' backend,
-    one copy up) where that is not the host.
-
-    The copy is ours — uncompressed zarr v3, one chunk per block, raw little-endian bytes in C
-    order (checked when it is made, :meth:`PassCache._disk_writes`) — so the chunk file *is* the
-    block: mapping it costs no copy and no fresh memory, where zarr's read makes a bytes object and
-    then the array (2.4 GB from the page cache: 0.7 s mapped and converted to float64 by the
-    pass, against 4–6 s through zarr-python or zarrs, measured here).
-
-    ``written`` is ``(bytes, fingerprint)`` as :func:`_write_block` returned it. Every block was
-    written, so a missing file is not the fill value: a file missing, of another size or with
-    other sampled bytes raises :class:`~daskpca.exceptions.ScratchDamagedError` naming it, never
-    a silent wrong answer.
-    """
-    nbytes, crc = written
-    try:
-        with open(path, "rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            if size != nbytes:
-                raise _damaged(path, f"holds {size} bytes", written)
-            if not nbytes:  # an empty block: nothing to map
-                return np.empty(shape, dtype=dtype)
-            chunk = np.memmap(file, dtype=dtype, mode="r", shape=chunk_shape)
-    except FileNotFoundError:
-        raise _damaged(path, "is missing", written) from None
-    if fingerprint(chunk) != crc:
-        raise _damaged(path, "holds other bytes than were written", written)
-    block = chunk[tuple(slice(0, s) for s in shape)]
-    return block if device is None else device.asarray(block)
 
 
 class PassCache:

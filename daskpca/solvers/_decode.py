@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import threading
 
 import dask
@@ -159,3 +160,48 @@ class ZarrsRead:
 
     def __repr__(self) -> str:
         return f"ZarrsRead({self.source!r})"
+
+
+def stored_paths(matrices) -> dict:
+    """``{label: path}`` of the local zarr stores that ``matrices`` read — the job's inputs as far
+    as the library knows them — for :func:`daskpca.store.scratch.check_apart`.
+
+    Found in each graph's data: a ``zarr.Array`` on a local store, also under xarray's lazy
+    backend wrappers or :class:`ZarrsRead`. Labelled ``X`` (and ``Y`` for a second
+    matrix). Other sources (NumPy, object stores, data computed by dask) add nothing. Reads no
+    data.
+    """
+    from dask._task_spec import DataNode, GraphNode
+
+    found = {}
+    for index, matrix in enumerate(matrices):
+        label = "XY"[index] if index < 2 else f"#{index + 1}"
+        for node in dict(matrix.__dask_graph__()).values():
+            if isinstance(node, DataNode):
+                value = node.value
+            elif isinstance(node, GraphNode):
+                continue
+            else:
+                value = node
+            if type(value).__name__ == "ZarrsRead":
+                value = value.source
+            array = _bottom(value)
+            root = _local_root(getattr(array, "store", None))
+            if root is None:
+                continue
+            path = os.path.join(root, array.path) if array.path else root
+            if path not in found.values():
+                found[label if label not in found else f"{label} (store {len(found) + 1})"] = path
+    return found
+
+
+def _local_root(store) -> str | None:
+    """The local folder of a zarr store: a ``LocalStore``'s root, or the path of an
+    ``FsspecStore`` on the local file system (what ``da.from_zarr(path)`` opens); else None."""
+    root = getattr(store, "root", None)
+    if root is not None:
+        return os.fspath(root)
+    protocol = getattr(getattr(store, "fs", None), "protocol", None)
+    protocols = {protocol} if isinstance(protocol, str) else set(protocol or ())
+    path = getattr(store, "path", None)
+    return path if protocols & {"file", "local"} and isinstance(path, str) else None

@@ -371,9 +371,9 @@ class ColumnStrips:
 
     On the threaded scheduler the copy is a temporary uncompressed zarr store of tiles (one
     task's row block × one strip): each row-block task writes its tiles whole (one read of the
-    input, one write, no chunk rewritten; raw chunk files as :func:`._cache._write_block` writes
+    input, one write, no chunk rewritten; raw chunk files as :func:`._copies._write_block` writes
     them, each tile's size and fingerprint recorded), and each strip task then maps its column of
-    tiles, checked against those records (:func:`._cache._read_block`: a tile removed or changed
+    tiles, checked against those records (:func:`._copies._read_block`: a tile removed or changed
     meanwhile is a :class:`~daskpca.exceptions.ScratchDamagedError`, never the fill value). The
     folder is made under ``$DASKPCA_SCRATCH`` (or the system's temporary directory) by
     :func:`daskpca.store.scratch.scratch_folder` — refused inside the input — and removed when the
@@ -400,7 +400,7 @@ class ColumnStrips:
         from contextlib import ExitStack
 
         from ..store.scratch import scratch_error, scratch_folder
-        from ._cache import stored_paths
+        from ._decode import stored_paths
         from ._device import on_device
 
         device = on_device(X)
@@ -442,7 +442,7 @@ class ColumnStrips:
                                    chunks=chunk, compressors=None, fill_value=0)
         codecs = target.metadata.codecs
         if len(codecs) != 1 or type(codecs[0]).__name__ != "BytesCodec":
-            raise TypeError(f"the strip copy's zarr array is not raw bytes ({codecs!r})")
+            raise TypeError(f"the strip copy's zarr array is not raw bytes ({codecs!r})")  # a bug, not a user error
         files = [[str(self.folder / "strips.zarr" / target.metadata.encode_chunk_key((i, j)))
                   for j in range(len(tiles.chunks[1]))] for i in range(len(tiles.chunks[0]))]
         written = tiles.map_blocks(_write_tile, files, dtype, chunk, dtype=object, chunks=(1, 1),
@@ -463,7 +463,7 @@ class ColumnStrips:
 def _write_tile(block, files, dtype, chunk: tuple, block_id=None):
     """A strip copy's write task: tile ``block_id`` into its chunk file; ``(bytes, fingerprint)``
     in a 1 × 1 object block."""
-    from ._cache import _write_block
+    from ._copies import _write_block
 
     out = np.empty((1, 1), dtype=object)
     out[0, 0] = _write_block(block, files[block_id[0]][block_id[1]], dtype, chunk)
@@ -472,8 +472,8 @@ def _write_tile(block, files, dtype, chunk: tuple, block_id=None):
 
 def _read_strip(files, dtype, chunk: tuple, shapes, written):
     """One column strip of the copy: its tiles mapped, checked against what their writers
-    recorded (:func:`._cache._read_block`), and stacked — (n_samples, strip width)."""
-    from ._cache import _read_block
+    recorded (:func:`._copies._read_block`), and stacked — (n_samples, strip width)."""
+    from ._copies import _read_block
 
     return np.concatenate([_read_block(file, dtype, chunk, shape, record)
                            for file, shape, record in zip(files, shapes, written)], axis=0)

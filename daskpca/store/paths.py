@@ -123,3 +123,25 @@ def overlaps(inputs: dict, outputs: dict) -> list[str]:
                     + ": writing it would destroy what the job "
                     + ("reads" if kind == "input" else "writes") + ". Give the output a path of its own.")
     return found
+
+
+#: File name endings read as NetCDF (any file whose first bytes say NetCDF/HDF5 is, too).
+NETCDF_SUFFIXES = (".nc", ".nc4", ".netcdf", ".cdf")
+_NETCDF_MAGIC = (b"CDF\x01", b"CDF\x02", b"CDF\x05", b"\x89HDF\r\n\x1a\n")
+
+
+def is_netcdf(path) -> bool:
+    """Whether ``path`` names a NetCDF file: by its ending, or a local file's first bytes
+    (classic ``CDF``, NetCDF-4's HDF5 signature). Reads at most 8 bytes."""
+    if not isinstance(path, (str, os.PathLike)):
+        return False
+    path = os.fspath(path)
+    if path.lower().endswith(NETCDF_SUFFIXES):
+        return True
+    if is_url(path) or not os.path.isfile(path):
+        return False
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(8).startswith(_NETCDF_MAGIC)
+    except OSError:
+        return False

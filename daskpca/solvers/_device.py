@@ -286,15 +286,20 @@ DEVICE_MERGE_MEMORY_FRACTION = 0.25
 
 
 def merge_fan_in(matrix, host_fan_in: int, part_bytes: int, copies: int = 2) -> int:
-    """The fan-in of a merge tree over ``matrix``'s row blocks: ``host_fan_in`` for host blocks;
-    for device blocks :data:`DEVICE_SPLIT_EVERY`, narrowed (to ``host_fan_in`` at least) while
-    ``copies``·fan-in + 1 partials of ``part_bytes`` exceed :data:`DEVICE_MERGE_MEMORY_FRACTION`
-    of the device's memory."""
+    """The fan-in of a merge tree over ``matrix``'s row blocks: ``host_fan_in`` for host blocks,
+    else :func:`device_fan_in` on the device's memory."""
     backend = on_device(matrix)
     if backend.on_host:
         return host_fan_in
     memory = backend.memory()
-    room = DEVICE_MERGE_MEMORY_FRACTION * memory[1] if memory else float("inf")
+    return device_fan_in(None if memory is None else memory[1], host_fan_in, part_bytes, copies)
+
+
+def device_fan_in(device_memory: int | None, host_fan_in: int, part_bytes: int, copies: int = 2) -> int:
+    """:data:`DEVICE_SPLIT_EVERY`, halved (to ``host_fan_in`` at least) while ``copies``·fan-in + 1
+    partials of ``part_bytes`` exceed :data:`DEVICE_MERGE_MEMORY_FRACTION` of ``device_memory``
+    (bytes; None: unknown, no limit)."""
+    room = DEVICE_MERGE_MEMORY_FRACTION * device_memory if device_memory else float("inf")
     fan_in = DEVICE_SPLIT_EVERY
     while fan_in > host_fan_in and (copies * fan_in + 1) * part_bytes > room:
         fan_in //= 2
@@ -401,6 +406,12 @@ def require(device) -> ArrayBackend | None:
 def _moved(block, backend: ArrayBackend):
     """One block moved to ``backend``'s device (a device block is kept as it is)."""
     return block if backend.owns(block) else backend.asarray(block)
+
+
+def moved_from_host(matrix) -> bool:
+    """Whether ``matrix`` is host data that :func:`to_device` moves up in its read tasks (its last
+    layer is that move), rather than chunks that live on the device already."""
+    return any(matrix.name.startswith(f"to-{name}-") for name in DEVICES)
 
 
 def to_device(matrix, device):

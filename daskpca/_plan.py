@@ -167,12 +167,12 @@ class DevicePricing:
 def device_pricing(matrix, moved: bool = False) -> DevicePricing | None:
     """The device costs of ``matrix``'s chunks (None for host chunks: the CPU plan). ``moved``:
     the chunks are host data moved up by the read tasks (``device="cuda"`` on host input)."""
-    from .solvers._device import on_device
+    from .solvers._device import device_memory, on_device
 
     backend = on_device(matrix)
     if backend.on_host:
         return None
-    memory = backend.memory()
+    memory = device_memory(backend)
     return DevicePricing(backend.name, moved, None if memory is None else int(memory[1]))
 
 

@@ -291,8 +291,17 @@ def merge_fan_in(matrix, host_fan_in: int, part_bytes: int, copies: int = 2) -> 
     backend = on_device(matrix)
     if backend.on_host:
         return host_fan_in
-    memory = backend.memory()
+    memory = device_memory(backend)
     return device_fan_in(None if memory is None else memory[1], host_fan_in, part_bytes, copies)
+
+
+def device_memory(backend: ArrayBackend) -> tuple[int, int] | None:
+    """``backend.memory()``, or None where it cannot be read here (a client process without the
+    workers' GPU builds the graph)."""
+    try:
+        return backend.memory()
+    except Exception:  # CUDARuntimeError and the like: no device in this process
+        return None
 
 
 def device_fan_in(device_memory: int | None, host_fan_in: int, part_bytes: int, copies: int = 2) -> int:

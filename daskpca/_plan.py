@@ -108,6 +108,88 @@ TASK_SECONDS = 0.9e-3
 TRANSFER_BYTES_PER_SECOND = 0.35e9
 
 
+#: Device rates beyond :data:`daskpca.solvers._device.RATES`, also overridable through dask config
+#: (``daskpca.device.<key>``). TSQR on a device runs cuSOLVER's dense QRs (leaves, stacked merges):
+#: the table of issue 40 gives 0.59 s at 400 000 × 1000 for its 2·n·d² = 8e11 flops, ~1.4 TFLOP/s
+#: with its final SVD.
+DEVICE_QR_FLOPS_PER_SECOND = 1.4e12
+
+
+@dataclass(frozen=True)
+class DevicePricing:
+    """What the planner charges when the chunks live on a device (or ``device="cuda"`` moves them).
+
+    Rates from :data:`daskpca.solvers._device.RATES` (and the dask config's ``daskpca.device.*``):
+    the pass kernels' flops (dense products, QRs, sketches), the final eigenproblem or SVD where
+    the cost rule of :func:`~daskpca.solvers._device.solve_on_device` puts it, each pass's blocks
+    moved up at ``transfer-bytes`` when the input is on the host (``moved``), and the task budget
+    from the device's memory.
+    """
+
+    name: str
+    moved: bool  # host input moved to the device by each pass's read tasks
+    memory: int | None  # the device's total memory (bytes), None when unknown
+
+    def rate(self, key: str) -> float:
+        from .solvers import _device
+
+        if key == "qr-flops":
+            import dask
+
+            return float(dask.config.get("daskpca.device.qr-flops", DEVICE_QR_FLOPS_PER_SECOND))
+        return _device.rate(key)
+
+    def flop_rate(self, solver: str) -> float:
+        """The pass kernels' rate of ``solver`` on the device."""
+        if solver in ("covariance", "gram"):
+            return self.rate("flops")
+        if solver == "tsqr":
+            return self.rate("qr-flops")
+        return self.rate("sketch-flops")
+
+    def local_seconds(self, size: int, kind: str) -> float:
+        """The final m×m eigenproblem ("eigh") or SVD ("svd") where the root solves it: on the
+        device or moved to the host, whichever the cost rule picks (the cheaper)."""
+        from .solvers._device import EIGH_FLOPS, FLOAT64_BYTES, SVD_FLOPS
+
+        flops = (EIGH_FLOPS if kind == "eigh" else SVD_FLOPS) * float(size) ** 3
+        host = flops / self.rate(f"host-{kind}-flops") + FLOAT64_BYTES * float(size) ** 2 / self.rate("transfer-bytes")
+        return min(host, self.rate("solve-seconds") + flops / self.rate(f"{kind}-flops"))
+
+    def describe(self) -> str:
+        memory = f", {format_bytes(self.memory)} of device memory" if self.memory else ""
+        moved = f"; each pass moves the blocks up at {self.rate('transfer-bytes') / 1e9:.3g} GB/s" if self.moved else ""
+        return (f"{self.name}, priced with the device's rates: products {self.rate('flops') / 1e12:.3g} TFLOP/s, "
+                f"QRs {self.rate('qr-flops') / 1e12:.3g}, sketches {self.rate('sketch-flops') / 1e12:.3g}; final "
+                f"eigh/SVD on the device where cheaper{moved}{memory}")
+
+
+def device_pricing(matrix, moved: bool = False) -> DevicePricing | None:
+    """The device costs of ``matrix``'s chunks (None for host chunks: the CPU plan). ``moved``:
+    the chunks are host data moved up by the read tasks (``device="cuda"`` on host input)."""
+    from .solvers._device import device_memory, on_device
+
+    backend = on_device(matrix)
+    if backend.on_host:
+        return None
+    memory = device_memory(backend)
+    return DevicePricing(backend.name, moved, None if memory is None else int(memory[1]))
+
+
+def device_task_budget(device: DevicePricing) -> tuple[int, str] | None:
+    """``(bytes, where from)`` one task may hold on the device: TASK_MEMORY_FRACTION of its memory
+    shared by the threads that run tasks on it (a worker's threads; the local scheduler's cores)."""
+    if device.memory is None:
+        return None
+    threads = worker_resources()[0]
+    if current_client() is not None:  # GPU workers: each its own device, its own threads
+        from .solvers._geometry import _workers
+
+        threads = max((max(w.get("nthreads", 1), 1) for w in _workers(current_client())), default=1)
+    return (int(TASK_MEMORY_FRACTION * device.memory / max(threads, 1)),
+            f"from the device's memory ({format_bytes(device.memory)}) per thread")
+
+
 @dataclass(frozen=True)
 class SolverEstimate:
     """Cost of one solver on one input.
@@ -133,6 +215,9 @@ class SolverEstimate:
     client_flops: float = 0.0  # the small dense algebra on the client between and after the passes
     result_bytes: int = 0  # what each task of a pass returns (moved between processes on a cluster)
     uncached_seconds: float | None = None  # ``seconds`` before a pass cache served the later passes
+    flop_rate: float | None = None  # the passes' flop rate (None: FLOP_RATES, the host's)
+    local_seconds: float = 0.0  # the final eigenproblem / SVD where a device plan puts it
+    move_seconds: float = 0.0  # per pass: the blocks moved from the host to the device
 
     @property
     def uncached(self) -> float | None:
@@ -172,6 +257,8 @@ class Plan:
     #: The accuracy the chosen road certifies without a ``tol`` asked (DEFAULT_TOL when
     #: ``solver="auto"`` chose block Krylov for it; ``fit`` passes it to the solver), else None.
     default_tol: float | None = None
+    #: The device the chunks live on and its rates (:class:`DevicePricing`), or None (the CPU plan).
+    device: DevicePricing | None = None
 
     @property
     def seconds(self) -> float | None:
@@ -208,6 +295,7 @@ class Plan:
             f"  predicted time: {self.seconds:.3g} s on {self.threads} thread(s)" if chosen.seconds is not None
             else "  predicted time: open-ended (passes depend on convergence)",
             *([f"  pass cache: {self.cache.describe()}"] if self.cache is not None else []),
+            *([f"  device: {self.device.describe()}"] if self.device is not None else []),
             f"  runner-up: {self.runner_up!r}" if self.runner_up else "  runner-up: none",
             f"  accuracy asked: sin θ ≤ {self.tol:g}" if self.tol is not None else
             f"  accuracy: sin θ ≤ {self.default_tol:g}, the default (tol=None; see daskpca._plan)" if self.default_tol
@@ -253,8 +341,9 @@ def task_memory_budget() -> tuple[int, str]:
 
 
 def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=None, max_iter=None, budget=None, available=(),
-                     tol=None, max_passes=None):
-    """Cost estimates of every solver in ``available`` (see :class:`SolverEstimate`)."""
+                     tol=None, max_passes=None, device: DevicePricing | None = None):
+    """Cost estimates of every solver in ``available`` (see :class:`SolverEstimate`); priced on
+    the device with ``device`` (:func:`on_the_device`)."""
     row_block = max(chunks[0])  # rows of the largest row block (all columns after regrouping)
     col_strip = max(chunks[1])  # columns of the largest column strip (all rows)
     block_in = row_block * d * itemsize
@@ -320,7 +409,34 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
                                         tasks=strips if name == "gram" else row_tasks, copy_passes=copy_passes.get(name, 0),
                                         client_flops=krylov_client_flops(d, ell, krylov_passes, k) if name == "krylov" else 0.0,
                                         result_bytes=results.get(name, 0) * FLOAT64))
+    if device is not None:
+        estimates = [on_the_device(e, n, d, k, itemsize, device, budget) for e in estimates]
     return estimates
+
+
+def on_the_device(estimate: SolverEstimate, n: int, d: int, k: int, itemsize: int, device: DevicePricing,
+                  budget: int | None) -> SolverEstimate:
+    """``estimate`` priced on the device: its passes' flops at the device's rate for its kernels,
+    the final eigenproblem (covariance: d×d eigh; TSQR: SVD of R) where the root solves it
+    (:meth:`DevicePricing.local_seconds`) instead of in the host's flops, the blocks moved up on
+    every pass for host input, and the covariance's and TSQR's wider device merges in its memory."""
+    from .solvers._device import device_fan_in
+
+    flops, local, task = estimate.flops, 0.0, estimate.task_bytes
+    if estimate.name == "covariance":
+        flops, local = flops - 4 / 3 * d**3, device.local_seconds(d, "eigh")
+        fan_in = device_fan_in(device.memory, MERGE_SPLIT_EVERY, d * d * FLOAT64, copies=1)
+        task = max(task, (fan_in + 1) * d * d * FLOAT64 + fan_in * d * FLOAT64)
+    elif estimate.name == "tsqr":
+        local = device.local_seconds(min(n, d), "svd")
+        fan_in = device_fan_in(device.memory, 2, min(n, d) * d * FLOAT64, copies=3)
+        task = max(task, (3 * fan_in + 1) * min(n, d) * d * FLOAT64)
+    elif estimate.name == "gram":  # its final eigenproblem stays the host's (block Lanczos)
+        local_flops = gram_local_flops(n, k)
+        flops, local = flops - local_flops, local_flops / GRAM_FLOPS_PER_SECOND
+    move = n * d * itemsize / device.rate("transfer-bytes") if device.moved else 0.0
+    return replace(estimate, flops=float(max(flops, 0.0)), flop_rate=device.flop_rate(estimate.name), local_seconds=local,
+                   move_seconds=move, task_bytes=int(task), feasible=budget is None or task <= budget)
 
 
 def krylov_client_flops(d: int, ell: int, passes: int, k: int) -> float:
@@ -359,9 +475,17 @@ def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, t
     per_pass = size / READ_BYTES_PER_SECOND + estimate.tasks * TASK_SECONDS / threads
     if distributed:
         per_pass += estimate.tasks * estimate.result_bytes / TRANSFER_BYTES_PER_SECOND
+    per_pass += estimate.move_seconds
     copy = estimate.copy_passes * size / COPY_READ_BYTES_PER_SECOND + size / WRITE_BYTES_PER_SECOND if estimate.copy_passes else 0.0
-    flops = estimate.flops / FLOP_RATES.get(estimate.name, FLOPS_PER_SECOND)
-    return (estimate.passes * per_pass + copy + flops) / busy + estimate.client_flops / CLIENT_FLOPS_PER_SECOND
+    flops = estimate.flops / flop_rate(estimate)
+    return ((estimate.passes * per_pass + copy + flops) / busy + estimate.client_flops / CLIENT_FLOPS_PER_SECOND
+            + estimate.local_seconds)
+
+
+def flop_rate(estimate: SolverEstimate) -> float:
+    """The rate of ``estimate``'s pass flops: the device's when a device plan set it, else the host's
+    (:data:`FLOP_RATES`)."""
+    return estimate.flop_rate or FLOP_RATES.get(estimate.name, FLOPS_PER_SECOND)
 
 
 #: Solvers whose answer is exact (to round-off): they meet any ``tol``.
@@ -370,7 +494,7 @@ EXACT_SOLVERS = ("covariance", "gram", "tsqr")
 
 def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=False, available, n_oversamples=10,
               n_power_iter="auto", tol=None, max_passes=None, geometry: Geometry | None = None, requested=None,
-              reads=None, cache_for=None) -> Plan:
+              reads=None, cache_for=None, device: DevicePricing | None = None) -> Plan:
     """Choose a solver with ordered rules; see the module docstring.
 
     ``tol`` is the accuracy asked for (a bound on the sine of the largest principal angle; None:
@@ -381,9 +505,13 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     estimator (:meth:`SolverEstimate.with_reads`), so that the plan counts what the fit reads. ``cache_for`` gives the pass cache a solver's fit
     would keep (``estimate -> CacheChoice``, :func:`cache_choice`): every solver is then timed with
     its later passes served by it, so the choice between an exact road and an iterative one weighs
-    what each really costs (the cache makes a Krylov pass its flops, not a decode).
+    what each really costs (the cache makes a Krylov pass its flops, not a decode). ``device``
+    (:func:`device_pricing`): the chunks live on a device, and every solver is priced there
+    (:func:`on_the_device`; the task budget from the device's memory).
     """
     budget, source = task_memory_budget()
+    if device is not None and (device_budget := device_task_budget(device)) is not None:
+        budget, source = device_budget
     threads = worker_resources()[0]
     reads = dict(reads or {})
     # Without a tol, solver="auto" weighs the exact roads against Krylov run to DEFAULT_TOL.
@@ -395,7 +523,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     estimates = [
         e.with_reads(*reads.get(e.name, (0, None))).with_seconds(n, d, itemsize, threads, distributed)
         for e in estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget,
-                                  available=available, tol=road_tol, max_passes=max_passes)
+                                  available=available, tol=road_tol, max_passes=max_passes, device=device)
     ]
     caches = {e.name: cache_for(e) for e in estimates} if cache_for is not None else {}
     estimates = [cached(e, caches.get(e.name)) for e in estimates]
@@ -453,8 +581,10 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     )
     if solver in by_name and by_name[solver].copy_passes:  # the re-layout is part of the road: say so
         reason += f"; {by_name[solver].note}"
+    if device is not None and requested is None:
+        reason += f" (priced on the device, {device.name})"
     plan = Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, tol, geometry, threads,
-                cache=caches.get(solver), default_tol=default_tol)
+                cache=caches.get(solver), default_tol=default_tol, device=device)
     if requested is not None:
         check_requested(requested, plan)
     logger.info("daskpca: solver=%r (%s)", solver, reason)
@@ -630,11 +760,11 @@ def cache_choice(chosen: SolverEstimate | None, matrix, cache="auto"):
         predicted = chosen.passes
     flop_seconds, read_seconds, working = 0.0, None, 0
     if chosen is not None:
-        flop_seconds = chosen.flops / FLOP_RATES.get(chosen.name, FLOPS_PER_SECOND) / max(predicted, 1)
+        flop_seconds = chosen.flops / flop_rate(chosen) / max(predicted, 1)
         if current_client() is not None:  # a cached pass still moves its tasks' results
             flop_seconds += chosen.tasks * chosen.result_bytes / TRANSFER_BYTES_PER_SECOND
         if chosen.uncached is not None and isinstance(chosen.passes, int) and chosen.passes:
-            read_seconds = (chosen.uncached - chosen.client_flops / CLIENT_FLOPS_PER_SECOND) / chosen.passes
+            read_seconds = (chosen.uncached - chosen.client_flops / CLIENT_FLOPS_PER_SECOND - chosen.local_seconds) / chosen.passes
         working = chosen.task_bytes
     return _cache.choose(matrix, cache, reads=passes + _cache.later_reads(), working_bytes=working,
                          flop_seconds=flop_seconds, read_seconds=read_seconds, fit_reads=predicted)

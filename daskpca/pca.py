@@ -985,6 +985,7 @@ class PCA(ProbabilisticMixin, BasePCA):
             requested=None if self.solver == "auto" else self.solver,
             reads=_features.plan_reads(SOLVERS, spec, self.get_params(deep=False)),
             cache_for=partial(_plan.cache_choice, matrix=array, cache=self.cache),  # called by the planner, per solver
+            device=_plan.device_pricing(array, moved=_device.moved_from_host(array)),
         )
         self.refuse_ignored_knobs(plan.solver, SOLVERS)
         return plan

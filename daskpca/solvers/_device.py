@@ -8,7 +8,11 @@ copy, an R factor, a thin QR, a rank-one update, the move to and from the host) 
 branch on a library's name. Blocks never leave the device during a pass; only the reduced
 results (d×d, n×n, d×ℓ, k×k) move to the host, once, at the root of the merge tree
 (:func:`daskpca.solvers._graph.tree_reduce` calls :func:`to_host`), so the merges of large
-partials run on the device too. The small final eigenproblems run on the host, in NumPy.
+partials run on the device too. The final d×d eigenproblem (covariance) or SVD of R (TSQR) runs
+on the device too, in the root task, where that is cheaper than moving the matrix and solving it
+on the host (:func:`solve_on_device`, a cost rule from :data:`RATES`); only its k leading pairs
+then move. Partials of device blocks are merged in wider trees (:func:`merge_fan_in`): a device
+adds d×d matrices at hundreds of GB/s, so fewer, wider merges save tasks, not memory.
 
 The host backend keeps NumPy's fast paths (LAPACK in place on Fortran-ordered copies, BLAS
 ``dger``, the sketch's cache-sized slabs): for NumPy blocks every result is what it was before
@@ -30,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+import dask
 import numpy as np
 
 from ..exceptions import InputError
@@ -105,6 +110,15 @@ class ArrayBackend:
         """``matrix += alpha·vector·vectorᵀ`` in place (a float64 matrix this code owns); returns it."""
         matrix += alpha * self.xp.outer(vector, vector)
         return matrix
+
+    def eigh(self, matrix):
+        """``(values ascending, vectors)`` of a symmetric float64 matrix, on its device (cuSOLVER
+        ``syevd`` for CuPy: every pair; a device library has no index-range driver)."""
+        return self.xp.linalg.eigh(matrix)
+
+    def svd(self, matrix):
+        """``(U, s, Vᵀ)`` of the thin SVD of a float64 matrix, on its device (cuSOLVER ``gesvd``)."""
+        return self.xp.linalg.svd(matrix, full_matrices=False)
 
 
 class NumpyBackend(ArrayBackend):
@@ -199,6 +213,106 @@ DEVICES: dict[str, Callable[[], ArrayBackend]] = {"cuda": CupyBackend}
 
 #: What ``device=`` accepts.
 DEVICE_NAMES = ("cpu", "cuda")
+
+
+# -- what the device costs: the planner's rates and the root's cost rule
+
+#: The device's rates, each overridable through dask config (``daskpca.device.<key>``, e.g.
+#: ``dask.config.set({"daskpca.device.flops": 50e12})``). Measured on one H200 (CuPy 14.2) with
+#: float32 blocks resident on the GPU, k = 10 (issue 40); the host's on that machine's 16 cores.
+RATES = {
+    # Float64-accumulated products of float32 blocks (each block converted to float64 once, then
+    # cuBLAS dgemm): ~25 TFLOP/s measured (float64 GEMM is ~50 TFLOP/s nominal on an H200).
+    "flops": 25e12,
+    # The sketch passes (randomized, Krylov): thin products and n×ℓ QRs, far from peak. The table
+    # of issue 40: randomized, 8 passes of 4·n·d·ℓ (ℓ = 20) in 0.30 s at 400 000 × 1000 and 0.34 s
+    # at 200 000 × 4000, 0.85–1.5 TFLOP/s, per-pass latencies included.
+    "sketch-flops": 1.5e12,
+    # cuSOLVER syevd, counted as EIGH_FLOPS·m³: the hand-written floor (XᵀX + cupy.linalg.eigh)
+    # took 0.24 s at 200 000 × 4000 and 0.97 s at 200 000 × 8000; less the products at 25 TFLOP/s
+    # that leaves ~0.1 s and ~0.45 s for the eigh, ≈ 1e13 "flops"/s past a fixed cost.
+    "eigh-flops": 1e13,
+    # cuSOLVER gesvd (Σ and V), counted as SVD_FLOPS·m³. Not measured yet: QR-iteration SVDs run
+    # well below syevd on a GPU, so this is set a few times below the eigh's rate.
+    "svd-flops": 2e12,
+    # What starting a dense solve on the device costs whatever its size (launches, workspace,
+    # the synchronisation that brings its eigenvalues back): the floor's eigh at d = 1000.
+    "solve-seconds": 0.02,
+    # LAPACK on the host, the same counts: eigh of 4000² ≈ 1 s, of 8000² ≈ 5–10 s on 16 cores.
+    "host-eigh-flops": 6e11,
+    # LAPACK gesdd on the host (Σ and V): not measured; the eigh's rate.
+    "host-svd-flops": 6e11,
+    # Host ↔ device copies (PCIe 5, pageable host memory): ~20 GB/s.
+    "transfer-bytes": 20e9,
+}
+
+#: Flops of a dense symmetric eigensolver with every vector (tridiagonalisation, divide and
+#: conquer, back-transformation), per m³ of an m×m matrix.
+EIGH_FLOPS = 9
+#: Flops of the SVD of an m×m matrix for Σ and V (Golub–Van Loan's count for R-SVD without U).
+SVD_FLOPS = 12
+
+
+def rate(key: str) -> float:
+    """``RATES[key]``, or the dask config's ``daskpca.device.<key>`` when set."""
+    return float(dask.config.get(f"daskpca.device.{key}", RATES[key]))
+
+
+def solve_on_device(backend: ArrayBackend, size: int, kind: str = "eigh") -> bool:
+    """Whether an m×m (``size``) ``kind`` problem ("eigh" or "svd") whose matrix lives on
+    ``backend``'s device is cheaper solved there than moved to the host and solved by LAPACK.
+
+    The rule: on the host, ``EIGH_FLOPS·m³`` (``SVD_FLOPS``) at ``host-eigh-flops``
+    (``host-svd-flops``) plus 8·m² bytes at ``transfer-bytes``; on the device, ``solve-seconds``
+    plus the flops at ``eigh-flops`` (``svd-flops``). With :data:`RATES` the device wins from
+    m ≈ 1100 (eigh and SVD alike). Host blocks: always False.
+    """
+    if backend.on_host:
+        return False
+    flops = (EIGH_FLOPS if kind == "eigh" else SVD_FLOPS) * float(size) ** 3
+    host = flops / rate(f"host-{kind}-flops") + FLOAT64_BYTES * float(size) ** 2 / rate("transfer-bytes")
+    device = rate("solve-seconds") + flops / rate(f"{kind}-flops")
+    return device < host
+
+
+FLOAT64_BYTES = 8
+
+#: Fan-in of the merge trees whose partials live on a device (covariance, TSQR): adding d×d
+#: matrices there costs microseconds, so fewer, wider merges (8 at a time: a 16-block fit has 3
+#: merge tasks instead of 15) save the per-task costs (scheduling, a synchronisation each).
+DEVICE_SPLIT_EVERY = 8
+#: Most of the device's memory one merge task may hold (its parts, their stack and its result).
+DEVICE_MERGE_MEMORY_FRACTION = 0.25
+
+
+def merge_fan_in(matrix, host_fan_in: int, part_bytes: int, copies: int = 2) -> int:
+    """The fan-in of a merge tree over ``matrix``'s row blocks: ``host_fan_in`` for host blocks,
+    else :func:`device_fan_in` on the device's memory."""
+    backend = on_device(matrix)
+    if backend.on_host:
+        return host_fan_in
+    memory = device_memory(backend)
+    return device_fan_in(None if memory is None else memory[1], host_fan_in, part_bytes, copies)
+
+
+def device_memory(backend: ArrayBackend) -> tuple[int, int] | None:
+    """``backend.memory()``, or None where it cannot be read here (a client process without the
+    workers' GPU builds the graph)."""
+    try:
+        return backend.memory()
+    except Exception:  # CUDARuntimeError and the like: no device in this process
+        return None
+
+
+def device_fan_in(device_memory: int | None, host_fan_in: int, part_bytes: int, copies: int = 2) -> int:
+    """:data:`DEVICE_SPLIT_EVERY`, halved (to ``host_fan_in`` at least) while ``copies``·fan-in + 1
+    partials of ``part_bytes`` exceed :data:`DEVICE_MERGE_MEMORY_FRACTION` of ``device_memory``
+    (bytes; None: unknown, no limit)."""
+    room = DEVICE_MERGE_MEMORY_FRACTION * device_memory if device_memory else float("inf")
+    fan_in = DEVICE_SPLIT_EVERY
+    while fan_in > host_fan_in and (copies * fan_in + 1) * part_bytes > room:
+        fan_in //= 2
+    return max(fan_in, host_fan_in)
 
 
 def register(backend: ArrayBackend) -> ArrayBackend:
@@ -301,6 +415,12 @@ def require(device) -> ArrayBackend | None:
 def _moved(block, backend: ArrayBackend):
     """One block moved to ``backend``'s device (a device block is kept as it is)."""
     return block if backend.owns(block) else backend.asarray(block)
+
+
+def moved_from_host(matrix) -> bool:
+    """Whether ``matrix`` is host data that :func:`to_device` moves up in its read tasks (its last
+    layer is that move), rather than chunks that live on the device already."""
+    return any(matrix.name.startswith(f"to-{name}-") for name in DEVICES)
 
 
 def to_device(matrix, device):

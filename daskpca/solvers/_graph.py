@@ -150,18 +150,23 @@ def _map_blocks(X, axis: int, func: Callable, name: str, args: tuple) -> list:
     ]
 
 
-def tree_reduce(parts: list, combine: Callable, name: str, *args, split_every: int = SPLIT_EVERY):
+def tree_reduce(parts: list, combine: Callable, name: str, *args, split_every: int = SPLIT_EVERY,
+                finish: Callable | None = None):
     """Reduce delayed partial results with ``combine(list_of_parts, *args)`` in a tree.
 
     Array ``args`` (e.g. the test matrix a merge needs) become one shared key (see :func:`shared`).
+    ``finish(result)``, when given, runs in the root task on the combined result while it is
+    still where the merges left it (a device's memory): what it returns moves to the host (a
+    solver's final eigenproblem, solved on the device, hands back k pairs instead of a d×d matrix).
     """
     if not parts:
         raise ValueError("tree_reduce needs at least one part")  # a bug, not a user error
-    token = tokenize(parts, combine, args)
+    token = tokenize(parts, combine, args) if finish is None else tokenize(parts, combine, args, finish)
     call = dask.delayed(combine, pure=True)
     # The root's combine hands its result back in host memory: partials of device blocks are
     # merged on the device, and only the reduced result moves, once (a no-op for NumPy).
-    root = dask.delayed(partial(_combined_on_host, combine), pure=True)
+    root = dask.delayed(partial(_combined_on_host, combine) if finish is None else
+                        partial(_combined_on_host, combine, finish=finish), pure=True)
     args = shared(args)
     level = 0
     while len(parts) > 1:
@@ -177,6 +182,8 @@ def tree_reduce(parts: list, combine: Callable, name: str, *args, split_every: i
     return parts[0]
 
 
-def _combined_on_host(combine: Callable, parts: list, *args):
-    """The root of a reduction: ``combine(parts, *args)`` with its arrays in host memory."""
-    return to_host(combine(parts, *args))
+def _combined_on_host(combine: Callable, parts: list, *args, finish: Callable | None = None):
+    """The root of a reduction: ``combine(parts, *args)`` (then ``finish`` of it) with its arrays
+    in host memory."""
+    result = combine(parts, *args)
+    return to_host(result if finish is None else finish(result))

@@ -108,6 +108,18 @@ def eigh_descending(matrix: np.ndarray, n_top: int | None = None) -> tuple[np.nd
     return np.clip(values[order], 0.0, None), vectors[:, order]
 
 
+def eigh_descending_on_device(matrix):
+    """:func:`eigh_descending` of a matrix on a device, solved there (every pair: cuSOLVER's
+    ``syevd`` has no index range; its cost is what :func:`~daskpca.solvers._device.solve_on_device`
+    weighs). Returns device arrays, largest first, eigenvalues clipped at zero."""
+    from ._device import backend_of
+
+    backend = backend_of(matrix)
+    values, vectors = backend.eigh(matrix)
+    xp = backend.xp
+    return xp.maximum(values[::-1], 0.0), vectors[:, ::-1]
+
+
 #: Smallest matrix for which :func:`top_eigenpairs` uses Lanczos instead of LAPACK's dense solver.
 LANCZOS_MIN_SIZE = 300
 #: Largest fraction of the matrix's size whose pairs Lanczos is asked for: beyond it LAPACK wins.

@@ -231,3 +231,36 @@ def combine_moments(parts) -> Moments:
         scatter = backend.rank_one_update(scatter, count * part.count / total, delta)
         count = total
     return Moments(count, shift + offset, scatter, nonfinite, finite_count, shift, offset)
+
+
+def combine_moments_pooled(parts) -> Moments:
+    """Merge a sequence of :class:`Moments` exactly, all at once: the device's merge.
+
+    ``M = Σ M_i + Σ n_i (μ_i − μ)(μ_i − μ)ᵀ`` with μ the pooled mean — Chan–Golub–LeVeque's
+    two-part formula summed over the parts (the corrections of all the parts are one product
+    D·Dᵀ, D = [√n_i (μ_i − μ)], d×parts: one GEMM instead of a d×d rank-one update per part).
+    The means are taken about the first part's shift, ``(shift_i − shift) + offset_i`` (the first
+    difference exact, see the module notes), so no μ_i − μ carries ~ε·|μ|. Written against the
+    parts' namespace (the covariance tree uses it for device partials,
+    :func:`daskpca.solvers.covariance.moments_graph`; host partials keep :func:`combine_moments`,
+    bit for bit). Memory: the inputs, the d×d sum and d×parts.
+    """
+    parts = list(parts)
+    if not parts:
+        raise ValueError("combine_moments_pooled needs at least one Moments object")  # a bug, not a user error
+    nonfinite = reduce(lambda a, b: a.merge(b), (p.nonfinite for p in parts))
+    finite_count = _merge_finite_counts(parts)
+    counted = [p for p in parts if p.count] or parts[:1]
+    first = counted[0]
+    if len(counted) == 1:
+        return replace(first, nonfinite=nonfinite, finite_count=finite_count)
+    xp = namespace(first.scatter)
+    count = sum(p.count for p in counted)
+    shift, _ = first.shifted_mean()
+    about = [(part_shift - shift) + part_offset for part_shift, part_offset in (p.shifted_mean() for p in counted)]
+    offset = sum(mean * (p.count / count) for mean, p in zip(about, counted))
+    spread = xp.stack([(mean - offset) * np.sqrt(p.count) for mean, p in zip(about, counted)], axis=1)  # (d, parts)
+    scatter = spread @ spread.T
+    for part in counted:
+        scatter += part.scatter
+    return Moments(count, shift + offset, scatter, nonfinite, finite_count, shift, offset)

@@ -248,7 +248,7 @@ def _prepare_slab(rows: np.ndarray, out: np.ndarray, shift: np.ndarray, scale: n
 def _prepare_device_slab(rows, out, shift, scale, count_missing: bool, with_m2: bool):
     """:func:`_prepare_slab` for a slab on a device: the same steps, each over the whole slab."""
     xp = namespace(out)
-    out[...] = rows.astype(xp.float64, copy=False)
+    out[...] = rows  # converted in the copy: one float64 buffer, not an astype temporary as well
     missing = None
     if count_missing:
         bad = ~xp.isfinite(out)

@@ -8,6 +8,13 @@ Passes: 1. Flops: n·d² (``syrk``) + d³ locally. Memory per task: one float64 
 block plus d² float64 (the merge tasks hold ``SPLIT_EVERY + 1`` d×d matrices).
 Pick when d is moderate (up to ~10–20k: the d×d matrix must fit in a task) and n is anything.
 
+Device blocks (CuPy): the leaves and merges run on the device (merges 8 at a time, all at once:
+:func:`~daskpca.solvers._moments.combine_moments_pooled`), and the root task solves the d×d
+eigenproblem there too when that is cheaper than solving it on the host
+(:func:`~daskpca.solvers._device.solve_on_device`, from d ≈ 1100): the feature stage, the
+covariance and cuSOLVER's eigh on the device, then the k leading pairs and the moments (the
+model's sufficient statistics, kept for ``update``) move to the host.
+
 Accuracy: the eigenvalues carry absolute error ~ ε·λ_max, so components whose variance is below
 ~1e-8·λ_max (float64) lose relative accuracy — the price of squaring the condition number;
 ``solver="tsqr"`` keeps them.
@@ -15,14 +22,16 @@ Accuracy: the eigenvalues carry absolute error ~ ε·λ_max, so components whose
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import partial
 
 import dask
 import numpy as np
 
-from ._graph import map_row_blocks, tree_reduce
-from ._linalg import eigh_descending
-from ._moments import MERGE_SPLIT_EVERY, Moments, chunk_moments, combine_moments
+from ._device import backend_of, merge_fan_in, on_device, solve_on_device, to_host
+from ._graph import SizedByArrays, map_row_blocks, tree_reduce
+from ._linalg import eigh_descending, eigh_descending_on_device
+from ._moments import MERGE_SPLIT_EVERY, Moments, chunk_moments, combine_moments, combine_moments_pooled
 from .._validation import NonFinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
 from ._progress import Passes
@@ -34,14 +43,69 @@ EXACT = True
 SQUARES_THE_DATA = True
 
 
-def moments_graph(X):
+def moments_graph(X, finish=None):
     """Delayed :class:`~daskpca.solvers._moments.Moments` of all rows of ``X`` (one pass when computed).
 
     Pairwise merges (``MERGE_SPLIT_EVERY``): a merge task holds 3·d² float64, a leaf its block,
-    one float64 copy and d² — so d ≈ 10⁴ fits a 6 GiB task (8-way merges needed 9·d²).
+    one float64 copy and d² — so d ≈ 10⁴ fits a 6 GiB task (8-way merges needed 9·d²). Device
+    blocks: wider merges, all parts at once (:func:`~daskpca.solvers._device.merge_fan_in`).
+    ``finish``: run in the root task on the merged moments (see :func:`solved_at_root`).
     """
     leaves = map_row_blocks(X, chunk_moments, "covariance-chunk")
-    return tree_reduce(leaves, combine_moments, "covariance-merge", split_every=MERGE_SPLIT_EVERY)
+    d = X.shape[1]
+    fan_in = merge_fan_in(X, MERGE_SPLIT_EVERY, d * d * 8, copies=1)
+    combine = combine_moments if on_device(X).on_host else combine_moments_pooled
+    return tree_reduce(leaves, combine, "covariance-merge", split_every=fan_in, finish=finish)
+
+
+@dataclass(frozen=True)
+class _SolvedAtRoot(SizedByArrays):
+    """The eigenproblem solved where the moments were merged (a device): what the root hands back."""
+
+    moments: Moments  # of the analysed matrix (the feature stage applied), for ``info``
+    values: np.ndarray  # (d,) every eigenvalue when the request needs the spectrum, else (k + 1,)
+    vectors: np.ndarray  # (d, k)
+    total_variance: float
+    stage: object = None  # the resolved FeatureStage, with ``features``
+
+
+def solved_at_root(moments: Moments, request: ComponentRequest, features=None):
+    """The root's last step: solve the d×d eigenproblem on the moments' device when that is cheaper
+    (:func:`~daskpca.solvers._device.solve_on_device`), else hand the moments back as they are.
+
+    On the device: the feature stage resolved from the moments' finite counts and variances (d
+    values moved to the host), the analysed covariance formed and solved there (cuSOLVER), and k
+    resolved from its eigenvalues; the root then moves the k leading pairs and the moments
+    (sufficient statistics the model keeps) to the host. Non-finite input without a feature stage
+    is handed back too: the client raises for it.
+    """
+    backend = backend_of(moments.scatter)
+    if not solve_on_device(backend, moments.scatter.shape[0]) or (features is None and moments.nonfinite.count):
+        return moments
+    xp = backend.xp
+    n_samples = moments.count
+    ddof_count = max(n_samples - 1, 1)
+    scatter = moments.symmetric_scatter()
+    stage = None
+    if features is not None:
+        finite = to_host(moments.finite_counts())
+        stage = features.resolve(finite, n_samples, to_host(xp.diagonal(scatter)) / ddof_count)
+        request = stage.narrow(request)
+        kept = backend.asarray(np.flatnonzero(stage.keep))
+        factor = backend.asarray(stage.factor)
+        scatter = xp.take(xp.take(scatter, kept, axis=0), kept, axis=1) * xp.outer(factor, factor)
+        moments = Moments(n_samples, xp.take(moments.mean, kept) * factor, scatter, NonFinite())
+    covariance = scatter / ddof_count
+    n_features = covariance.shape[0]
+    values, vectors = eigh_descending_on_device(covariance)
+    if request.needs_spectrum:
+        spectrum = to_host(values[: min(n_samples, n_features)])
+        k = request.resolve(spectrum)
+        values = values if len(spectrum) == n_features else values[:k]
+    else:
+        k = request.fixed()
+        values = values[: k + 1]  # and λ_{k+1}, as on the host
+    return _SolvedAtRoot(moments, values, vectors[:, :k], float(xp.trace(covariance)), stage)
 
 
 def fuses_features(spec) -> bool:
@@ -70,8 +134,12 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None) -> 
         ``info["moments"]`` holds the merged :class:`~daskpca.solvers._moments.Moments` (the sufficient
         statistics an exact incremental update needs) of the analysed matrix.
     """
+    finish = partial(solved_at_root, request=request, features=features)
     with Passes("covariance", N_PASSES).read():
-        (moments,) = dask.compute(moments_graph(X))
+        (moments,) = dask.compute(moments_graph(X, finish=finish))
+    if isinstance(moments, _SolvedAtRoot):  # solved on the device, in the root task
+        result = result_from_moments(moments.moments, request, solved=moments)
+        return result if moments.stage is None else replace(result, features=moments.stage)
     if features is None:
         return result_from_moments(moments, request)
     n_samples = moments.count
@@ -83,20 +151,26 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None) -> 
     return replace(result_from_moments(analysed, stage.narrow(request)), features=stage)
 
 
-def result_from_moments(moments: Moments, request: ComponentRequest) -> SolverResult:
-    """Solve the d×d eigenproblem of merged moments locally (no data is read)."""
+def result_from_moments(moments: Moments, request: ComponentRequest, solved: _SolvedAtRoot | None = None) -> SolverResult:
+    """Solve the d×d eigenproblem of merged moments locally (no data is read), or take the
+    eigenpairs the root task ``solved`` on the device (:func:`solved_at_root`)."""
     raise_if_nonfinite(moments.nonfinite)
     n_samples = moments.count
-    covariance = moments.symmetric_scatter() / max(n_samples - 1, 1)
-    n_features = covariance.shape[0]
-    if request.needs_spectrum:
-        values, vectors = eigh_descending(covariance)
-        k = request.resolve(values[: min(n_samples, n_features)])
+    n_features = moments.mean.shape[0]
+    if solved is not None:
+        values, vectors, total_variance = solved.values, solved.vectors, solved.total_variance
+        k = vectors.shape[1]
     else:
-        # Only the k leading pairs (and λ_{k+1}, the gap the estimator's input-precision term
-        # needs): LAPACK's index-range driver is cheaper when k ≪ d.
-        k = request.fixed()
-        values, vectors = eigh_descending(covariance, k + 1)
+        covariance = moments.symmetric_scatter() / max(n_samples - 1, 1)
+        total_variance = float(np.trace(covariance))
+        if request.needs_spectrum:
+            values, vectors = eigh_descending(covariance)
+            k = request.resolve(values[: min(n_samples, n_features)])
+        else:
+            # Only the k leading pairs (and λ_{k+1}, the gap the estimator's input-precision term
+            # needs): LAPACK's index-range driver is cheaper when k ≪ d.
+            k = request.fixed()
+            values, vectors = eigh_descending(covariance, k + 1)
     info = {"moments": moments, "error_bound": 0.0}  # exact: no bound to report but round-off
     if len(values) > k:
         info["next_variance"] = float(values[k])
@@ -105,7 +179,7 @@ def result_from_moments(moments: Moments, request: ComponentRequest) -> SolverRe
         explained_variance=values[:k].copy(),
         mean=moments.mean,
         n_samples=n_samples,
-        total_variance=float(np.trace(covariance)),
+        total_variance=total_variance,
         n_passes=N_PASSES,
         spectrum=values[: min(n_samples, n_features)] if len(values) == n_features else None,
         info=info,

@@ -58,6 +58,15 @@ covariance and Gram solvers square the condition number and lose eigenvalues bel
 Accuracy: backward stable; singular values carry absolute error ~ε·σ_max (relative error
 ε·κ), against ε·κ² for the covariance path.
 
+Device blocks (CuPy): a device has no ``tpqrt``, so a merge is one dense QR of its parts' R
+factors stacked with their correction rows, and it takes 8 parts at a time (all at once: the
+rows ``√n_i·(μ_i − μ)ᵀ`` against the pooled mean μ, the formula above summed over the parts,
+each mean taken about the first part's shift so that no difference carries ~ε·|μ|;
+~(2·parts − ⅔)·d³ flops where pairwise merges of as many parts cost ~3⅓·d³ each). The root task
+takes the SVD of the final R on the device when that is cheaper than moving R and taking it on
+the host (:func:`~daskpca.solvers._device.solve_on_device`); the k leading right singular
+vectors and every singular value then move.
+
 References
 ----------
 J. Demmel, L. Grigori, M. Hoemmen, J. Langou, "Communication-optimal parallel and sequential QR
@@ -76,7 +85,9 @@ import dask
 import numpy as np
 from scipy.linalg import get_lapack_funcs, svd
 
-from ._device import NUMPY, backend_of
+from functools import partial
+
+from ._device import NUMPY, backend_of, merge_fan_in, on_device, solve_on_device
 from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from ._linalg import client_blas_threads
 from ._moments import merge_shifted_means, row_shift
@@ -226,13 +237,75 @@ def _merge_r(parts: list[_RPart]) -> _RPart:
     return _RPart(count, shift, offset, r, nonfinite)
 
 
-def r_graph(X):
+def _merge_r_stacked(parts: list[_RPart]) -> _RPart:
+    """Merge the parts in one dense QR of their R factors and correction rows against the pooled
+    mean (the device's merge, see the module notes); one part is returned as it is."""
+    parts = [p for p in parts if p.count] or parts[:1]
+    nonfinite = parts[0].nonfinite
+    for part in parts[1:]:
+        nonfinite = nonfinite.merge(part.nonfinite)
+    if len(parts) == 1:
+        return _RPart(parts[0].count, parts[0].shift, parts[0].offset, parts[0].r, nonfinite)
+    xp = backend_of(parts[0].r).xp
+    count = sum(p.count for p in parts)
+    shift = parts[0].shift  # each mean about it: (shift_i − shift) exact, plus the offset
+    about = [(p.shift - shift) + p.offset for p in parts]
+    offset = sum(mean * (p.count / count) for mean, p in zip(about, parts))
+    corrections = xp.stack([(mean - offset) * np.sqrt(p.count) for mean, p in zip(about, parts)], axis=0)
+    return _RPart(count, shift, offset, _r_factor(xp.concatenate([corrections, *(p.r for p in parts)], axis=0)), nonfinite)
+
+
+def r_graph(X, finish=None):
     """Delayed merged :class:`_RPart` of all rows of ``X`` (one pass when computed).
 
-    One leaf per row block, then a binary tree of pairwise merges (``MERGE_SPLIT_EVERY``).
+    One leaf per row block, then a binary tree of pairwise merges (``MERGE_SPLIT_EVERY``);
+    device blocks: wider merges, one QR each (:func:`_merge_r_stacked`). ``finish``: run in the
+    root task on the final R (:func:`svd_at_root`).
     """
     leaves = map_row_blocks(X, _block_r, "tsqr-chunk")
-    return tree_reduce(leaves, _merge_r, "tsqr-merge", split_every=MERGE_SPLIT_EVERY)
+    d = X.shape[1]
+    fan_in = merge_fan_in(X, MERGE_SPLIT_EVERY, min(X.shape[0], d) * d * 8, copies=3)
+    merge = _merge_r if on_device(X).on_host else _merge_r_stacked
+    return tree_reduce(leaves, merge, "tsqr-merge", split_every=fan_in, finish=finish)
+
+
+@dataclass(frozen=True)
+class _SvdAtRoot(SizedByArrays):
+    """The final R's SVD taken on its device in the root task: what the root hands back."""
+
+    count: int
+    mean: np.ndarray  # (d,)
+    singular_values: np.ndarray  # every one of R's
+    vt: np.ndarray  # (k, d): the leading right singular vectors
+    sum_of_squares: float  # ‖R‖_F² = ‖X̃‖_F²
+    nonfinite: NonFinite
+
+
+def svd_at_root(part: _RPart, request: ComponentRequest, n_samples: int):
+    """The root's last step: the SVD of the final R on its device when that is cheaper
+    (:func:`~daskpca.solvers._device.solve_on_device`), k resolved from its singular values
+    (moved to the host) and only the k leading right singular vectors kept; else ``part`` as it
+    is (as for non-finite input: the client raises)."""
+    backend = backend_of(part.r)
+    n_features = part.r.shape[1]
+    if part.nonfinite.count or not solve_on_device(backend, n_features, "svd"):
+        return part
+    _, singular_values, vt = backend.svd(part.r)
+    singular_values = backend.to_host(singular_values)
+    k = _spectrum(singular_values, n_samples, n_features, request)[2]
+    return _SvdAtRoot(part.count, part.mean, singular_values, vt[:k], float(backend.xp.sum(part.r**2)), part.nonfinite)
+
+
+def _spectrum(singular_values: np.ndarray, n_samples: int, n_features: int, request: ComponentRequest):
+    """``(singular values, spectrum, k)``: R's singular values padded or cut to min(n, d), the
+    covariance's eigenvalues (ddof=1) and the k the request resolves to."""
+    bound = min(n_samples, n_features)
+    if len(singular_values) < bound:  # only when n is tiny: pad with exact zeros
+        singular_values = np.concatenate([singular_values, np.zeros(bound - len(singular_values))])
+    singular_values = singular_values[:bound]
+    spectrum = singular_values**2 / max(n_samples - 1, 1)
+    k = request.resolve(spectrum) if request.needs_spectrum else request.fixed()
+    return singular_values, spectrum, k
 
 
 def solve(X, request: ComponentRequest, *, random_state=None) -> SolverResult:
@@ -260,26 +333,25 @@ def solve(X, request: ComponentRequest, *, random_state=None) -> SolverResult:
     client holds ~7·d² more (gesdd's copy, U, Vᵀ and workspace). The data is never held whole
     and no centered copy of it exists.
     """
-    with Passes("tsqr", N_PASSES).read():
-        (part,) = dask.compute(r_graph(X))
-    raise_if_nonfinite(part.nonfinite)
     n_samples, n_features = X.shape
-    bound = min(n_samples, n_features)
-    with client_blas_threads():
-        _, singular_values, vt = svd(part.r, full_matrices=False, check_finite=False, lapack_driver="gesdd")
-    if len(singular_values) < bound:  # only when n is tiny: pad with exact zeros
-        singular_values = np.concatenate([singular_values, np.zeros(bound - len(singular_values))])
-    singular_values = singular_values[:bound]
+    with Passes("tsqr", N_PASSES).read():
+        (part,) = dask.compute(r_graph(X, finish=partial(svd_at_root, request=request, n_samples=n_samples)))
+    raise_if_nonfinite(part.nonfinite)
+    if isinstance(part, _SvdAtRoot):  # taken on the device, in the root task
+        singular_values, vt, sum_of_squares = part.singular_values, part.vt, part.sum_of_squares
+    else:
+        with client_blas_threads():
+            _, singular_values, vt = svd(part.r, full_matrices=False, check_finite=False, lapack_driver="gesdd")
+        sum_of_squares = np.sum(part.r**2)
+    singular_values, spectrum, k = _spectrum(singular_values, n_samples, n_features, request)
     ddof_count = max(n_samples - 1, 1)
-    spectrum = singular_values**2 / ddof_count
-    k = request.resolve(spectrum) if request.needs_spectrum else request.fixed()
     return SolverResult(
         components=vt[:k].copy(),
         explained_variance=spectrum[:k].copy(),
         mean=part.mean,
         n_samples=n_samples,
         # ‖R‖_F = ‖X̃‖_F (orthogonal invariance): the trace of the scatter, no extra work.
-        total_variance=float(np.sum(part.r**2) / ddof_count),
+        total_variance=float(sum_of_squares / ddof_count),
         n_passes=N_PASSES,
         spectrum=spectrum,
         info={"singular_values": singular_values, "error_bound": 0.0},

@@ -65,39 +65,78 @@ def source_name(X) -> str:
     return "X"
 
 
-def refuse_unwritten_store(X) -> None:
-    """Raise for a zarr array (a path or a ``zarr.Array``) of which no chunk was ever written:
-    every value would read as its fill value, and a model of it is a model of nothing (a deleted
-    or never-produced input). Reads metadata and at most two chunk keys' existence, or lists the
-    keys when neither is there; never a chunk. Anything else (or a path that does not open as an
-    array) is left to :func:`~daskpca._validation.as_dask_matrix`."""
+def _zarr_arrays(X) -> list:
+    """The ``zarr.Array`` objects ``X`` reads: ``X`` itself (a path, opened, or an array), or those
+    in the graph of a dask array or of a labeled object's data (``da.from_zarr``, xarray's lazy
+    backend wrappers, :class:`~daskpca.solvers._decode.ZarrsRead`). Reads metadata only."""
+    import os
+
+    import zarr
+
+    if isinstance(X, (str, os.PathLike)):
+        return [zarr.open_array(os.fspath(X), mode="r")]
+    if isinstance(X, zarr.Array):
+        return [X]
+    data = X.data if labeled.is_labeled(X) else X
+    if not hasattr(data, "__dask_graph__"):
+        return []
+    from dask._task_spec import DataNode, GraphNode
+
+    from .solvers._decode import _bottom
+
+    found = []
+    for node in dict(data.__dask_graph__()).values():
+        if isinstance(node, GraphNode) and not isinstance(node, DataNode):
+            continue
+        value = node.value if isinstance(node, DataNode) else node
+        if type(value).__name__ == "ZarrsRead":
+            value = value.source
+        array = _bottom(value)
+        if isinstance(array, zarr.Array) and all(array is not other for other in found):
+            found.append(array)
+    return found
+
+
+def refuse_unwritten_store(X, action: str = "a model fitted on it would describe nothing") -> None:
+    """Raise for a zarr array of which no chunk was ever written — given as a path, a
+    ``zarr.Array``, or read by a dask array or an xarray object (what ``daskpca.io.open_source``
+    and the command line give): every value would read as its fill value, and a model of it, an
+    update with it or its scores describe nothing (a deleted or never-produced input). Reads
+    metadata and at most two chunk keys' existence per array, or lists the keys when neither is
+    there; never a chunk. Anything else (or a path that does not open as an array) is left to
+    :func:`~daskpca._validation.as_dask_matrix`. ``action`` ends the message: what would go wrong."""
     import os
 
     try:
-        import zarr
         from zarr.core.sync import sync
 
-        if isinstance(X, (str, os.PathLike)):
-            array = zarr.open_array(os.fspath(X), mode="r")
-        elif isinstance(X, zarr.Array):
-            array = X
-        else:
-            return
-        if not array.size:
-            return
-        stored = getattr(array, "shards", None) or array.chunks  # a sharded array stores whole shards
-        grid = [-(-size // chunk) for size, chunk in zip(array.shape, stored)]
-        keys = {tuple(0 for _ in grid), tuple(g - 1 for g in grid)}
-        if any(sync((array.store_path / array.metadata.encode_chunk_key(key)).exists()) for key in keys):
-            return
-        unwritten = array.nchunks_initialized == 0
+        arrays = _zarr_arrays(X)
     except Exception:  # noqa: BLE001 — not a zarr array this can inspect: the reader decides
         return
-    if unwritten:
-        raise InputError(
-            f"{source_name(X)} (shape {'×'.join(map(str, array.shape))}) has no data: no chunk of it has been "
-            f"written, so every value would read as its fill value ({array.fill_value!r}). Write the data first "
-            "(or point at the array that holds it): a model fitted on it would describe nothing.")
+    for array in arrays:
+        try:
+            if not array.size:
+                continue
+            stored = getattr(array, "shards", None) or array.chunks  # a sharded array stores whole shards
+            grid = [-(-size // chunk) for size, chunk in zip(array.shape, stored)]
+            keys = {tuple(0 for _ in grid), tuple(g - 1 for g in grid)}
+            if any(sync((array.store_path / array.metadata.encode_chunk_key(key)).exists()) for key in keys):
+                continue
+            unwritten = array.nchunks_initialized == 0
+        except Exception:  # noqa: BLE001 — a store this cannot list: the read decides
+            continue
+        if unwritten:
+            if isinstance(X, (str, os.PathLike)) or X is array:
+                name = source_name(X)
+            else:  # read through dask or xarray: the store's folder, as the user gave it to the reader
+                root = _cache._local_root(array.store)
+                name = (f"the zarr array at {os.path.join(root, array.path) if array.path else root!r}"
+                        if root is not None else source_name(array))
+            fill = array.fill_value.item() if hasattr(array.fill_value, "item") else array.fill_value
+            raise InputError(
+                f"{name} (shape {'×'.join(map(str, array.shape))}) has no data: no chunk of it has been "
+                f"written, so every value would read as its fill value ({fill!r}). Write the data first "
+                f"(or point at the array that holds it): {action}.")
 
 
 def refuse_no_variance(result: SolverResult, X) -> None:
@@ -119,6 +158,22 @@ def refuse_no_variance(result: SolverResult, X) -> None:
                 f"{mean.min():.6g} to {mean.max():.6g}). Check that it is the field you meant (samples as rows, "
                 "features as columns; a repeated time step or a wrong variable gives this)")
     raise InputError(f"{source_name(X)} (shape {n}×{d}) {what}: PCA of it has no components, and no model was made.")
+
+
+def refuse_one_value_batch(new: Moments, X) -> None:
+    """Raise for new samples (two or more) that hold one value everywhere — every feature of
+    every sample: a deleted, never-produced or masked batch (its fill value), not observations.
+    Folded in, they would pull the mean and variances towards that value. A batch whose features
+    are constant but differ (a repeated sample) is left alone: a short batch may be one. Read
+    from the update's own moments: no extra read."""
+    mean = np.asarray(new.mean)
+    if new.count < 2 or not mean.size or np.any(np.asarray(new.scatter).diagonal() != 0) \
+            or not np.all(mean == mean.flat[0]):
+        return
+    raise InputError(
+        f"{source_name(X)} (shape {new.count}×{mean.shape[0]}) has no variance: every value equals {mean.flat[0]:.6g}. "
+        "Check that it is the batch you meant (a deleted or never-written input reads as its fill value; a mask "
+        "or a wrong variable can leave one value everywhere): the model was not updated.")
 
 
 #: Below this, the input-precision term is float64 round-off, which every solver's bound already
@@ -431,6 +486,7 @@ class BasePCA(Estimator):
         """
         self.check_fitted()
         check_nan_policy(nan)
+        refuse_unwritten_store(X, "its scores would describe nothing")
         matrix, kind = self.model_input(X)
         scaling, factors = self._score_factors(scaling)
         stage, layout = self.feature_stage_, self.layout_
@@ -940,9 +996,11 @@ class PCA(ProbabilisticMixin, BasePCA):
             standardized (its scale would change), or holds samples of the same stamps (labeled).
         """
         layout = self.check_updatable(X)
+        refuse_unwritten_store(X, "the model would take its fill value for new samples, and was not updated")
         matrix, _ = self.model_input(X)
         with tuned_for_tasks():
             (new,) = dask.compute(covariance.moments_graph(self.feature_stage_.apply(matrix)))
+        refuse_one_value_batch(new, X)
         merged = combine_moments([self.solver_info_["moments"], new])
         request = ComponentRequest(self.n_components, merged.count, self.n_features_in_)
         request.validate()

@@ -23,12 +23,15 @@ import os
 import posixpath
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
 from .claims import is_url, local_path
 from ..exceptions import InputError
 
 #: ``scheme://`` at the start of a URL (RFC 3986: a letter, then letters, digits, ``+-.``).
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+#: ``file:/abs/path``: RFC 8089's file URL without an authority (one slash, not two).
+_FILE_NO_AUTHORITY = re.compile(r"^file:(?=/(?!/))", re.IGNORECASE)
 
 
 def as_meant(path):
@@ -38,9 +41,10 @@ def as_meant(path):
     ----------
     path : str, os.PathLike or None
         A local path (``~`` and ``~user`` expanded, relative to the working directory),
-        a ``file://`` URL — scheme in any case (RFC 3986), host empty or ``localhost``
-        (RFC 8089) — or an object-store URL (``s3://…``, any fsspec protocol). Anything else
-        (``None``, a zarr store object) is returned as it is.
+        a ``file:`` URL — scheme in any case (RFC 3986), host empty or ``localhost`` or no
+        authority at all (``file:/abs``, RFC 8089), percent-encoding decoded (``%20`` is a
+        space, as ``Path.as_uri()`` writes it) — or an object-store URL (``s3://…``, any fsspec
+        protocol). Anything else (``None``, a zarr store object) is returned as it is.
 
     Returns
     -------
@@ -53,14 +57,25 @@ def as_meant(path):
     ------
     InputError
         A ``file://`` URL naming another host: daskpca reads and writes local files only through
-        the local file system (mount the share and give its local path).
+        the local file system (mount the share and give its local path). A ``~user`` path of a
+        user this machine does not know: left as it is, it would be a folder literally named
+        ``~user`` in the working directory.
     """
     if not isinstance(path, (str, os.PathLike)):
         return path
     path = os.fspath(path)
+    if _FILE_NO_AUTHORITY.match(path):
+        return str(Path(unquote(path[len("file:"):])).absolute())
     match = _SCHEME.match(path)
     if match is None:
-        return str(Path(os.path.expanduser(path)).absolute())
+        expanded = os.path.expanduser(path)
+        if path.startswith("~") and expanded == path:
+            user = path[1:].split("/", 1)[0]
+            raise InputError(
+                f"{path!r} starts with ~{user}, the home folder of a user, but there is no user {user!r} on this "
+                f"machine (and no $HOME for ~): give the folder's path (e.g. /home/{user or 'me'}/…, or ./~{user}/… "
+                "for a folder of that name here).")
+        return str(Path(expanded).absolute())
     scheme = match.group(1).lower()
     rest = path[match.end():]
     if scheme != "file":
@@ -71,7 +86,8 @@ def as_meant(path):
             f"{path!r} names the host {host!r}: a file:// URL means a file on this machine (host empty or "
             f"'localhost', e.g. file:///{local or 'abs/path.zarr'}). Mount that host's folder here and give its "
             "local path, or use an object-store URL (s3://…).")
-    return str(Path("/" + local).absolute()) if slash else "/"
+    # A URL's path is percent-encoded (RFC 3986 §2.1): %20 is a space, %2E a dot.
+    return str(Path("/" + unquote(local)).absolute()) if slash else "/"
 
 
 def canonical(path) -> str:

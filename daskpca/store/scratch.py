@@ -80,8 +80,17 @@ class Terminated(KeyboardInterrupt):
 
 
 def scratch_root() -> Path:
-    """``$DASKPCA_SCRATCH``, or the system's temporary directory."""
-    return Path(os.environ.get(SCRATCH_ENV) or tempfile.gettempdir())
+    """``$DASKPCA_SCRATCH`` as meant (:func:`daskpca.store.paths.as_meant`: ``~``, ``file://``,
+    relative to the working directory, as every other path of a job), or the system's temporary
+    directory. Raises :class:`ScratchError` for a spelling that names no local folder."""
+    from ..exceptions import InputError
+    from .paths import as_meant
+
+    try:
+        root = as_meant(os.environ.get(SCRATCH_ENV) or tempfile.gettempdir())
+    except InputError as error:
+        raise ScratchError(f"${SCRATCH_ENV}: {error}") from None
+    return Path(root)
 
 
 def _where() -> str:
@@ -127,7 +136,12 @@ def check_apart(inputs: dict, outputs: dict | None = None, root: Path | None = N
     """
     from .paths import canonical
 
-    root = scratch_root() if root is None else Path(root)
+    if root is None:
+        try:
+            root = scratch_root()
+        except ScratchError:  # names no folder: nothing can be written there (check_root says so)
+            return
+    root = Path(root)
     real_root = canonical(root)
     spelled = "" if real_root == os.path.abspath(root) else f" (really {real_root!r})"
     fix = (f"Set ${SCRATCH_ENV} to a folder outside the job's inputs and outputs (a fresh folder on a "

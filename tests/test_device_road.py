@@ -310,14 +310,16 @@ def device_solves(backend, monkeypatch):
 
 @pytest.mark.parametrize("solver, options", [("covariance", {}), ("covariance", {"n_components": 0.9}),
                                              ("covariance", {"weights": np.linspace(1, 2, 12), "standardize": True}),
-                                             ("tsqr", {}), ("tsqr", {"n_components": 0.9})])
+                                             ("tsqr", {}), ("tsqr", {"n_components": 0.9}),
+                                             ("gram", {}), ("gram", {"n_components": 0.9})])
 def test_the_root_solves_the_final_problem_on_the_device(backend, device_solves, solver, options):
     """With the device's fixed cost set to 0 (the rule then sends even a 12×12 problem up), the root
     task solves the covariance's eigenproblem (the feature stage and a variance fraction resolved
-    there too) or the SVD of R on the device, and hands back k pairs; the fit equals the NumPy
-    one. With the default rates this small problem is solved on the host."""
+    there too), the SVD of R or the n×n Gram's eigenproblem on the device, and hands back its
+    pairs; the fit equals the NumPy one. With the default rates this small problem is solved on
+    the host."""
     X = _data(seed=11)
-    kind = "eigh" if solver == "covariance" else "svd"
+    kind = "svd" if solver == "tsqr" else "eigh"
     options = {"n_components": 3, **options}
     reference = PCA(solver=solver, **options).fit(da.from_array(X, chunks=(30, 6)))
     with dask.config.set({"daskpca.device.solve-seconds": 0}):
@@ -333,6 +335,8 @@ def test_the_root_solves_the_final_problem_on_the_device(backend, device_solves,
         moments, expected = pca.solver_info_["moments"], reference.solver_info_["moments"]
         assert type(moments.scatter) is np.ndarray and moments.count == expected.count
         np.testing.assert_allclose(moments.symmetric_scatter(), expected.symmetric_scatter(), rtol=1e-9, atol=1e-9)
+    elif solver == "gram":  # every pair of the n×n Gram came from the device's dense solver
+        assert pca.solver_info_["eigensolver"] == "device"
     else:  # every singular value came down, the vectors only k
         np.testing.assert_allclose(pca.solver_info_["singular_values"], reference.solver_info_["singular_values"],
                                    rtol=1e-10, atol=1e-12)

@@ -36,10 +36,10 @@ from dataclasses import dataclass, field, replace
 import dask
 import numpy as np
 
-from ._device import like, namespace, to_host
+from ._device import backend_of, like, namespace, on_device, solve_on_device, to_host
 from ._geometry import ColumnStrips
 from ._graph import SizedByArrays, map_column_blocks, tree_reduce
-from ._linalg import eigh_descending, top_eigenpairs
+from ._linalg import eigh_descending, eigh_descending_on_device, top_eigenpairs
 from ._moments import MERGE_SPLIT_EVERY, center_block
 from .._validation import NonFinite, raise_if_nonfinite
 from ._base import ComponentRequest, SolverResult
@@ -159,12 +159,16 @@ def _solve_strips(X, request, random_state, features) -> SolverResult:
     passes = Passes("gram", N_PASSES)
     with passes.read():
         (part,) = dask.compute(gram_graph(X))
+    solved = part if isinstance(part, _GramSolved) else None
+    part = part.part if solved is not None else part
     if features is None:
         raise_if_nonfinite(part.nonfinite)
-        return result_from_part(X, part, request, passes, random_state=random_state)
+        return result_from_part(X, part, request, passes, random_state=random_state, solved=solved)
     n_samples = X.shape[0]
     stage = features.resolve(part.column_finite_counts(n_samples), n_samples)
-    result = result_from_part(X, part, stage.narrow(request), passes, random_state=random_state, columns=stage.keep)
+    # Dropped columns were zero-filled in pass 1: the Gram, hence its eigenpairs, are the same.
+    result = result_from_part(X, part, stage.narrow(request), passes, random_state=random_state, columns=stage.keep,
+                              solved=solved)
     return replace(result, features=stage)
 
 
@@ -172,14 +176,38 @@ def gram_graph(X):
     """Delayed ``_GramPart`` of ``X``: pass 1 (centered Gram, column means, finite counts).
 
     Pairwise merges (as the covariance tree): a merge task holds three n×n float64 matrices
-    where an 8-way one held nine — the Gram is what limits n on small workers.
+    where an 8-way one held nine — the Gram is what limits n on small workers. Device strips:
+    the root also solves the n×n eigenproblem there where that is cheaper (:func:`_solved_at_root`).
     """
     leaves = map_column_blocks(X, _strip_gram, "gram-chunk")
-    return tree_reduce(leaves, _sum_parts, "gram-merge", split_every=MERGE_SPLIT_EVERY)
+    finish = None if on_device(X).on_host else _solved_at_root
+    return tree_reduce(leaves, _sum_parts, "gram-merge", split_every=MERGE_SPLIT_EVERY, finish=finish)
+
+
+@dataclass(frozen=True)
+class _GramSolved(SizedByArrays):
+    """Pass 1 with its n×n eigenproblem solved where the Gram was summed (a device)."""
+
+    part: _GramPart
+    values: np.ndarray  # (n,) every eigenvalue, descending, ≥ 0
+    vectors: np.ndarray  # (n, n), the matching eigenvectors as columns
+
+
+def _solved_at_root(part: _GramPart):
+    """The root's last step on a device: every eigenpair of the symmetrised n×n Gram by the
+    device's dense solver (cuSOLVER ``syevd``) where :func:`~daskpca.solvers._device.solve_on_device`
+    says that is cheaper than the host's (Lanczos or LAPACK) — else the part as it is. A dense
+    solver is exact to round-off, as the host's certified Lanczos is; the n×n Gram still moves to
+    the host (8·n² bytes: its trace, and the model's total variance)."""
+    backend = backend_of(part.gram)
+    if part.nonfinite.count or not solve_on_device(backend, part.gram.shape[0]):
+        return part
+    values, vectors = eigh_descending_on_device((part.gram + part.gram.T) / 2)
+    return _GramSolved(part, values, vectors)
 
 
 def result_from_part(X, part: _GramPart, request: ComponentRequest, passes: Passes, *, random_state=None,
-                     columns=None) -> SolverResult:
+                     columns=None, solved: _GramSolved | None = None) -> SolverResult:
     """Pass 2 from a computed pass-1 result: eigenproblem of the Gram matrix, then components
     (reported to ``passes``, the solve's pass reporter).
 
@@ -197,7 +225,11 @@ def result_from_part(X, part: _GramPart, request: ComponentRequest, passes: Pass
     gram = (part.gram + part.gram.T) / 2  # exactly symmetric for the eigensolver
     ddof_count = max(n_samples - 1, 1)
 
-    if request.needs_spectrum:  # a variance fraction or "mle": every eigenvalue, dense LAPACK
+    if solved is not None:  # every pair, solved on the device at the root (see _solved_at_root)
+        values, vectors, eigensolver = solved.values, solved.vectors, "device"
+        spectrum = values[: min(n_samples, n_features)] / ddof_count if request.needs_spectrum else None
+        k = request.resolve(spectrum) if request.needs_spectrum else request.fixed()
+    elif request.needs_spectrum:  # a variance fraction or "mle": every eigenvalue, dense LAPACK
         values, vectors = eigh_descending(gram)
         spectrum, eigensolver = values[: min(n_samples, n_features)] / ddof_count, "lapack"
         k = request.resolve(spectrum)

@@ -222,7 +222,13 @@ def pass_budget(tol, max_passes) -> int:
 
 @dataclass(frozen=True)
 class Estimate:
-    """The answer and its bound from the blocks so far (all local, no pass)."""
+    """The answers and their bounds from the blocks so far (all local, no pass).
+
+    Three answers are certified (see the module notes): the left Rayleigh–Ritz components
+    (``components``, bound ``error_bound``), the refined Ritz vectors span(C·X_k) (``refined_*``,
+    ``refined_bound``) and the plain Ritz vectors X_k (``ritz_*``, ``ritz_bound``).
+    :meth:`best` picks the one with the smallest bound.
+    """
 
     components: np.ndarray  # (k, d), left Rayleigh–Ritz
     singular_values: np.ndarray  # (k,), of X̃
@@ -230,14 +236,28 @@ class Estimate:
     ritz_bound: float  # Davis–Kahan bound of the plain Ritz vectors
     residual_norms: np.ndarray  # (k,), ‖C x_i − θ_i x_i‖ (scatter units)
     eigenvalue_error_bounds: np.ndarray  # (k,), relative
-    gap: float  # δ̂ (scatter units; ≤ 0: not separated)
+    gap: float  # δ̂ = θ_k − λ̂_{k+1} (scatter units; ≤ 0: not separated)
     ritz_components: np.ndarray  # (k, d), the plain Ritz vectors X_kᵀ the bound certifies
     ritz_values: np.ndarray  # (k,), their Rayleigh quotients θ_i (scatter units)
+    refined_components: np.ndarray | None = None  # (k, d), an orthonormal basis of span(C·X_k)
+    refined_singular_values: np.ndarray | None = None  # (k,)
+    refined_bound: float = 1.0  # on sin θ of span(C·X_k)
+    next_eigenvalue: float = np.inf  # λ̂_{k+1}, the upper estimate of λ_{k+1} the bounds use
 
-    def certified(self, tol: float | None) -> float:
-        """The smallest bound either answer carries: the plain Ritz vectors' when a ``tol`` is
-        asked (it is never larger), the returned components' otherwise."""
-        return self.error_bound if tol is None else min(self.error_bound, self.ritz_bound)
+    def certified(self, tol: float | None = None) -> float:
+        """The smallest bound any of the three answers carries (what the fit stops on)."""
+        return min(self.error_bound, self.refined_bound, self.ritz_bound)
+
+    def best(self) -> tuple["Estimate", str]:
+        """The answer with the smallest bound and its name (``info["projection"]``): "left",
+        "refined" or "plain"; ties go to the left projection, then the refined vectors (the
+        more accurate answers at equal bounds, e.g. all 1 before the gap is resolved)."""
+        if self.error_bound <= min(self.refined_bound, self.ritz_bound):
+            return self, "left"
+        if self.refined_components is not None and self.refined_bound <= self.ritz_bound:
+            return replace(self, components=self.refined_components, singular_values=self.refined_singular_values,
+                           error_bound=self.refined_bound), "refined"
+        return self.plain(), "plain"
 
     def plain(self) -> "Estimate":
         """The same estimate answering with the plain Ritz vectors (bound ``ritz_bound``)."""
@@ -324,23 +344,115 @@ def _gram_route_suffices(singular_values: np.ndarray, k: int) -> bool:
     return singular_values.size >= k > 0 and singular_values[k - 1] ** 2 >= GRAM_RANGE * singular_values[0] ** 2
 
 
+#: Relative round-off allowed on the total scatter (trace C, summed in float64 over n rows in the
+#: first pass) and on the Ritz values' sum when :func:`next_eigenvalue` bounds λ_{k+1} by the
+#: trace: far above both, far below any tail the bound is used for.
+TRACE_RTOL = 1e-8
+
+
+def next_eigenvalue(theta: np.ndarray, norms: np.ndarray, k: int, total: float | None) -> float:
+    """λ̂_{k+1}: an upper estimate of the (k+1)-th eigenvalue of C from the Ritz values
+    ``theta`` (all m of the basis, descending), the residual norms ``norms`` (at least k + 1 of
+    them when m > k) and the total scatter ``total`` = trace C (None: unknown).
+
+    The smaller of two figures (module notes, "The error bound"):
+
+    - θ_{k+1} + ‖r_{k+1}‖, the next Ritz value plus its residual: an eigenvalue lies within
+      ‖r_{k+1}‖ of θ_{k+1}, and λ_{k+1} ≥ θ_{k+1} (interlacing). An estimate: it assumes no
+      eigenvalue above it was missed by the Krylov space (probability zero from a Gaussian start);
+    - the trace: λ_{k+1} = trace C − Σ_{i≠k+1} λ_i ≤ trace C − Σ_{i≤m, i≠k+1} θ_i, because
+      λ_i ≥ θ_i for every i (Cauchy interlacing) and every λ_i ≥ 0. A proof, no assumption;
+      tight once the basis holds nearly all of the variance (small or low-rank data; fast
+      decay), useless on a wide noise continuum, whose unseen variance it counts.
+    """
+    upper = np.inf
+    if theta.size > k:
+        upper = theta[k] + norms[k]
+    if total is not None and np.isfinite(total):
+        seen = np.clip(theta, 0.0, None)
+        rest = seen.sum() - (seen[k] if theta.size > k else 0.0)
+        upper = min(upper, total - rest + TRACE_RTOL * max(total, 0.0))
+    return max(float(upper), 0.0)
+
+
+def _certify(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray, n_samples: int, total: float | None) -> dict:
+    """The plain Ritz vectors X_k and the refined span(C·X_k), with their bounds (module notes)."""
+    kept = min(k + 1, basis.size)
+    X = basis.V @ Y[:, :kept]
+    image = basis.W @ Y[:, :kept]  # C·X, exactly (W = C·V)
+    R = image - X * theta[:kept]  # in d-space: no cancellation in ‖r‖
+    norms = np.linalg.norm(R, axis=0)
+    top = max(theta[0], 0.0) if theta.size else 0.0
+    roundoff = ROUNDOFF_RESIDUAL * np.sqrt(n_samples) * top
+    residual = (tall_norm2(R[:, :k]) if k <= R.shape[1] else np.inf) + roundoff
+    upper = next_eigenvalue(theta, norms, k, total)
+    theta_k = theta[k - 1] if theta.size >= k else -np.inf
+    gap = theta_k - upper
+    if k >= basis.V.shape[0]:  # the kept subspace is the whole space
+        bound = 0.0
+    else:
+        bound = min(1.0, residual / gap) if gap > 0 else 1.0
+    eig_error = min(residual, residual**2 / gap) if gap > 0 else residual
+    # The refined answer span(C·X_k), one multiplication by C further: with X_k = U_k·A + U_⊥·B,
+    # C·X_k = U_k·Λ_k·A + U_⊥·Λ_⊥·B, so tan θ(C·X_k) = ‖Λ_⊥·B·A⁻¹·Λ_k⁻¹‖ ≤ (λ_{k+1}/λ_k)·tan θ(X_k),
+    # λ_k ≥ θ_k and λ_{k+1} ≤ λ̂_{k+1}; sin = tan/√(1 + tan²). W's own round-off (relative ROUNDOFF_RESIDUAL·√n to θ₁,
+    # which the residuals cannot see) moves span(C·X_k) by up to that over θ_k.
+    refined = 1.0
+    if bound == 0.0:
+        refined = 0.0
+    elif bound < 1.0 and theta_k > DEFLATION_RTOL * top:
+        tangent = upper / theta_k * bound / np.sqrt(1.0 - bound * bound)
+        refined = min(1.0, tangent / np.sqrt(1.0 + tangent * tangent) + roundoff / theta_k)
+    return {"X": X[:, :k], "image": image[:, :k], "theta": theta[:k], "norms": norms[:k], "bound": bound,
+            "eig_error": eig_error, "gap": gap, "upper": upper, "refined": refined}
+
+
+def _refined_answer(image: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Singular values and right vectors (k×d) of Q_kᵀX̃ with Q_k = X̃·X_k·Θ_k^{-½} orthonormal:
+    the left projection restricted to the k plain Ritz vectors, whose right vectors span C·X_k
+    (``image``). Its values are lower bounds of σ_i(X̃) (Q_k orthonormal), as θ_i are of σ_i²; the
+    larger of the two is kept. None when θ_k is not positive (C·X_k then loses rank)."""
+    if theta.size == 0 or not theta[-1] > DEFLATION_RTOL * max(theta[0], 0.0):
+        return None
+    q, r = tall_qr(image / np.sqrt(theta))
+    _, values, small = svd(r.T, check_finite=False)
+    values = np.sqrt(np.maximum(values**2, theta))  # both descending lower bounds of λ_i
+    return values, small @ q.T
+
+
+def certified_bound(basis: Basis, k: int, n_samples: int = 1, total: float | None = None) -> float:
+    """The smallest bound of the plain Ritz vectors and of the refined span(C·X_k) (:func:`_certify`):
+    what a fit with a ``tol`` stops on, without the left projection's m×m eigenproblem."""
+    found = _certify(basis, k, *basis.ritz(), n_samples, total)
+    return min(found["bound"], found["refined"])
+
+
 def plain_bound(basis: Basis, k: int, n_samples: int = 1) -> float:
-    """The Davis–Kahan bound of the plain Ritz vectors alone (:func:`_plain_ritz`): what a fit
-    with a ``tol`` stops on, without the left projection."""
+    """The Davis–Kahan bound of the plain Ritz vectors alone (:func:`_plain_ritz`)."""
     return _plain_ritz(basis, k, *basis.ritz(), n_samples)[3]
 
 
-def estimate(basis: Basis, k: int, *, n_samples: int = 1, stable: bool = False) -> Estimate:
-    """Components, singular values and the error bound from the kept basis (see module notes)."""
+def estimate(basis: Basis, k: int, *, n_samples: int = 1, stable: bool = False, total: float | None = None) -> Estimate:
+    """The three answers and their bounds from the kept basis (see module notes); ``total`` is
+    the total scatter trace C (from the first pass), used to bound λ_{k+1} (:func:`next_eigenvalue`)."""
     ritz_values, ritz_vectors = basis.ritz()
-    X, theta, norms, ritz_bound, eig_error, gap = _plain_ritz(basis, k, ritz_values, ritz_vectors, n_samples)
+    found = _certify(basis, k, ritz_values, ritz_vectors, n_samples, total)
+    X, theta, ritz_bound, eig_error = found["X"], found["theta"], found["bound"], found["eig_error"]
     singular_values, components = _left_ritz(basis, k, ritz_values, ritz_vectors, stable=stable)
-    distance = subspace_sine(X, components.T) if X.shape[1] == k else 1.0
-    error_bound = min(1.0, distance + ritz_bound)
+    refined = _refined_answer(found["image"], theta) if X.shape[1] == k else None
+    refined_bound = found["refined"] if refined is not None else 1.0
+    # The left components' bound, by the triangle inequality for ‖P − P'‖₂ = sin θ, from the nearer
+    # of the two certified answers.
+    error_bound = min(1.0, subspace_sine(X, components.T) + ritz_bound) if X.shape[1] == k else 1.0
+    if refined is not None:
+        error_bound = min(error_bound, subspace_sine(refined[1].T, components.T) + refined_bound)
     values = np.maximum(singular_values**2, theta)  # both lower bounds of λ_i; keep the closer
     with np.errstate(divide="ignore", invalid="ignore"):
         relative = np.where(values > 0, eig_error / values, np.inf)
-    return Estimate(components, singular_values, error_bound, ritz_bound, norms, relative, gap, X.T, theta)
+    return Estimate(components, singular_values, error_bound, ritz_bound, found["norms"], relative, found["gap"], X.T,
+                    theta, refined_components=None if refined is None else refined[1],
+                    refined_singular_values=None if refined is None else refined[0], refined_bound=refined_bound,
+                    next_eigenvalue=found["upper"])
 
 
 # ---- the solver -------------------------------------------------------------------------------
@@ -433,10 +545,10 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             if total_m2 is None:
                 total_m2 = root.m2
             basis = basis.extend(block, image)
-            # With a tol the plain Ritz vectors' bound decides (it is never above the returned
-            # components', see Estimate.certified): the left projection waits for the answer.
-            result = estimate(basis, k, n_samples=n_samples) if tol is None else None
-            history.append(result.certified(tol) if tol is None else plain_bound(basis, k, n_samples))
+            # With a tol the plain and refined Ritz vectors' bounds decide (the left projection's
+            # is made from them, see estimate): the left projection waits for the answer.
+            result = estimate(basis, k, n_samples=n_samples, total=total_m2) if tol is None else None
+            history.append(result.certified() if tol is None else certified_bound(basis, k, n_samples, total_m2))
             passes.bound(history[-1])
             if history[-1] <= target or done + n_passes >= budget:
                 break
@@ -451,10 +563,8 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
                         "passes": done + n_passes, "m2": total_m2, "restarts": restarts, **stage_state(stage)})
     if result is None or not _gram_route_suffices(result.singular_values, k):  # else the last pass's is the answer
         with client_blas_threads():
-            result = estimate(basis, k, n_samples=n_samples, stable=True)
-    projection = "left"
-    if tol is not None and result.error_bound > tol >= result.ritz_bound:
-        result, projection = result.plain(), "plain"  # only the plain Ritz vectors are certified ≤ tol
+            result = estimate(basis, k, n_samples=n_samples, stable=True, total=total_m2)
+    result, projection = result.best()  # the answer with the smallest bound
     history[-1] = result.error_bound
 
     ddof_count = max(n_samples - 1, 1)

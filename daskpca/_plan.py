@@ -43,7 +43,7 @@ import numpy as np
 from .solvers._geometry import Geometry, current_client, needs_column_strips, strip_columns, worker_resources
 from .solvers._graph import SPLIT_EVERY
 from .solvers._moments import MERGE_SPLIT_EVERY
-from .solvers.krylov import pass_budget, predicted_passes
+from .solvers.krylov import pass_budget, predicted_pass_range, predicted_passes
 from .solvers._sketch import slab_rows
 from .exceptions import InputError
 
@@ -292,7 +292,7 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         "randomized": (q + 1, (q + 1) * 4 * n * d * ell, block_in + min(block64, slab_rows(d, ell) * d * FLOAT64) + merge_nodes(ell + 1), False, f"q = {q}, ℓ = {ell}"),
         # Block Krylov: the randomized pass, predicted passes for tol (see krylov.predicted_passes).
         "krylov": (krylov_passes, krylov_passes * 4 * n * d * ell, block_in + min(block64, slab_rows(d, ell) * d * FLOAT64) + merge_nodes(ell + 1), False,
-                   f"ℓ = {ell}; " + (f"passes predicted for tol = {tol:g} (budget {pass_budget(tol, max_passes)})" if tol is not None
+                   f"ℓ = {ell}; " + (f"passes predicted for tol = {tol:g} ({_pass_range(tol, max_passes)})" if tol is not None
                                      else f"budget {krylov_passes} passes, error bound reported")),
         "als": ("1/iter", 4 * n * d * k, max(block_in + block64 + (2 * row_block + d) * k * FLOAT64, merge_nodes(k + 2)), False, "iterative; passes = iterations (the mean is fused into the first)"),
         # With missing values each E-step node also holds one k×k matrix per feature (d·k²).
@@ -321,6 +321,13 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
                                         client_flops=krylov_client_flops(d, ell, krylov_passes, k) if name == "krylov" else 0.0,
                                         result_bytes=results.get(name, 0) * FLOAT64))
     return estimates
+
+
+def _pass_range(tol, max_passes) -> str:
+    """The range of block Krylov's passes before any read (:func:`~daskpca.solvers.krylov.predicted_pass_range`):
+    the fit learns its own from its first informative bound and shows it on the progress line."""
+    fewest, _, most = predicted_pass_range(tol, max_passes)
+    return f"{fewest}–{most} possible, the spectrum decides; the fit predicts its own once its bound falls"
 
 
 def krylov_client_flops(d: int, ell: int, passes: int, k: int) -> float:

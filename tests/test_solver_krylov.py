@@ -297,3 +297,36 @@ def test_options_are_validated_and_nonfinite_input_raises():
     with pytest.raises(ValueError, match="row 7, column 3"):
         krylov.solve(da.from_array(data, chunks=(30, 12)), request)
     assert krylov.OPTIONS == ("n_oversamples", "tol", "max_passes", "checkpoint")
+
+
+def test_the_fit_learns_its_pass_count_and_the_progress_line_shows_it():
+    """Before any read the planner's figure; from the first informative bound the rate the bound
+    falls by: then the prediction is the actual pass count (within one), and the time left is
+    the passes predicted to remain, not the whole budget."""
+    from daskpca.solvers._progress import listen
+
+    X = hard_spectrum(1_500, 300, 6, 2.0, seed=1)
+    starts = []
+    with listen(lambda report: starts.append(report) if report.seconds is None else None):
+        result = krylov.solve(da.from_array(X, chunks=(500, 300)), ComponentRequest(6, *X.shape), random_state=0, tol=1e-6)
+    history = result.info["bound_history"]
+    assert result.info["converged"] and len(starts) == result.n_passes
+    assert starts[0].predicted == krylov.predicted_passes(1e-6)  # nothing read yet: the prior
+    informative = next(i for i, bound in enumerate(history) if bound < krylov.INFORMATIVE_BOUND)
+    predicted = [report.predicted for report in starts]
+    # One informative bound: its gap's Chebyshev rate; two or more: the measured fall.
+    assert result.n_passes / 1.5 <= predicted[informative + 1] <= 1.5 * result.n_passes, (predicted, history)
+    for report in starts[informative + 2:]:  # pass j starts knowing the bounds of passes 1 … j − 1
+        assert abs(report.predicted - result.n_passes) <= 1, (predicted, history)
+        assert f", {report.predicted} predicted (krylov" in report.describe()
+    last = starts[-1]
+    assert last.seconds_left == pytest.approx((last.predicted - last.number + 1) * last.cycle_seconds)
+
+
+def test_passes_left_extrapolates_the_measured_fall_of_the_bound():
+    assert krylov.passes_left([1.0, 1.0], 1e-4) is None  # nothing learnt: the caller keeps the prior
+    assert krylov.passes_left([1.0, 0.1, 0.01], 1e-6) == 4  # 10× a pass
+    assert krylov.passes_left([1.0, 0.1], 1e-4, gap_ratio=9.0) == 2  # the Chebyshev rate of the gap (34×)
+    assert krylov.passes_left([1.0, 0.1], 1e-4, gap_ratio=1.1) == 3  # at least the planner's (16×)
+    assert krylov.passes_left([0.1, 1e-5], 1e-4) == 0
+    assert krylov.passes_left([1e-3, 1e-3], 1e-4) is None  # stalled: no rate to extrapolate

@@ -43,7 +43,7 @@ import numpy as np
 from .solvers._geometry import Geometry, current_client, needs_column_strips, strip_columns, worker_resources
 from .solvers._graph import SPLIT_EVERY
 from .solvers._moments import MERGE_SPLIT_EVERY
-from .solvers.krylov import pass_budget, predicted_passes
+from .solvers.krylov import pass_budget, predicted_pass_range, predicted_passes
 from .solvers._sketch import slab_rows
 from .exceptions import InputError
 
@@ -381,7 +381,7 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         "randomized": (q + 1, (q + 1) * 4 * n * d * ell, block_in + min(block64, slab_rows(d, ell) * d * FLOAT64) + merge_nodes(ell + 1), False, f"q = {q}, ℓ = {ell}"),
         # Block Krylov: the randomized pass, predicted passes for tol (see krylov.predicted_passes).
         "krylov": (krylov_passes, krylov_passes * 4 * n * d * ell, block_in + min(block64, slab_rows(d, ell) * d * FLOAT64) + merge_nodes(ell + 1), False,
-                   f"ℓ = {ell}; " + (f"passes predicted for tol = {tol:g} (budget {pass_budget(tol, max_passes)})" if tol is not None
+                   f"ℓ = {ell}; " + (f"passes predicted for tol = {tol:g} ({_pass_range(tol, max_passes)})" if tol is not None
                                      else f"budget {krylov_passes} passes, error bound reported")),
         "als": ("1/iter", 4 * n * d * k, max(block_in + block64 + (2 * row_block + d) * k * FLOAT64, merge_nodes(k + 2)), False, "iterative; passes = iterations (the mean is fused into the first)"),
         # With missing values each E-step node also holds one k×k matrix per feature (d·k²).
@@ -431,12 +431,20 @@ def on_the_device(estimate: SolverEstimate, n: int, d: int, k: int, itemsize: in
         local = device.local_seconds(min(n, d), "svd")
         fan_in = device_fan_in(device.memory, 2, min(n, d) * d * FLOAT64, copies=3)
         task = max(task, (3 * fan_in + 1) * min(n, d) * d * FLOAT64)
-    elif estimate.name == "gram":  # its final eigenproblem stays the host's (block Lanczos)
+    elif estimate.name == "gram":  # the n×n eigenproblem: the device's dense solver, or the host's block Lanczos
         local_flops = gram_local_flops(n, k)
-        flops, local = flops - local_flops, local_flops / GRAM_FLOPS_PER_SECOND
+        flops = flops - local_flops
+        local = min(local_flops / GRAM_FLOPS_PER_SECOND, device.local_seconds(n, "eigh"))
     move = n * d * itemsize / device.rate("transfer-bytes") if device.moved else 0.0
     return replace(estimate, flops=float(max(flops, 0.0)), flop_rate=device.flop_rate(estimate.name), local_seconds=local,
                    move_seconds=move, task_bytes=int(task), feasible=budget is None or task <= budget)
+
+
+def _pass_range(tol, max_passes) -> str:
+    """The range of block Krylov's passes before any read (:func:`~daskpca.solvers.krylov.predicted_pass_range`):
+    the fit learns its own from its first informative bound and shows it on the progress line."""
+    fewest, _, most = predicted_pass_range(tol, max_passes)
+    return f"{fewest}–{most} possible, the spectrum decides; the fit predicts its own once its bound falls"
 
 
 def krylov_client_flops(d: int, ell: int, passes: int, k: int) -> float:

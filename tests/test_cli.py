@@ -239,8 +239,8 @@ def test_unreachable_scheduler_fails_fast_with_exit_1(sources, tmp_path):
 
 
 def test_progress_names_the_pass_and_never_reaches_100_percent_before_the_end(sources):
-    # One line per pass in logs, in passes (not tasks): the budget, the Krylov bound against the
-    # tol asked for, time a pass and time left; "done" only once the fit has ended. (log_after=0:
+    # One line per pass in logs, in passes (not tasks): the budget, the passes predicted, the
+    # Krylov bound against the tol asked for, time a pass and time left; "done" only once the fit has ended. (log_after=0:
     # these passes take milliseconds; by default a log gets a pass's line after 2 s of it.)
     import io
 
@@ -249,8 +249,8 @@ def test_progress_names_the_pass_and_never_reaches_100_percent_before_the_end(so
     with daskpca.progress(stream, log_after=0):
         pca = PCA(3, solver="krylov", tol=1e-9, max_passes=5, random_state=0).fit(str(root / "matrix.zarr"))
     lines = stream.getvalue().splitlines()
-    assert lines[0] == "progress: pass 1 of ≤ 5 (krylov)"
-    assert re.fullmatch(r"progress: pass 2 of ≤ 5 \(krylov, bound \d\.\de[-+]\d\d → tol 1e-09\), "
+    assert lines[0] == "progress: pass 1 of ≤ 5, 5 predicted (krylov)"  # the planner's figure, within the budget
+    assert re.fullmatch(r"progress: pass 2 of ≤ 5, \d predicted \(krylov, bound \d\.\de[-+]\d\d → tol 1e-09\), "
                         r"[\d.]+ s a pass, ~[\d.]+ s left", lines[1]), lines[1]
     assert len(lines) == pca.n_passes_ + 1 and re.fullmatch(rf"progress: done: {pca.n_passes_} passes in [\d.]+ s", lines[-1])
     assert "%" not in stream.getvalue()

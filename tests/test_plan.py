@@ -121,12 +121,17 @@ def test_randomized_task_memory_is_the_largest_measured_task(shape, rows, monkey
 def test_predicted_krylov_passes_follow_tol_and_the_budget():
     from daskpca.solvers.krylov import DEFAULT_PASSES, predicted_passes
 
-    # The hard end of EOF spectra (benchmarks.archives: the 20th mode at 1.9× a noise continuum's
-    # edge): bound 1 after 3 passes, then 9–10× lower a pass — 6, 8 and 10 passes were measured.
-    assert [predicted_passes(t) for t in (1e-2, 1e-4, 1e-6)] == [6, 8, 10]
+    from daskpca.solvers.krylov import predicted_pass_range
+
+    # Between the measured ends of EOF spectra (krylov's module notes): the reanalysis year (4 and
+    # 5 passes for 1e-4 and 1e-6) and the hard 4e4 × 1e4 field (7 and 9 with the refined bound):
+    # the point estimate within 1.5× of both, the range from 2 to the budget.
+    assert [predicted_passes(t) for t in (1e-2, 1e-4, 1e-6)] == [4, 5, 7]
     assert predicted_passes(None) == DEFAULT_PASSES and predicted_passes(1e-6, 6) == 6
+    assert predicted_pass_range(1e-4) == (2, 5, 20) and predicted_pass_range(None, 5) == (5, 5, 5)
     plan = PCA(10, tol=1e-4, solver="krylov").plan(lazy((40_000, 10_000), (2_000, 10_000)))
-    assert plan.estimate("krylov").passes == 8 and "tol = 0.0001" in plan.estimate("krylov").note
+    note = plan.estimate("krylov").note
+    assert plan.estimate("krylov").passes == 5 and "tol = 0.0001" in note and "2–20 possible" in note
     assert "accuracy asked: sin θ ≤ 0.0001" in str(plan)
 
 
@@ -218,9 +223,9 @@ def test_gram_task_memory_is_the_largest_measured_task(shape, width):
 
 def test_the_default_road_weighs_the_pass_cache(tmp_path):
     # An hourly year stored one step per chunk (metadata only: nothing is read). Read from the
-    # store on every pass, 10 certified Krylov passes cost about the exact Gram road; with later
-    # passes served from memory (their flops only) Krylov is several times cheaper — the choice
-    # must weigh what each road really costs, not the uncached Krylov.
+    # store on every pass, 7 predicted certified Krylov passes cost ~0.6× the exact Gram road; with
+    # later passes served from memory (their flops only) Krylov is several times cheaper — the
+    # plan must weigh what each road really costs, not the uncached Krylov.
     import dask.array as da
     import zarr
 
@@ -231,7 +236,7 @@ def test_the_default_road_weighs_the_pass_cache(tmp_path):
     krylov = cached.estimate("krylov")
     assert krylov.seconds < krylov.uncached_seconds == uncached.estimate("krylov").seconds
     assert cached.seconds == krylov.seconds and "against" in cached.reason
-    assert uncached.solver == "gram" and uncached.cache.kind is None, str(uncached)
+    assert uncached.cache.kind is None and uncached.estimate("gram").seconds > 1.25 * uncached.estimate("krylov").seconds, str(uncached)
 
 
 def test_on_a_cluster_each_pass_also_moves_its_tasks_results():
@@ -246,4 +251,4 @@ def test_on_a_cluster_each_pass_also_moves_its_tasks_results():
     assert krylov.result_bytes == (k + 10 + 1) * d * 8
     local, cluster = (predicted_seconds(krylov, n, d, 4, threads=2, distributed=flag) for flag in (False, True))
     moved = krylov.passes * 26 * krylov.result_bytes / TRANSFER_BYTES_PER_SECOND
-    assert cluster - local == pytest.approx(moved, rel=1e-9) and moved > 10
+    assert cluster - local == pytest.approx(moved, rel=1e-9) and moved > 5

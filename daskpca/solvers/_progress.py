@@ -6,7 +6,8 @@ report passes instead: each makes one :class:`Passes` for its solve and wraps ev
 ``dask.compute`` in ``with passes.read():``; an iterative solver also hands over the error bound
 it reached after the pass (:meth:`Passes.bound`). Each report is a :class:`PassReport`, sent
 
-- to the ``"daskpca"`` logger (INFO when a pass starts, with the last bound and the time left),
+- to the ``"daskpca"`` logger (INFO when a pass starts, with the last bound, the passes the solver
+  now predicts in all — learnt from the passes so far, :meth:`Passes.predict` — and the time left),
   so a scheduled job's log says which pass it is on once logging is configured;
 - to every listener installed with :func:`listen` in this context (a context variable: listeners
   of one thread or task do not see another's fits). :class:`ProgressLine` is one: the CLI's
@@ -56,6 +57,11 @@ class PassReport:
         The error bound (sin θ) the solve had reached before this pass, if it has one.
     tol : float or None
         The accuracy asked for.
+    predicted : int or None
+        The passes the solve is predicted to make in all (this one included), learnt from the
+        passes so far (:func:`daskpca.solvers.krylov.passes_left`); None when it does not predict.
+    cycle_seconds : float or None
+        Mean time from one pass's start to the next's (the pass and the client's work after it).
     """
 
     solver: str
@@ -66,22 +72,27 @@ class PassReport:
     mean_seconds: float | None = None
     bound: float | None = None
     tol: float | None = None
+    predicted: int | None = None
+    cycle_seconds: float | None = None
 
     @property
     def seconds_left(self) -> float | None:
-        """Upper estimate of the time left when this pass starts: the passes still allowed, this
-        one included, at the mean time of the passes so far (None before the first has ended)."""
+        """Estimate of the time left when this pass starts: the passes predicted to remain (else
+        the passes still allowed, an upper estimate), this one included, at the mean time from one
+        pass's start to the next's so far (None before the first has ended)."""
         if self.mean_seconds is None or self.seconds is not None:
             return None
-        return (self.budget - self.number + 1) * self.mean_seconds
+        left = self.budget if self.predicted is None else min(self.predicted, self.budget)
+        return (left - self.number + 1) * (self.cycle_seconds or self.mean_seconds)
 
     def describe(self) -> str:
-        """``"pass 3 of ≤ 8 (krylov, bound 2.1e-03 → tol 1e-04), 41 s a pass, ~3.4 min left"``."""
+        """``"pass 3 of ≤ 8, 6 predicted (krylov, bound 2.1e-03 → tol 1e-04), 41 s a pass, ~2.1 min left"``."""
         at_most = "≤ " if self.at_most else ""
         detail = self.solver
         if self.bound is not None:
             detail += f", bound {self.bound:.1e}" + (f" → tol {self.tol:.0e}" if self.tol is not None else "")
-        text = f"pass {self.number} of {at_most}{self.budget} ({detail})"
+        predicted = f", {min(self.predicted, self.budget)} predicted" if self.predicted is not None and self.at_most else ""
+        text = f"pass {self.number} of {at_most}{self.budget}{predicted} ({detail})"
         if self.seconds is not None:
             return f"{text} took {format_seconds(self.seconds)}"
         if self.mean_seconds is not None:
@@ -173,20 +184,30 @@ class Passes:
         self.number = int(done)
         self.seconds: list[float] = []
         self._bound: float | None = None
+        self._predicted: int | None = None
+        self._starts: list[float] = []
 
     def bound(self, value: float) -> None:
         """The error bound reached after the last pass (shown when the next one starts)."""
         self._bound = float(value) if math.isfinite(value) else None
+
+    def predict(self, total: int | None) -> None:
+        """The passes the solve now expects to make in all (shown, and timing the time left)."""
+        self._predicted = None if total is None else max(int(total), self.number + 1)
 
     @contextmanager
     def read(self) -> Iterator[None]:
         """Around one pass's ``dask.compute``: reports its start and, if it succeeds, its end."""
         self.number += 1
         mean = sum(self.seconds) / len(self.seconds) if self.seconds else None
+        now = time.perf_counter()
+        cycle = (now - self._starts[0]) / len(self._starts) if self._starts else None
+        predicted = None if self._predicted is None else max(self._predicted, self.number)
         report = PassReport(self.solver, self.number, max(self.budget, self.number), self.at_most,
-                            None, mean, self._bound, self.tol)
+                            None, mean, self._bound, self.tol, predicted, cycle)
         logger.info("%s", report.describe())
         _send(report)
+        self._starts.append(now)
         start = time.perf_counter()
         yield
         self.seconds.append(time.perf_counter() - start)
@@ -287,7 +308,7 @@ def progress(stream=None, *, quiet: bool = False, log_after: float = 2.0) -> Pro
     """Show the passes of the fits run inside, as the ``daskpca`` command does::
 
         with daskpca.progress():
-            pca.fit(X)      # progress: pass 2 of ≤ 20 (krylov, bound 3.1e-02 → tol 1e-04), 41 s a pass, ~13 min left
+            pca.fit(X)      # progress: pass 4 of ≤ 20, 7 predicted (krylov, bound 3.1e-02 → tol 1e-04), 41 s a pass, ~2.7 min left
 
     ``stream`` (default ``sys.stderr``) gets the lines; ``quiet=True`` shows nothing (for code
     that decides at run time). Not on a terminal, a pass's line is written once it has run

@@ -286,7 +286,7 @@ def test_the_cost_rule_puts_large_final_problems_on_the_device():
     device = standin.BACKEND
     assert not _device.solve_on_device(_device.NUMPY, 10_000)
     for kind in ("eigh", "svd"):
-        assert not _device.solve_on_device(device, 500, kind) and _device.solve_on_device(device, 4000, kind)
+        assert not _device.solve_on_device(device, 200, kind) and _device.solve_on_device(device, 1000, kind)
     with dask.config.set({"daskpca.device.host-eigh-flops": 1e16}):  # a host as fast as the device
         assert not _device.solve_on_device(device, 4000)
     with dask.config.set({"daskpca.device.solve-seconds": 0}):  # no fixed cost: even d = 12 goes up

@@ -228,20 +228,22 @@ RATES = {
     # of issue 40: randomized, 8 passes of 4·n·d·ℓ (ℓ = 20) in 0.30 s at 400 000 × 1000 and 0.34 s
     # at 200 000 × 4000, 0.85–1.5 TFLOP/s, per-pass latencies included.
     "sketch-flops": 1.5e12,
-    # cuSOLVER syevd, counted as EIGH_FLOPS·m³: the hand-written floor (XᵀX + cupy.linalg.eigh)
-    # took 0.24 s at 200 000 × 4000 and 0.97 s at 200 000 × 8000; less the products at 25 TFLOP/s
-    # that leaves ~0.1 s and ~0.45 s for the eigh, ≈ 1e13 "flops"/s past a fixed cost.
-    "eigh-flops": 1e13,
-    # cuSOLVER gesvd (Σ and V), counted as SVD_FLOPS·m³. Not measured yet: QR-iteration SVDs run
-    # well below syevd on a GPU, so this is set a few times below the eigh's rate.
-    "svd-flops": 2e12,
+    # cuSOLVER syevd, counted as EIGH_FLOPS·m³. Measured on an H200 (CuPy 14.2, 2026-11-27), every
+    # pair of an m×m float64 matrix: 4.7 ms at m = 500, 11 ms at 1000, 26 ms at 2000, 57 ms at 3000
+    # — ~4.5e12 "flops"/s past a fixed cost of a few ms.
+    "eigh-flops": 4.5e12,
+    # cuSOLVER gesvd (Σ and V), counted as SVD_FLOPS·m³: 0.12 s at m = 1000, 0.38 s at 2000,
+    # 0.85 s at 3000 (same run) — ~4e11 past its larger fixed cost, which the rule leaves out (the
+    # host's SVD is 2–4× slower than the device's at every measured size).
+    "svd-flops": 4e11,
     # What starting a dense solve on the device costs whatever its size (launches, workspace,
-    # the synchronisation that brings its eigenvalues back): the floor's eigh at d = 1000.
-    "solve-seconds": 0.02,
-    # LAPACK on the host, the same counts: eigh of 4000² ≈ 1 s, of 8000² ≈ 5–10 s on 16 cores.
-    "host-eigh-flops": 6e11,
-    # LAPACK gesdd on the host (Σ and V): not measured; the eigh's rate.
-    "host-svd-flops": 6e11,
+    # the synchronisation that brings its eigenvalues back): syevd's at m = 500, less its flops.
+    "solve-seconds": 0.004,
+    # LAPACK on the host (NumPy's OpenBLAS, 16 cores of the same machine), the same counts: eigh
+    # 22 ms at m = 500, 80 ms at 1000, 0.41 s at 2000, 1.17 s at 3000 (1.1–2.1e11 "flops"/s).
+    "host-eigh-flops": 1.5e11,
+    # LAPACK gesdd on the host (Σ and V): 0.26 s at m = 1000, 1.4 s at 2000, 3.6 s at 3000.
+    "host-svd-flops": 7e10,
     # Host ↔ device copies (PCIe 5, pageable host memory): ~20 GB/s.
     "transfer-bytes": 20e9,
 }
@@ -264,8 +266,8 @@ def solve_on_device(backend: ArrayBackend, size: int, kind: str = "eigh") -> boo
 
     The rule: on the host, ``EIGH_FLOPS·m³`` (``SVD_FLOPS``) at ``host-eigh-flops``
     (``host-svd-flops``) plus 8·m² bytes at ``transfer-bytes``; on the device, ``solve-seconds``
-    plus the flops at ``eigh-flops`` (``svd-flops``). With :data:`RATES` the device wins from
-    m ≈ 1100 (eigh and SVD alike). Host blocks: always False.
+    plus the flops at ``eigh-flops`` (``svd-flops``). With :data:`RATES` (measured on an H200) the
+    device wins from m ≈ 420 for eigh and m ≈ 300 for the SVD. Host blocks: always False.
     """
     if backend.on_host:
         return False

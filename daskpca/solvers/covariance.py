@@ -11,7 +11,7 @@ Pick when d is moderate (up to ~10–20k: the d×d matrix must fit in a task) an
 Device blocks (CuPy): the leaves and merges run on the device (merges 8 at a time, all at once:
 :func:`~daskpca.solvers._moments.combine_moments_pooled`), and the root task solves the d×d
 eigenproblem there too when that is cheaper than solving it on the host
-(:func:`~daskpca.solvers._device.solve_on_device`, from d ≈ 1100): the feature stage, the
+(:func:`~daskpca.solvers._device.solve_on_device`, from d ≈ 420 with the rates measured on an H200): the feature stage, the
 covariance and cuSOLVER's eigh on the device, then the k leading pairs and the moments (the
 model's sufficient statistics, kept for ``update``) move to the host.
 

@@ -201,6 +201,16 @@ def _merge_finite_counts(parts):
 MERGE_SPLIT_EVERY = 2
 
 
+def _parts_to_merge(parts, merge: str):
+    """``(counted, nonfinite, finite_count)``: the parts that hold rows (the first part when none
+    does), and what every part's non-finite records and finite counts merge to."""
+    parts = list(parts)
+    if not parts:
+        raise ValueError(f"{merge} needs at least one Moments object")  # a bug, not a user error
+    nonfinite = reduce(lambda a, b: a.merge(b), (p.nonfinite for p in parts))
+    return [p for p in parts if p.count] or parts[:1], nonfinite, _merge_finite_counts(parts)
+
+
 def combine_moments(parts) -> Moments:
     """Merge a sequence of :class:`Moments` exactly (Chan–Golub–LeVeque).
 
@@ -210,12 +220,7 @@ def combine_moments(parts) -> Moments:
     the inputs plus one d×d matrix. Each step is the two-part formula applied to the pooled
     running result, so the sum equals the pairwise merge to round-off.
     """
-    parts = list(parts)
-    if not parts:
-        raise ValueError("combine_moments needs at least one Moments object")  # a bug, not a user error
-    nonfinite = reduce(lambda a, b: a.merge(b), (p.nonfinite for p in parts))
-    finite_count = _merge_finite_counts(parts)
-    counted = [p for p in parts if p.count] or parts[:1]
+    counted, nonfinite, finite_count = _parts_to_merge(parts, "combine_moments")
     first = counted[0]
     if len(counted) == 1:
         return replace(first, nonfinite=nonfinite, finite_count=finite_count)
@@ -245,12 +250,7 @@ def combine_moments_pooled(parts) -> Moments:
     :func:`daskpca.solvers.covariance.moments_graph`; host partials keep :func:`combine_moments`,
     bit for bit). Memory: the inputs, the d×d sum and d×parts.
     """
-    parts = list(parts)
-    if not parts:
-        raise ValueError("combine_moments_pooled needs at least one Moments object")  # a bug, not a user error
-    nonfinite = reduce(lambda a, b: a.merge(b), (p.nonfinite for p in parts))
-    finite_count = _merge_finite_counts(parts)
-    counted = [p for p in parts if p.count] or parts[:1]
+    counted, nonfinite, finite_count = _parts_to_merge(parts, "combine_moments_pooled")
     first = counted[0]
     if len(counted) == 1:
         return replace(first, nonfinite=nonfinite, finite_count=finite_count)

@@ -38,6 +38,7 @@ from .models._base import Estimator, model_matrix, positions, project_matrix, re
 from .models._constraints import ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Interval, Options, Predicate
 from .solvers import SOLVERS, _cache, _device, covariance
 from .solvers._base import ComponentRequest, SolverResult
+from .solvers._decode import local_root
 from .solvers._geometry import geometry_of, regroup
 from .solvers._linalg import flip_signs, tuned_for_tasks
 from .solvers._moments import Moments, combine_moments
@@ -129,7 +130,7 @@ def refuse_unwritten_store(X, action: str = "a model fitted on it would describe
             if isinstance(X, (str, os.PathLike)) or X is array:
                 name = source_name(X)
             else:  # read through dask or xarray: the store's folder, as the user gave it to the reader
-                root = _cache._local_root(array.store)
+                root = local_root(array.store)
                 name = (f"the zarr array at {os.path.join(root, array.path) if array.path else root!r}"
                         if root is not None else source_name(array))
             fill = array.fill_value.item() if hasattr(array.fill_value, "item") else array.fill_value

@@ -393,10 +393,11 @@ def test_on_an_object_store_passes_after_the_first_make_no_request(s3):
             pca = PCA(3, solver="krylov", max_passes=4, random_state=0).fit(field, sample_dims="time")
     finally:
         inner.app = app
-    assert pca.cache_["kind"] == "memory" and pca.n_passes_ == 4 and len(marks) == 8
+    passes = pca.n_passes_  # 3 or 4: Krylov stops once its bound is at round-off
+    assert pca.cache_["kind"] == "memory" and passes >= 3 and len(marks) == 2 * passes
     first = marks[1] - marks[0]
     assert first >= 96  # the first pass fetched every chunk
-    assert [marks[i + 1] - marks[i] for i in range(2, 8, 2)] == [0, 0, 0]  # passes 2, 3, 4: no request
+    assert [marks[i + 1] - marks[i] for i in range(2, 2 * passes, 2)] == [0] * (passes - 1)  # later passes: no request
 
 
 def test_the_next_scratch_copy_removes_a_killed_jobs_copies_and_only_those(scratch_dir):

@@ -186,7 +186,7 @@ def stored_paths(matrices) -> dict:
             if type(value).__name__ == "ZarrsRead":
                 value = value.source
             array = _bottom(value)
-            root = _local_root(getattr(array, "store", None))
+            root = local_root(getattr(array, "store", None))
             if root is None:
                 continue
             path = os.path.join(root, array.path) if array.path else root
@@ -195,7 +195,7 @@ def stored_paths(matrices) -> dict:
     return found
 
 
-def _local_root(store) -> str | None:
+def local_root(store) -> str | None:
     """The local folder of a zarr store: a ``LocalStore``'s root, or the path of an
     ``FsspecStore`` on the local file system (what ``da.from_zarr(path)`` opens); else None."""
     root = getattr(store, "root", None)

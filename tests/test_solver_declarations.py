@@ -1,0 +1,128 @@
+"""Solver declarations: the plans they make are the plans the planner made before them.
+
+``tests/fixtures/plans_v1.json`` records, from the planner as it stood before the solvers declared
+their own costs (issue 39), the plans of a set of inputs — every candidate's passes, flops,
+seconds, task bytes and feasibility, the chosen solver and its reason. The planner must
+reproduce them (floats to rtol 1e-12). The machine's cores and memory are fixed by the test
+(16 threads, 8 GiB each), so the fixture does not depend on where it runs.
+
+Regenerate (only when a plan is meant to change, and say why in the commit):
+``DASKPCA_REGENERATE_PLANS=1 python -m pytest tests/test_solver_declarations.py -k frozen``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from daskpca import PCA
+from daskpca import _plan
+from daskpca.solvers import _cache
+
+import _device_standin as standin
+
+FIXTURE = Path(__file__).parent / "fixtures" / "plans_v1.json"
+GiB = 2**30
+
+#: ``name: (shape, chunks, dtype, PCA keywords, worker memory per thread, device)``; device:
+#: None (host chunks), "cuda" (host chunks moved up by ``device="cuda"``), "resident" (chunks on
+#: the stand-in device).
+CASES = {
+    "tall": ((1_000_000, 500), (20_000, 500), "f4", dict(n_components=20), 8 * GiB, None),
+    "tall-f8-tol": ((1_000_000, 500), (20_000, 500), "f8", dict(n_components=20, tol=1e-4), 8 * GiB, None),
+    "wide": ((2_000, 200_000), (2_000, 10_000), "f4", dict(n_components=20), 8 * GiB, None),
+    "both-large": ((1_000_000, 100_000), (2_000, 100_000), "f4", dict(n_components=20), 8 * GiB, None),
+    "fraction": ((100_000, 4_000), (5_000, 4_000), "f4", dict(n_components=0.95), 8 * GiB, None),
+    "tol-loose": ((200_000, 8_000), (12_500, 8_000), "f4", dict(n_components=10, tol=1e-3), 8 * GiB, None),
+    "tol-tight": ((200_000, 8_000), (12_500, 8_000), "f4", dict(n_components=10, tol=1e-10, max_passes=30), 8 * GiB, None),
+    "tol-budget": ((200_000, 8_000), (12_500, 8_000), "f4", dict(n_components=10, tol=1e-8, max_passes=6), 8 * GiB, None),
+    "small-memory": ((1_000_000, 20_000), (200, 20_000), "f4", dict(n_components=10), 1 * GiB, None),
+    "nothing-fits": ((100_000, 30_000), (10_000, 30_000), "f4", dict(n_components=10), 8 * 2**20, None),
+    "rows-only": ((8_760, 65_160), (100, 65_160), "f4", dict(n_components=20), 8 * GiB, None),
+    "requested-randomized": ((10_000, 300), (1_000, 300), "f4", dict(n_components=5, solver="randomized", n_power_iter=3),
+                             8 * GiB, None),
+    "requested-gram": ((3_000, 50_000), (3_000, 5_000), "f8", dict(n_components=5, solver="gram"), 8 * GiB, None),
+    "standardized": ((50_000, 2_000), (5_000, 2_000), "f4", dict(n_components=8, standardize=True), 8 * GiB, None),
+    "cached": ((200_000, 8_000), (12_500, 8_000), "f4", dict(n_components=10, cache="memory"), 8 * GiB, None),
+    "device-moved": ((200_000, 8_000), (12_500, 8_000), "f4", dict(n_components=10, device="cuda"), 8 * GiB, "cuda"),
+    "device-moved-wide": ((2_000, 200_000), (2_000, 10_000), "f4", dict(n_components=20, device="cuda"), 8 * GiB, "cuda"),
+    "device-resident": ((200_000, 3_000), (20_000, 3_000), "f4", dict(n_components=10, tol=1e-6), 8 * GiB, "resident"),
+    "device-resident-tsqr": ((50_000, 1_000), (10_000, 1_000), "f8", dict(n_components=10, solver="tsqr"), 8 * GiB,
+                             "resident"),
+}
+
+
+def make(case, monkeypatch) -> _plan.Plan:
+    shape, chunks, dtype, params, per_thread, device = CASES[case]
+    monkeypatch.setattr(_plan, "worker_resources", lambda: (16, per_thread, "16 threads (the test's)"))
+    monkeypatch.setattr(_cache, "memory_room", lambda working: (64 * GiB, "the test's 64 GiB"))
+    if device is not None:
+        standin.use_as_cuda(monkeypatch)
+        monkeypatch.setattr(standin.StandInBackend, "memory", lambda self: (140 * GiB, 140 * GiB))
+    params = {"cache": False, **params}
+    X = da.zeros(shape, chunks=chunks, dtype=dtype)
+    if device == "resident":
+        X = standin.dask_on_device(X)
+    return PCA(**params).plan(X)
+
+
+def record(plan: _plan.Plan) -> dict:
+    """The plan's figures, JSON-able."""
+    def estimate(e):
+        row = dataclasses.asdict(e)
+        return {key: value for key, value in row.items()}
+
+    return {
+        "solver": plan.solver, "reason": plan.reason, "runner_up": plan.runner_up, "warnings": list(plan.warnings),
+        "default_tol": plan.default_tol, "task_memory_budget": plan.task_memory_budget, "memory_source": plan.memory_source,
+        "seconds": plan.seconds, "passes": plan.passes, "most_passes": plan.most_passes,
+        "cache_seconds": None if plan.cache is None else plan.cache.saved_seconds(),
+        "estimates": [estimate(e) for e in plan.estimates],
+    }
+
+
+def assert_same(got, want, where="plan"):
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), f"{where}: keys {sorted(got)} != {sorted(want)}"
+        for key in want:
+            assert_same(got[key], want[key], f"{where}.{key}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), f"{where}: {got!r} != {want!r}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"{where}[{i}]")
+    elif isinstance(want, float) and not isinstance(got, bool) and isinstance(got, (int, float)):
+        assert math.isclose(got, want, rel_tol=1e-12, abs_tol=0.0) or got == want, f"{where}: {got!r} != {want!r}"
+    else:
+        assert got == want, f"{where}: {got!r} != {want!r}"
+
+
+def test_frozen_plans_are_reproduced(monkeypatch):
+    got = {}
+    for case in CASES:
+        with monkeypatch.context() as patch:
+            got[case] = json.loads(json.dumps(record(make(case, patch))))
+    if os.environ.get("DASKPCA_REGENERATE_PLANS"):
+        FIXTURE.write_text(json.dumps(got, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
+    want = json.loads(FIXTURE.read_text())
+    assert set(got) == set(want)
+    for case in CASES:
+        assert_same(got[case], want[case], case)
+
+
+def test_the_frozen_plans_cover_every_choice():
+    """The fixture is worth its name: it holds every solver chosen by some rule, infeasible
+    candidates, device prices and the re-laid-out Gram road."""
+    want = json.loads(FIXTURE.read_text())
+    chosen = {plan["solver"] for plan in want.values()}
+    assert {"covariance", "gram", "krylov", "randomized", "tsqr"} <= chosen
+    assert any(not e["feasible"] for plan in want.values() for e in plan["estimates"])
+    assert any(e["flop_rate"] for plan in want.values() for e in plan["estimates"])
+    assert any(e["copy_passes"] for plan in want.values() for e in plan["estimates"])
+    assert np.isfinite([plan["seconds"] for plan in want.values() if plan["seconds"] is not None]).all()

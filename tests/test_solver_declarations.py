@@ -126,3 +126,40 @@ def test_the_frozen_plans_cover_every_choice():
     assert any(e["flop_rate"] for plan in want.values() for e in plan["estimates"])
     assert any(e["copy_passes"] for plan in want.values() for e in plan["estimates"])
     assert np.isfinite([plan["seconds"] for plan in want.values() if plan["seconds"] is not None]).all()
+
+
+# ------------------------------------------------------------------------------- declarations
+
+
+def test_the_planner_names_no_solver():
+    """Every solver's costs and capabilities are in its declaration: the planner's source names none
+    (no quoted name, no import of a solver module)."""
+    import re
+
+    from daskpca.solvers import SOLVERS
+
+    source = Path(_plan.__file__).read_text()
+    for name in SOLVERS:
+        assert not re.search(rf"""['"]{name}['"]|solvers\\.{name}\\b|import .*\\b{name}\\b""", source), name
+
+
+def test_every_registered_solver_declares_itself_in_its_own_module():
+    from daskpca.solvers import SOLVERS
+    from daskpca.solvers._base import SolverDeclaration
+
+    for name, declaration in SOLVERS.items():
+        assert isinstance(declaration, SolverDeclaration) and declaration.name == name
+        module = declaration.solve.__module__
+        assert module == f"daskpca.solvers.{name}" and declaration.cost.__module__ == module, name
+        assert declaration.OPTIONS == declaration.options and declaration.EXACT == declaration.exact
+
+
+def test_registration_refuses_a_declaration_without_a_cost_model():
+    from daskpca.solvers import SOLVERS, register
+    from daskpca.solvers._base import SolverDeclaration
+
+    with pytest.raises(ValueError, match=r"solver 'nocost' cannot be registered without a cost model \(cost=\)"):
+        register(SolverDeclaration("nocost", lambda X, request, random_state=None: None, cost=None))
+    with pytest.raises(TypeError, match=r"expected a daskpca.solvers._base.SolverDeclaration"):
+        register(object())
+    assert "nocost" not in SOLVERS

@@ -151,7 +151,7 @@ import numpy as np
 from scipy.linalg import eigh, svd
 
 from ..exceptions import AccuracyWarning, InputError
-from ._base import ComponentRequest, SolverResult, open_checkpoint
+from ._base import ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult, open_checkpoint
 from ._iterative import as_generator, subspace_sine
 # The kept basis and its orthogonalisation live in _linalg, shared with the Gram road's in-memory
 # eigensolver, Hilbert's Krylov road and MCA's.
@@ -161,6 +161,7 @@ from ._progress import Passes
 # stage, hence ``fuses_features`` here too) and every later pass are this solver's.
 from ._sketch import (check_oversamples, feature_fingerprint, fuses_features, leading_right_vectors, pass_input,  # noqa: F401
                       resumed_stage, run_first_pass, run_pass, sketch_result, stage_state)
+from ._sketch import SKETCH_FLOPS_PER_SECOND, sketch_task_bytes
 
 OPTIONS = ("n_oversamples", "tol", "max_passes", "checkpoint")
 
@@ -694,3 +695,45 @@ def _kept_start(block: np.ndarray, image: np.ndarray, keep: np.ndarray) -> tuple
     left, values, right = svd(block[keep], full_matrices=False, check_finite=False)
     kept = values > DEFLATION_RTOL * values[0]
     return left[:, kept], image @ (right[kept].T / values[kept])
+
+
+# ---------------------------------------------------------------------------------- declaration
+
+
+def client_flops(d: int, ell: int, passes: int, k: int) -> float:
+    """The client's flops: after pass j (m = j·ℓ basis columns) six thin d×m×ℓ products (the new
+    block's T and P columns, two projections and the one after normalising, less the one T
+    already holds) and three d×m×(k + 1) (Ritz vectors, residuals, left projection), 2 flops per
+    multiply-add. The returned answer reuses the last pass's."""
+    return 2.0 * d * (6 * ell + 3 * (k + 1)) * ell * passes * (passes + 1) / 2
+
+
+def reaches(tol: float, max_passes) -> bool:
+    """Whether the predicted passes for ``tol`` (uncapped) fit the read budget: the planner then
+    counts block Krylov among the solvers that guarantee ``tol``."""
+    return tol > 0 and predicted_passes(tol, 10**9) <= pass_budget(tol, max_passes)
+
+
+def cost(shape: PlanInput) -> Cost:
+    """The sketching pass (:func:`._sketch.sketch_task_bytes`, d×(ℓ + 1) factors returned by each
+    task), as many as :func:`predicted_passes` for the ``tol`` the plan is made for (the budget
+    without one), 4·n·d·ℓ flops each, and the client's share between them (:func:`client_flops`)."""
+    n, d, k, ell, tol = shape.n, shape.d, shape.k, shape.ell, shape.tol
+    passes = predicted_passes(tol, shape.max_passes)
+    if tol is not None:
+        # The range before any read: the fit learns its own from its first informative bound
+        # and shows it on the progress line.
+        fewest, _, most = predicted_pass_range(tol, shape.max_passes)
+        note = (f"ℓ = {ell}; passes predicted for tol = {tol:g} ({fewest}–{most} possible, the spectrum decides; "
+                "the fit predicts its own once its bound falls)")
+    else:
+        note = f"ℓ = {ell}; budget {passes} passes, error bound reported"
+    return Cost(passes, passes * 4 * n * d * ell, sketch_task_bytes(shape), note, result_size=(ell + 1) * d,
+                client_flops=client_flops(d, ell, passes, k))
+
+
+DECLARATION = SolverDeclaration(
+    "krylov", solve, cost=cost, summary="block Krylov", flop_rate=SKETCH_FLOPS_PER_SECOND, options=OPTIONS,
+    certifies=reaches, fallback="approximate", squares_the_data=SQUARES_THE_DATA, fuses_features=fuses_features,
+    most_passes=most_passes,
+)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import os
 from pathlib import Path
 
@@ -163,3 +164,77 @@ def test_registration_refuses_a_declaration_without_a_cost_model():
     with pytest.raises(TypeError, match=r"expected a daskpca.solvers._base.SolverDeclaration"):
         register(object())
     assert "nocost" not in SOLVERS
+
+
+# -------------------------------------------------------------------- a solver declared in a test
+
+
+def _dense_solve(X, request, *, random_state=None):
+    """A toy exact solver: the whole (small) matrix read once, its covariance and NumPy's eigh."""
+    from daskpca.solvers._base import SolverResult
+
+    data = np.asarray(X.compute(), dtype=np.float64)
+    mean = data.mean(axis=0)
+    centered = data - mean
+    values, vectors = np.linalg.eigh(centered.T @ centered / (data.shape[0] - 1))
+    values, vectors = values[::-1], vectors[:, ::-1]
+    spectrum = np.clip(values[: min(data.shape)], 0.0, None)
+    k = request.resolve(spectrum)
+    return SolverResult(np.ascontiguousarray(vectors[:, :k].T), values[:k].copy(), mean, data.shape[0],
+                        float(np.trace(centered.T @ centered) / (data.shape[0] - 1)), n_passes=1, spectrum=spectrum,
+                        info={"error_bound": 0.0})
+
+
+def _dense_cost(shape):
+    """One read; the n×d matrix and its d×d covariance held in one task (the client's)."""
+    from daskpca.solvers._base import Cost
+
+    return Cost(1, shape.n * shape.d * shape.d + 4 / 3 * shape.d**3, (shape.n + shape.d) * shape.d * 8, "dense NumPy",
+                tasks=1)
+
+
+@pytest.fixture
+def dense():
+    from daskpca.solvers import SOLVERS, register
+    from daskpca.solvers._base import SolverDeclaration
+
+    declaration = register(SolverDeclaration("dense", _dense_solve, cost=_dense_cost, summary="dense NumPy", exact=True))
+    yield declaration
+    SOLVERS.pop("dense")
+
+
+def test_a_solver_declared_in_one_place_is_planned_fitted_listed_and_refused_like_the_others(dense, tmp_path, capsys):
+    from _helpers import low_rank_data, sin_theta, write_zarr
+
+    from daskpca import cli
+    from daskpca.cli.options import solver_help
+    from daskpca.exceptions import InvalidParameterError
+
+    X = low_rank_data(600, 12, dtype=np.float64)
+    lazy = da.from_array(X, chunks=(150, 12))
+    # plan(): priced from its cost model, exact, its passes stated (no bare StopIteration).
+    plan = PCA(3, solver="dense").plan(lazy)
+    assert plan.solver == "dense" and plan.passes == plan.most_passes == 1
+    estimate = plan.estimate("dense")
+    assert estimate.exact and estimate.feasible and estimate.flops == 600 * 12 * 12 + 4 / 3 * 12**3
+    assert estimate.seconds is not None and "dense NumPy" in str(plan)
+    assert "dense" in {e.name for e in PCA(3).plan(lazy).estimates}  # solver="auto" weighs it too
+    # fit: the one road (the feature stage's generic read before a solver that does not fuse it).
+    fitted = PCA(3, solver="dense").fit(lazy)
+    exact = PCA(3, solver="covariance").fit(lazy)
+    assert fitted.solver_ == "dense" and fitted.n_passes_ == 1 and fitted.error_bound_ == 0.0
+    assert sin_theta(fitted.components_, exact.components_) < 1e-10
+    np.testing.assert_allclose(fitted.explained_variance_, exact.explained_variance_, rtol=1e-10)
+    weighted = PCA(3, solver="dense", weights=np.linspace(0.5, 1.5, 12)).fit(lazy)
+    assert weighted.n_passes_ == 2  # no fuses_features: the generic statistics read first
+    # The knob refusals read its options: it takes none, and tol is met (exact).
+    PCA(3, solver="dense", tol=1e-3).plan(lazy)
+    with pytest.raises(InvalidParameterError, match=r"n_power_iter=3 would be ignored: you asked for solver 'dense'"):
+        PCA(3, solver="dense", n_power_iter=3).plan(lazy)
+    # The CLI: --solver's help lists it, inspect's plan prices it.
+    assert re.search(r"\bdense\b", solver_help())
+    write_zarr(tmp_path / "matrix.zarr", X, (150, 12))
+    capsys.readouterr()
+    assert cli.main(["inspect", str(tmp_path / "matrix.zarr"), "--n-components", "3"]) == 0
+    table = capsys.readouterr().out
+    assert re.search(r"^\s+dense\s+yes\s+1\s", table, re.MULTILINE), table

@@ -238,3 +238,25 @@ def test_a_solver_declared_in_one_place_is_planned_fitted_listed_and_refused_lik
     assert cli.main(["inspect", str(tmp_path / "matrix.zarr"), "--n-components", "3"]) == 0
     table = capsys.readouterr().out
     assert re.search(r"^\s+dense\s+yes\s+1\s", table, re.MULTILINE), table
+
+
+# ------------------------------------------------------------------------------------ the bounds
+
+
+def test_the_error_bounds_live_behind_one_module_that_the_solvers_call():
+    """Plain Ritz, the refined span, Wedin's and Hilbert's tangent: one module (``_bounds``), one
+    contract; no solver reaches into another's private bound."""
+    import daskpca.solvers as solvers
+    from daskpca.solvers import _bounds
+
+    root = Path(solvers.__file__).parent
+    for module in ("krylov", "hilbert_krylov", "cross_covariance"):
+        source = (root / f"{module}.py").read_text()
+        assert "from ._bounds import" in source, module
+        assert "_plain_ritz" not in source and "def _tangent" not in source, module
+    # The contract at its edges: modes not apart → 1 (nothing certified), never negative or infinite.
+    sigma = np.array([3.0, 2.0, 1.999])
+    assert _bounds.wedin(sigma, np.full(3, 0.1), np.full(3, 0.1), 2, full=False) == 1.0
+    assert _bounds.wedin(sigma, np.full(3, 1e-9), np.full(3, 1e-9), 1, full=False) == pytest.approx(np.sqrt(2) * 1e-9 / 0.999999999)
+    assert _bounds.wedin(sigma[:2], np.full(2, 1e-12), np.full(2, 1e-12), 2, full=True) < 1e-11
+    assert _bounds.tangent_bound(1.0) == 1.0 and _bounds.tangent_bound(0.6) == pytest.approx(0.75)

@@ -41,7 +41,8 @@ from ._moments import MERGE_SPLIT_EVERY
 from .._validation import raise_if_nonfinite
 from .hilbert import COMPLEX128, PADDINGS, gram_graph, strip_bytes, strip_products
 from ._linalg import Basis, orthonormal_extension
-from .krylov import BASIS_BYTES, _plain_ritz, check_accuracy_options, pass_budget
+from ._bounds import plain_ritz, tangent_bound
+from .krylov import BASIS_BYTES, check_accuracy_options, pass_budget
 
 OPTIONS = ("padding", "decay_factor", "tol", "max_passes")
 #: Block size ℓ = k + N_OVERSAMPLES (as the real Krylov solver's default).
@@ -75,10 +76,6 @@ def check_read_budget(tol, max_passes) -> tuple[float | None, int | None]:
         raise InputError(f"max_passes={max_passes}: Hilbert EOFs by Krylov read the data at least twice (one Krylov "
                          "pass, then the components' pass); give 2 or more, or None.")
     return tol, max_passes
-
-
-def _tangent(sine: float) -> float:
-    return 1.0 if sine >= 1.0 else min(1.0, sine / np.sqrt(1.0 - sine * sine))
 
 
 def solve(X, request: ComponentRequest, *, random_state=None, features=None, padding="exp", decay_factor=0.2,
@@ -136,8 +133,8 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
                 raise_if_nonfinite(part.nonfinite)
         basis = basis.extend(block, part.gram)
         theta, Y = basis.ritz()
-        ritz, values, norms, ritz_bound, _, gap = _plain_ritz(basis, k, theta, Y, n_samples)
-        bound = _tangent(ritz_bound)
+        ritz, values, norms, ritz_bound, _, gap = plain_ritz(basis, k, theta, Y, n_samples)
+        bound = tangent_bound(ritz_bound)  # the components are one product beyond the Ritz vectors
         history.append(bound)
         passes.bound(bound)
         if bound <= target or len(history) + 1 >= budget:

@@ -117,6 +117,60 @@ def test_frozen_plans_are_reproduced(monkeypatch):
         assert_same(got[case], want[case], case)
 
 
+#: The planners still inline in their estimators (issue 39: Hilbert's, MCA's, CCA's), frozen the
+#: same way in ``plans_estimators_v1.json`` so that moving them behind declarations is checked too:
+#: ``name: (estimator, keywords, X shape and chunks, Y shape and chunks or None, worker memory per thread)``.
+ESTIMATOR_CASES = {
+    "hilbert-exact": ("HilbertPCA", dict(n_components=5), ((2_000, 300), (2_000, 50)), None, 8 * GiB),
+    "hilbert-row-blocks": ("HilbertPCA", dict(n_components=5), ((2_000, 300), (500, 50)), None, 8 * GiB),
+    "hilbert-krylov-auto": ("HilbertPCA", dict(n_components=5), ((20_000, 300), (20_000, 50)), None, 512 * 2**20),
+    "hilbert-krylov-tol": ("HilbertPCA", dict(n_components=5, solver="krylov", tol=1e-4), ((2_000, 300), (2_000, 50)), None,
+                           8 * GiB),
+    "mca-exact": ("MCA", dict(n_components=3), ((2_000, 300), (2_000, 50)), ((2_000, 120), (500, 120)), 8 * GiB),
+    "mca-krylov-auto": ("MCA", dict(n_components=3), ((20_000, 3_000), (1_000, 3_000)), ((20_000, 2_000), (1_000, 2_000)),
+                        16 * 2**20),
+    "mca-krylov-tol": ("MCA", dict(n_components=3, solver="krylov", tol=1e-5), ((2_000, 300), (2_000, 50)),
+                       ((2_000, 120), (500, 120)), 8 * GiB),
+    "cca-exact": ("CCA", dict(n_components=3), ((2_000, 300), (2_000, 50)), ((2_000, 120), (500, 120)), 8 * GiB),
+    "cca-pca-auto": ("CCA", dict(n_components=3), ((20_000, 3_000), (1_000, 3_000)), ((20_000, 2_000), (1_000, 2_000)),
+                     16 * 2**20),
+}
+ESTIMATOR_FIXTURE = Path(__file__).parent / "fixtures" / "plans_estimators_v1.json"
+
+
+def make_estimator_plan(case, monkeypatch) -> dict:
+    import daskpca
+
+    estimator, params, x, y, per_thread = ESTIMATOR_CASES[case]
+    monkeypatch.setattr(_plan, "worker_resources", lambda: (16, per_thread, "16 threads (the test's)"))
+    monkeypatch.setattr(_cache, "memory_room", lambda working: (64 * GiB, "the test's 64 GiB"))
+    arrays = [da.zeros(shape, chunks=chunks, dtype="f4") for shape, chunks in ((x,) if y is None else (x, y))]
+    if estimator != "CCA":  # CCA keeps no pass cache
+        params = {"cache": False, **params}
+    plan = getattr(daskpca, estimator)(**params).plan(*arrays)
+    if isinstance(plan, _plan.Plan):
+        return record(plan)
+    row = dataclasses.asdict(plan)
+    cache = row.pop("cache", None)
+    row["cache_kind"] = None if cache is None else cache.get("kind")
+    return row
+
+
+def test_frozen_estimator_plans_are_reproduced(monkeypatch):
+    got = {}
+    for case in ESTIMATOR_CASES:
+        with monkeypatch.context() as patch:
+            got[case] = json.loads(json.dumps(make_estimator_plan(case, patch)))
+    if os.environ.get("DASKPCA_REGENERATE_PLANS"):
+        ESTIMATOR_FIXTURE.write_text(json.dumps(got, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
+    want = json.loads(ESTIMATOR_FIXTURE.read_text())
+    assert set(got) == set(want)
+    for case in ESTIMATOR_CASES:
+        assert_same(got[case], want[case], case)
+    chosen = {case: plan.get("solver", plan.get("path")) for case, plan in want.items()}
+    assert {"hilbert", "hilbert-krylov", "exact", "krylov", "pca"} <= set(chosen.values()), chosen
+
+
 def test_the_frozen_plans_cover_every_choice():
     """The fixture is worth its name: it holds every solver chosen by some rule, infeasible
     candidates, device prices and the re-laid-out Gram road."""

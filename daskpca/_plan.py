@@ -327,14 +327,17 @@ def task_memory_budget() -> tuple[int, str]:
 
 
 def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=None, max_iter=None, budget=None, available=(),
-                     tol=None, max_passes=None, device: DevicePricing | None = None):
+                     tol=None, max_passes=None, device: DevicePricing | None = None, declarations=None, options=None):
     """Cost estimates of every solver in ``available`` (see :class:`SolverEstimate`), from each
-    one's declaration (``SolverDeclaration.cost``; a name without one is skipped); priced on the
-    device with ``device`` (:func:`on_the_device`)."""
-    shape = PlanInput(n, d, k, tuple(chunks), itemsize, n_oversamples, n_power_iter, tol, max_passes)
+    one's declaration (``SolverDeclaration.cost``; a name without one is skipped) in
+    ``declarations`` (None: :data:`daskpca.solvers.SOLVERS`, PCA's; HilbertPCA passes its own),
+    ``options`` the further estimator options their cost models read; priced on the device with
+    ``device`` (:func:`on_the_device`)."""
+    shape = PlanInput(n, d, k, tuple(chunks), itemsize, n_oversamples, n_power_iter, tol, max_passes, dict(options or {}))
+    registry = SOLVERS if declarations is None else declarations
     estimates = []
     for name in available:
-        declaration = SOLVERS.get(name)
+        declaration = registry.get(name)
         if getattr(declaration, "cost", None) is None:
             continue
         cost = declaration.cost(shape)

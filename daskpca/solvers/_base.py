@@ -285,6 +285,7 @@ class PlanInput:
     n_power_iter: object = None
     tol: float | None = None
     max_passes: int | None = None
+    options: dict = field(default_factory=dict)  # further estimator options a cost model reads (Hilbert's padding)
 
     # Derived once (plain attributes, not properties: the cost models read them many times).
     row_block: int = field(init=False)  # rows of the largest row block (all columns after regrouping)

@@ -273,7 +273,7 @@ def _checked(module, X, request, **kwargs) -> SolverResult:
     (no extra read): the data's own max |x| is not needed to tell."""
     from .exceptions import DataRangeError
 
-    name = module.__name__.rsplit(".", 1)[-1]
+    name = getattr(module, "name", None) or module.__name__.rsplit(".", 1)[-1]  # a declaration, or a solver module
     rescale = ("Rescale the data (e.g. divide it by its largest |value|) before fitting: the "
                "components are the same and the variances scale by the factor squared.")
     try:

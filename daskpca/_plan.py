@@ -8,7 +8,7 @@ ordered rules with named thresholds pick one. ``PCA(...).plan(X)`` returns the r
 
 With an accuracy asked for (``tol``), the choice is by predicted time among the solvers that
 guarantee it: the exact ones (covariance / Gram / TSQR, always) and block Krylov (its predicted
-passes, :func:`daskpca.solvers.krylov.predicted_passes`, within the read budget). Time
+passes within the read budget). Time
 (:func:`predicted_seconds`) is the bytes read at READ_BYTES_PER_SECOND, the flops at the solver's
 rate, TASK_SECONDS per task and, on a ``distributed`` cluster, each task's result moved between
 processes at TRANSFER_BYTES_PER_SECOND, spread over the threads a pass can use: a pass of fewer
@@ -20,7 +20,7 @@ default accuracy :data:`DEFAULT_TOL` (sin θ ≤ 1e-6, argued below): an exact s
 about what the certified road costs — at most :data:`EXACT_PREMIUM` × block Krylov's predicted
 time (tall data: the covariance's one pass at the read floor) — else block Krylov run to that
 accuracy, which reports its bound (``error_bound_``). The plan and ``solver_reason_`` say which
-and why; ``solver="covariance" | "gram" | "tsqr"`` still force an exact answer.
+and why; naming an exact solver (``PCA(solver=...)``) still forces an exact answer.
 
 Why 1e-6. What a PCA of n samples estimates carries a sampling error: North et al. (1982) give
 δλ/λ ≈ √(2/n) for the eigenvalues and, for the subspace of the k leading EOFs, an angle of about
@@ -30,6 +30,14 @@ samples. A numerical error of 1e-6 is thus ≤ 1 % of the statistical one for an
 invisible in every figure a user draws from the EOFs — while exact-to-1e-15 answers cost the n²·d
 (or d²·n) flops of a Gram (covariance) matrix, 25× scikit-learn on a reanalysis year. Asking for
 ``tol`` overrides it either way (``tol=1e-10`` for near-exact, ``tol=1e-3`` for a quick look).
+
+**No solver is named here.** Each solver declares itself once, in its own module
+(:class:`daskpca.solvers._base.SolverDeclaration`): its cost model (passes, flops, task memory,
+result size, its host flop rate, what a device changes) and the capabilities these rules ask
+about — exact, the exact road for a tall or a wide shape (``exact_for``), certifies a ``tol``
+within its read budget (``certifies``), tried where no exact solver fits (``fallback``), takes
+missing values (``accepts_missing``). The planner loops over the registered declarations
+(:data:`daskpca.solvers.SOLVERS`); a solver registered there is priced and chosen like the others.
 """
 
 from __future__ import annotations
@@ -40,11 +48,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .solvers._geometry import Geometry, current_client, needs_column_strips, strip_columns, worker_resources
-from .solvers._graph import SPLIT_EVERY
-from .solvers._moments import MERGE_SPLIT_EVERY
-from .solvers.krylov import pass_budget, predicted_pass_range, predicted_passes
-from .solvers._sketch import slab_rows
+from .solvers import SOLVERS
+from .solvers._base import DENSE_FLOPS_PER_SECOND, PlanInput
+from .solvers._geometry import Geometry, current_client, worker_resources
 from .exceptions import InputError
 
 logger = logging.getLogger("daskpca")
@@ -52,9 +58,6 @@ logger = logging.getLogger("daskpca")
 #: A task may use at most this fraction of a worker's memory limit (the rest is headroom for
 #: dask's own buffers and the input blocks in flight).
 TASK_MEMORY_FRACTION = 0.5
-#: k "much smaller" than min(n, d): below this fraction a randomized or ALS solve touches far less
-#: than an exact d×d (or n×n) matrix and wins.
-SMALL_K_FRACTION = 0.1
 #: The accuracy (bound on sin θ of the kept subspace) that ``solver="auto"`` certifies when no
 #: ``tol`` is given and an exact solver would cost more (see the module notes for the argument).
 DEFAULT_TOL = 1e-6
@@ -67,33 +70,19 @@ FLOAT64 = 8
 #: floor read of zstd float32 zarr runs at 0.4–0.78 GB/s of raw data (tall 1e6 × 1000: 0.78;
 #: the reanalysis field 8760 × 65 160 read regrouped with ``da.from_zarr``: 4.0–4.3 s, 0.55 GB/s —
 #: xarray's NaN-skipping ``.sum()`` of the same field takes 6.3–7.4 s, not a read), the fitted
-#: flop rate of the solvers' kernels at 56–88 GF/s.
+#: flop rate of the solvers' kernels at 56–88 GF/s (each solver's own rate is in its declaration:
+#: ``SolverDeclaration.flop_rate``, this one where it names none).
 READ_BYTES_PER_SECOND = 0.55e9
-FLOPS_PER_SECOND = 60e9
-#: The Gram road's leaves are float64 ``syrk`` on column strips: SciPy's ``dsyrk`` did the
-#: 8760² × 65 160 product (5·10¹² multiply-adds) in 67 s on this machine, NumPy's X·Xᵀ in 51 s.
-GRAM_FLOPS_PER_SECOND = 75e9
+FLOPS_PER_SECOND = DENSE_FLOPS_PER_SECOND
 #: The strip re-layout's temporary copy is uncompressed (``_geometry.ColumnStrips``): written and
 #: read back at what the local disk and page cache give, not at the codec's rate. Local disk
 #: here: 2.2 GB/s write, 1.3 GB/s cold read (direct I/O, 4 GiB); zarr's per-chunk overhead on top.
 WRITE_BYTES_PER_SECOND = 1.0e9
 COPY_READ_BYTES_PER_SECOND = 1.0e9
-#: The Gram road's local step: block Lanczos for the k leading pairs of the n×n matrix (≈ this
-#: many vector products with it, in blocks of k + 10, 2·n² flops each) and the Cholesky check
-#: (⅓·n³), see ``solvers._linalg.top_eigenpairs``. (ARPACK's single-vector Lanczos made 236
-#: products at n = 3000, k = 20, each a memory-bound sweep: 17–20 s at n = 8760, 4× this model.)
-LANCZOS_PRODUCTS = 300
-#: The sketching passes (randomized, Krylov) stream each float64 slab through two thin products
-#: and emit a d×(ℓ+1) factor per slab. Measured on the reanalysis-shaped field (8760 × 65 160,
-#: ℓ = 30, coslat weights): a Krylov pass over the field held in memory (the pass cache) takes
-#: 2.3–2.5 s on a quiet machine and 3.0–3.5 s on a loaded one for its 4·n·d·ℓ = 6.85e10 flops
-#: (20–30 GF/s; 2026-11-25/26, benchmarks/README.md). 1.8 s was measured once, on a field
-#: persisted by hand (38e9 then: the plan was 1.5–1.8× short of the cached passes).
-SKETCH_FLOPS_PER_SECOND = 28e9
-#: The client's share of a block Krylov fit after each pass j (basis of m = j·ℓ columns): the
-#: new block's products with V and W and its re-orthogonalisation (6 thin d×m×ℓ products) and
-#: the Ritz vectors, residuals and left projection (3 d×m×(k+1)), see :func:`krylov_client_flops`
-#: — BLAS-3 on the caller's threads between passes. Measured on the reanalysis field (d = 65 160,
+#: The client's share of an iterative fit between its passes (block Krylov's: the new block's
+#: products with V and W and its re-orthogonalisation, 6 thin d×m×ℓ products after pass j, and
+#: the Ritz vectors, residuals and left projection, 3 d×m×(k+1); its declaration's
+#: ``Cost.client_flops``) — BLAS-3 on the caller's threads between passes. Measured on the reanalysis field (d = 65 160,
 #: ℓ = 30, k = 20): 4.7–4.8 s for 8 passes (3.4e10 flops), 6.5 s for 10 (5.2e10), 7–8 GF/s
 #: (benchmarks/README.md, archive layouts, 2026-11-26).
 CLIENT_FLOPS_PER_SECOND = 7.5e9
@@ -138,14 +127,6 @@ class DevicePricing:
 
             return float(dask.config.get("daskpca.device.qr-flops", DEVICE_QR_FLOPS_PER_SECOND))
         return _device.rate(key)
-
-    def flop_rate(self, solver: str) -> float:
-        """The pass kernels' rate of ``solver`` on the device."""
-        if solver in ("covariance", "gram"):
-            return self.rate("flops")
-        if solver == "tsqr":
-            return self.rate("qr-flops")
-        return self.rate("sketch-flops")
 
     def local_seconds(self, size: int, kind: str) -> float:
         """The final m×m eigenproblem ("eigh") or SVD ("svd") where the root solves it: on the
@@ -215,7 +196,7 @@ class SolverEstimate:
     client_flops: float = 0.0  # the small dense algebra on the client between and after the passes
     result_bytes: int = 0  # what each task of a pass returns (moved between processes on a cluster)
     uncached_seconds: float | None = None  # ``seconds`` before a pass cache served the later passes
-    flop_rate: float | None = None  # the passes' flop rate (None: FLOP_RATES, the host's)
+    flop_rate: float | None = None  # the passes' flop rate (None: the host's, from the solver's declaration)
     local_seconds: float = 0.0  # the final eigenproblem / SVD where a device plan puts it
     move_seconds: float = 0.0  # per pass: the blocks moved from the host to the device
 
@@ -267,7 +248,12 @@ class Plan:
         return self.estimate(self.solver).seconds
 
     def estimate(self, name: str) -> SolverEstimate:
-        return next(e for e in self.estimates if e.name == name)
+        for e in self.estimates:
+            if e.name == name:
+                return e
+        raise InputError(f"the plan has no estimate for solver {name!r} (it has {[e.name for e in self.estimates]}): "
+                         "a solver is priced from its declaration's cost model; register it with "
+                         "daskpca.solvers.register(SolverDeclaration(..., cost=...)).")
 
     @property
     def passes(self) -> int | str:
@@ -341,139 +327,51 @@ def task_memory_budget() -> tuple[int, str]:
 
 
 def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=None, max_iter=None, budget=None, available=(),
-                     tol=None, max_passes=None, device: DevicePricing | None = None):
-    """Cost estimates of every solver in ``available`` (see :class:`SolverEstimate`); priced on
-    the device with ``device`` (:func:`on_the_device`)."""
-    row_block = max(chunks[0])  # rows of the largest row block (all columns after regrouping)
-    col_strip = max(chunks[1])  # columns of the largest column strip (all rows)
-    block_in = row_block * d * itemsize
-    block64 = row_block * d * FLOAT64
-    ell = min(k + n_oversamples, n, d)
-    q = n_power_iter if isinstance(n_power_iter, int) else (7 if k < SMALL_K_FRACTION * min(n, d) else 4)
-    krylov_passes = predicted_passes(tol, max_passes)
-
-    def merge_nodes(columns: int) -> int:
-        """A merge task of the tree: ``split_every`` d×columns float64 nodes in, their stack, one out."""
-        return (2 * SPLIT_EVERY + 1) * d * columns * FLOAT64
-
-    # TSQR's merge tree is pairwise (tsqr.MERGE_SPLIT_EVERY = 2): n_blocks − 1 structured QRs
-    # (LAPACK tpqrt) of a d×d triangle stacked on an R factor of r rows, ~⅔·d·r² flops each —
-    # exact for blocks of ≥ d rows (r = d), where it is a third of a leaf's 2·n_i·d².
-    r_rows = min(row_block, d)
-    tsqr_tree_flops = (len(chunks[0]) - 1) * 2 / 3 * d * r_rows * r_rows
-    # TSQR's largest task. A leaf: its block, one float64 copy factored in place, its R (and
-    # np.triu's one-byte mask of it). A merge: its two R factors (≤ min(n, d)×d), the private
-    # d×d triangle that becomes its result and the (m + 1)×d block stacked under it, 4·d² float64
-    # (measured at 4e4 × 2000 in 20 blocks: leaf 2.64·d², merge 4.03·d²; plan 2.63·d², 4·d²).
-    tsqr_leaf = block_in + block64 + r_rows * d * (FLOAT64 + 1)
-    tsqr_merge = 4 * min(n, d) * d * FLOAT64
-    costs = {
-        # Covariance: a leaf holds its block, one float64 copy and its d×d scatter; a merge its
-        # MERGE_SPLIT_EVERY inputs and one output (the sum is accumulated in place). The eigh
-        # tridiagonalises the d×d matrix whatever k: 4/3·d³.
-        "covariance": (1, n * d * d + 4 / 3 * d**3, max(block_in + block64 + d * d * FLOAT64, (MERGE_SPLIT_EVERY + 1) * d * d * FLOAT64), True, ""),
-        # Gram: a leaf holds its strip, one float64 copy and its n×n product; a merge its
-        # MERGE_SPLIT_EVERY inputs and one output.
-        "gram": (2, n * n * d + 2 * n * d * k + gram_local_flops(n, k), max(n * col_strip * (itemsize + FLOAT64) + n * n * FLOAT64, (MERGE_SPLIT_EVERY + 1) * n * n * FLOAT64), True, ""),
-        "tsqr": (1, 2 * n * d * min(n, d) + tsqr_tree_flops, max(tsqr_leaf, tsqr_merge), True, ""),
-        # A randomized leaf converts its block one slab (_sketch.slab_rows rows) at a
-        # time and merges the slabs' d×(ℓ + 1) factors SPLIT_EVERY at a time, like a merge task.
-        "randomized": (q + 1, (q + 1) * 4 * n * d * ell, block_in + min(block64, slab_rows(d, ell) * d * FLOAT64) + merge_nodes(ell + 1), False, f"q = {q}, ℓ = {ell}"),
-        # Block Krylov: the randomized pass, predicted passes for tol (see krylov.predicted_passes).
-        "krylov": (krylov_passes, krylov_passes * 4 * n * d * ell, block_in + min(block64, slab_rows(d, ell) * d * FLOAT64) + merge_nodes(ell + 1), False,
-                   f"ℓ = {ell}; " + (f"passes predicted for tol = {tol:g} ({_pass_range(tol, max_passes)})" if tol is not None
-                                     else f"budget {krylov_passes} passes, error bound reported")),
-        "als": ("1/iter", 4 * n * d * k, max(block_in + block64 + (2 * row_block + d) * k * FLOAT64, merge_nodes(k + 2)), False, "iterative; passes = iterations (the mean is fused into the first)"),
-        # With missing values each E-step node also holds one k×k matrix per feature (d·k²).
-        "ppca": ("1/iter", 4 * n * d * k + n * d * k * k, max(block_in + block64 + (2 * row_block + d) * k * FLOAT64, merge_nodes(k * k + k)), False, "missing values; passes = 1 + iterations"),
-    }
-    row_tasks, strips, copy_passes = len(chunks[0]), len(chunks[1]), {}
-    if needs_column_strips(chunks, itemsize):
-        # Stored by rows only: a column strip would be the whole field. Gram first copies the
-        # input into strips (one read, one write) and reads the copy twice.
-        width = strip_columns(n, d, itemsize)
-        strips, copy_passes["gram"] = -(-d // width), 2
-        gram_task = max(n * width * (itemsize + FLOAT64) + n * n * FLOAT64, (MERGE_SPLIT_EVERY + 1) * n * n * FLOAT64)
-        costs["gram"] = (1, costs["gram"][1], gram_task, True, f"stored by rows only: re-laid out into {strips} column strips "
-                         f"of {width} columns first (one read and one write of a temporary copy, then 2 passes over it)")
-    # What one task of a pass returns: a d×d scatter, an n×n Gram, an R factor, d×(ℓ + 1) sketch
-    # factors, ALS's and PPCA's d×k statistics.
-    results = {"covariance": d * d, "gram": n * n, "tsqr": min(n, d) * d, "randomized": (ell + 1) * d,
-               "krylov": (ell + 1) * d, "als": (k + 2) * d, "ppca": (k * k + k) * d}
+                     tol=None, max_passes=None, device: DevicePricing | None = None, declarations=None, options=None):
+    """Cost estimates of every solver in ``available`` (see :class:`SolverEstimate`), from each
+    one's declaration (``SolverDeclaration.cost``; a name without one is skipped) in
+    ``declarations`` (None: :data:`daskpca.solvers.SOLVERS`, PCA's; HilbertPCA passes its own),
+    ``options`` the further estimator options their cost models read; priced on the device with
+    ``device`` (:func:`on_the_device`)."""
+    shape = PlanInput(n, d, k, tuple(chunks), itemsize, n_oversamples, n_power_iter, tol, max_passes, dict(options or {}))
+    registry = SOLVERS if declarations is None else declarations
     estimates = []
     for name in available:
-        if name not in costs:
+        declaration = registry.get(name)
+        if getattr(declaration, "cost", None) is None:
             continue
-        passes, flops, task, exact, note = costs[name]
-        estimates.append(SolverEstimate(name, passes, float(flops), int(task), budget is None or task <= budget, exact, note,
-                                        tasks=strips if name == "gram" else row_tasks, copy_passes=copy_passes.get(name, 0),
-                                        client_flops=krylov_client_flops(d, ell, krylov_passes, k) if name == "krylov" else 0.0,
-                                        result_bytes=results.get(name, 0) * FLOAT64))
-    if device is not None:
-        estimates = [on_the_device(e, n, d, k, itemsize, device, budget) for e in estimates]
+        cost = declaration.cost(shape)
+        estimate = SolverEstimate(name, cost.passes, float(cost.flops), int(cost.task_bytes),
+                                  budget is None or cost.task_bytes <= budget, declaration.exact, cost.note,
+                                  tasks=shape.row_tasks if cost.tasks is None else cost.tasks, copy_passes=cost.copy_passes,
+                                  client_flops=cost.client_flops, result_bytes=cost.result_size * FLOAT64)
+        if device is not None:
+            estimate = on_the_device(estimate, declaration, shape, device, budget)
+        estimates.append(estimate)
     return estimates
 
 
-def on_the_device(estimate: SolverEstimate, n: int, d: int, k: int, itemsize: int, device: DevicePricing,
+def on_the_device(estimate: SolverEstimate, declaration, shape: PlanInput, device: DevicePricing,
                   budget: int | None) -> SolverEstimate:
-    """``estimate`` priced on the device: its passes' flops at the device's rate for its kernels,
-    the final eigenproblem (covariance: d×d eigh; TSQR: SVD of R) where the root solves it
-    (:meth:`DevicePricing.local_seconds`) instead of in the host's flops, the blocks moved up on
-    every pass for host input, and the covariance's and TSQR's wider device merges in its memory."""
-    from .solvers._device import device_fan_in
-
+    """``estimate`` priced on the device: its passes' flops at the device's rate for its kernels
+    (``declaration.device_rate``), what its declaration's ``on_device`` changes (the final
+    eigenproblem or SVD where the root solves it, :meth:`DevicePricing.local_seconds`, instead of
+    in the host's flops; wider device merges in its memory) and the blocks moved up on every pass
+    for host input."""
     flops, local, task = estimate.flops, 0.0, estimate.task_bytes
-    if estimate.name == "covariance":
-        flops, local = flops - 4 / 3 * d**3, device.local_seconds(d, "eigh")
-        fan_in = device_fan_in(device.memory, MERGE_SPLIT_EVERY, d * d * FLOAT64, copies=1)
-        task = max(task, (fan_in + 1) * d * d * FLOAT64 + fan_in * d * FLOAT64)
-    elif estimate.name == "tsqr":
-        local = device.local_seconds(min(n, d), "svd")
-        fan_in = device_fan_in(device.memory, 2, min(n, d) * d * FLOAT64, copies=3)
-        task = max(task, (3 * fan_in + 1) * min(n, d) * d * FLOAT64)
-    elif estimate.name == "gram":  # the n×n eigenproblem: the device's dense solver, or the host's block Lanczos
-        local_flops = gram_local_flops(n, k)
-        flops = flops - local_flops
-        local = min(local_flops / GRAM_FLOPS_PER_SECOND, device.local_seconds(n, "eigh"))
-    move = n * d * itemsize / device.rate("transfer-bytes") if device.moved else 0.0
-    return replace(estimate, flops=float(max(flops, 0.0)), flop_rate=device.flop_rate(estimate.name), local_seconds=local,
+    if declaration.on_device is not None:
+        priced = declaration.on_device(shape, flops, task, device)
+        flops, local, task = priced.flops, priced.local_seconds, priced.task_bytes
+    move = shape.n * shape.d * shape.itemsize / device.rate("transfer-bytes") if device.moved else 0.0
+    return replace(estimate, flops=float(max(flops, 0.0)), flop_rate=device.rate(declaration.device_rate), local_seconds=local,
                    move_seconds=move, task_bytes=int(task), feasible=budget is None or task <= budget)
-
-
-def _pass_range(tol, max_passes) -> str:
-    """The range of block Krylov's passes before any read (:func:`~daskpca.solvers.krylov.predicted_pass_range`):
-    the fit learns its own from its first informative bound and shows it on the progress line."""
-    fewest, _, most = predicted_pass_range(tol, max_passes)
-    return f"{fewest}–{most} possible, the spectrum decides; the fit predicts its own once its bound falls"
-
-
-def krylov_client_flops(d: int, ell: int, passes: int, k: int) -> float:
-    """Block Krylov's client flops: after pass j (m = j·ℓ basis columns) six thin d×m×ℓ products
-    (the new block's T and P columns, two projections and the one after normalising, less the
-    one T already holds) and three d×m×(k + 1) (Ritz vectors, residuals, left projection), 2 flops
-    per multiply-add — see ``solvers/krylov.py``. The returned answer reuses the last pass's."""
-    return 2.0 * d * (6 * ell + 3 * (k + 1)) * ell * passes * (passes + 1) / 2
-
-
-def gram_local_flops(n: int, k: int) -> float:
-    """Flops of the Gram road's local eigensolve: Lanczos and its Cholesky check for a fixed k
-    (see LANCZOS_PRODUCTS), a dense eigh (~4·n³) when Lanczos does not apply."""
-    from .solvers._linalg import LANCZOS_MAX_FRACTION, LANCZOS_MIN_SIZE
-
-    if n >= LANCZOS_MIN_SIZE and k <= LANCZOS_MAX_FRACTION * n:
-        return LANCZOS_PRODUCTS * 2.0 * n * n + n**3 / 3
-    return 4.0 * n**3
-
-
-#: Flop rates of the solvers whose kernels are not dense GEMM/SYRK at FLOPS_PER_SECOND.
-FLOP_RATES = {"randomized": SKETCH_FLOPS_PER_SECOND, "krylov": SKETCH_FLOPS_PER_SECOND, "gram": GRAM_FLOPS_PER_SECOND}
 
 
 def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, threads: int = 1,
                       distributed: bool = False) -> float | None:
     """The time model: per pass, the bytes at READ_BYTES_PER_SECOND and TASK_SECONDS per task
     (on a ``distributed`` cluster also each task's result at TRANSFER_BYTES_PER_SECOND); the
-    flops at the solver's rate (:data:`FLOP_RATES`); all on the share of the ``threads`` that a
+    flops at the solver's rate (its declaration's ``flop_rate``); all on the share of the ``threads`` that a
     pass of ``estimate.tasks`` tasks keeps busy. None for solvers whose passes depend on
     convergence."""
     if not isinstance(estimate.passes, int):
@@ -492,12 +390,44 @@ def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, t
 
 def flop_rate(estimate: SolverEstimate) -> float:
     """The rate of ``estimate``'s pass flops: the device's when a device plan set it, else the host's
-    (:data:`FLOP_RATES`)."""
-    return estimate.flop_rate or FLOP_RATES.get(estimate.name, FLOPS_PER_SECOND)
+    (its declaration's ``flop_rate``; FLOPS_PER_SECOND for an estimate no declaration made)."""
+    return estimate.flop_rate or getattr(SOLVERS.get(estimate.name), "flop_rate", FLOPS_PER_SECOND)
 
 
-#: Solvers whose answer is exact (to round-off): they meet any ``tol``.
-EXACT_SOLVERS = ("covariance", "gram", "tsqr")
+def _roles(available) -> dict:
+    """The registered declarations in ``available`` the rules ask for by role: the exact road of a
+    tall and of a wide shape, the approximate solver tried first where none fits (one that
+    certifies a ``tol``, else the first fallback), the last resort, the one for missing values."""
+    declared = [SOLVERS[name] for name in available if getattr(SOLVERS.get(name), "cost", None) is not None]
+    first = lambda test: next((s for s in declared if test(s)), None)  # noqa: E731
+    return {
+        "tall": first(lambda s: s.exact_for == "tall"), "wide": first(lambda s: s.exact_for == "wide"),
+        "approximate": first(lambda s: s.fallback == "approximate" and s.certifies is not None)
+        or first(lambda s: s.fallback == "approximate"),
+        "last-resort": first(lambda s: s.fallback == "last-resort"), "missing": first(lambda s: s.accepts_missing),
+    }
+
+
+def _name(declaration) -> str | None:
+    return None if declaration is None else declaration.name
+
+
+def _certifies(name: str, tol: float, max_passes) -> bool:
+    """Whether solver ``name`` is approximate but guarantees ``tol`` within its read budget."""
+    certifies = getattr(SOLVERS.get(name), "certifies", None)
+    return certifies is not None and certifies(tol, max_passes)
+
+
+def _read_budget(name: str, tol, max_passes):
+    """The most reads solver ``name`` makes for ``tol`` and ``max_passes`` (its declaration's
+    ``most_passes``; ``max_passes`` for one that declares none)."""
+    most = getattr(SOLVERS.get(name), "most_passes", None)
+    return max_passes if most is None else most({"tol": tol, "max_passes": max_passes})
+
+
+def _only_for_missing(name: str) -> bool:
+    """A solver for missing values (NaN) is no alternative on complete data."""
+    return getattr(SOLVERS.get(name), "accepts_missing", False)
 
 
 def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=False, available, n_oversamples=10,
@@ -522,11 +452,14 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
         budget, source = device_budget
     threads = worker_resources()[0]
     reads = dict(reads or {})
-    # Without a tol, solver="auto" weighs the exact roads against Krylov run to DEFAULT_TOL.
+    roles = _roles(available)
+    # Without a tol, solver="auto" weighs the exact roads against the certified one (block
+    # Krylov) run to DEFAULT_TOL.
     default_road = tol is None and requested is None and not needs_spectrum and not has_missing
     road_tol = DEFAULT_TOL if default_road else tol
-    if default_road and "krylov" in reads:  # the solver will get DEFAULT_TOL, hence its budget
-        reads["krylov"] = (reads["krylov"][0], pass_budget(road_tol, max_passes))
+    for name in reads if default_road else ():  # a certifying solver will get DEFAULT_TOL, hence its budget
+        if getattr(SOLVERS.get(name), "certifies", None) is not None:
+            reads[name] = (reads[name][0], _read_budget(name, road_tol, max_passes))
     distributed = current_client() is not None
     estimates = [
         e.with_reads(*reads.get(e.name, (0, None))).with_seconds(n, d, itemsize, threads, distributed)
@@ -537,8 +470,8 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     estimates = [cached(e, caches.get(e.name)) for e in estimates]
     by_name = {e.name: e for e in estimates}
     fits = lambda name: name in by_name and by_name[name].feasible  # noqa: E731
-    exact_small = "covariance" if d <= n else "gram"
-    approximate = "krylov" if "krylov" in by_name else "randomized"
+    exact_small = _name(roles["tall" if d <= n else "wide"])
+    approximate = _name(roles["approximate"])
     warnings = []
 
     default_tol = None
@@ -546,13 +479,14 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     if requested is not None:
         solver, reason = requested, "requested by the caller"
     # 1. Missing values can only be handled by probabilistic PCA.
-    elif has_missing and "ppca" in by_name:
-        solver, reason = "ppca", "the data has missing values (NaN): EM for probabilistic PCA handles them without imputing"
+    elif has_missing and roles["missing"] is not None:
+        solver = roles["missing"].name
+        reason = f"the data has missing values (NaN): {roles['missing'].summary} handles them without imputing"
     # 2. A variance fraction or 'mle' needs every eigenvalue: exact solvers only.
     elif needs_spectrum and fits(exact_small):
-        solver, reason = exact_small, "n_components needs the full spectrum; " + _shape_reason(n, d)
+        solver, reason = exact_small, "n_components needs the full spectrum; " + _shape_reason(exact_small, n, d)
     # 3. An accuracy asked for: the fastest solver (time model) that guarantees it — an exact one,
-    #    or block Krylov when its predicted passes fit the read budget.
+    #    or one that certifies it (block Krylov) when its predicted passes fit the read budget.
     elif tol is not None and (candidates := _guaranteeing(by_name, tol, max_passes)):
         best = min(candidates, key=lambda e: e.seconds)
         solver = best.name
@@ -563,28 +497,28 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     #    data: the covariance's one pass), else block Krylov certified to DEFAULT_TOL.
     elif default_road and (choice := _default_road(by_name, max_passes, exact_small)) is not None:
         solver, reason = choice
-        default_tol = DEFAULT_TOL if solver == "krylov" else None
+        default_tol = DEFAULT_TOL if _certifies(solver, DEFAULT_TOL, max_passes) else None
     # 5. The exact one-pass (covariance) or two-pass (Gram) solver, when its matrix fits a task.
     elif fits(exact_small):
-        solver, reason = exact_small, _shape_reason(n, d)
+        solver, reason = exact_small, _shape_reason(exact_small, n, d)
     # 6. Otherwise whatever fits, cheapest first: block Krylov (or randomized), then ALS.
     elif fits(approximate):
         solver, reason = approximate, _no_exact_reason(by_name, exact_small, budget)
-    elif fits("als"):
-        solver, reason = "als", "only ALS's d×k state fits the per-task memory budget"
+    elif fits(last := _name(roles["last-resort"])):
+        solver, reason = last, f"only {roles['last-resort'].summary} fits the per-task memory budget"
     else:
         solver, reason = exact_small, "nothing fits the per-task memory budget; the exact solver is tried anyway"
         warnings.append(f"estimated task memory {format_bytes(by_name[exact_small].task_bytes)} exceeds the budget {format_bytes(budget)}: "
                         "use smaller chunks or workers with more memory")
-    if tol is not None and solver == approximate and not (solver == "krylov" and _krylov_reaches(tol, max_passes)):
-        warnings.append(f"tol = {tol:g} may not be reached within the read budget of {pass_budget(tol, max_passes)} passes "
+    if tol is not None and solver == approximate and not _certifies(solver, tol, max_passes):
+        warnings.append(f"tol = {tol:g} may not be reached within the read budget of {_read_budget(solver, tol, max_passes)} passes "
                         "(predicted for λ_k/λ_{ℓ+1} ≈ 2); the fit reports the bound it reaches")
     if tol is None and solver == approximate and default_tol is None:
         warnings.append("no tol given and an approximate solver chosen: the fit reports its error bound "
                         "(solver_info_['error_bound']); pass tol= to ask for an accuracy")
     runner_up = next(
         (e.name for e in sorted(estimates, key=lambda e: (not e.feasible, _pass_count(e), e.flops))
-         if e.name != solver and e.feasible and (e.exact or not needs_spectrum) and e.name != "ppca"),
+         if e.name != solver and e.feasible and (e.exact or not needs_spectrum) and not _only_for_missing(e.name)),
         None,
     )
     if solver in by_name and by_name[solver].copy_passes:  # the re-layout is part of the road: say so
@@ -601,11 +535,12 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
 
 def _default_road(by_name: dict, max_passes, exact_small: str) -> tuple[str, str] | None:
     """``(solver, reason)`` without a tol: the exact road for the shape (``exact_small``; else the
-    fastest exact one that fits) when it costs at most EXACT_PREMIUM × block Krylov's predicted
-    time for DEFAULT_TOL, else Krylov; None when neither fits (the later rules then decide)."""
+    fastest exact one that fits) when it costs at most EXACT_PREMIUM × the certified road's
+    (block Krylov's) predicted time for DEFAULT_TOL, else that road; None when neither fits (the
+    later rules then decide)."""
     candidates = _guaranteeing(by_name, DEFAULT_TOL, max_passes)
-    exact = [e for e in candidates if e.name in EXACT_SOLVERS]
-    krylov = next((e for e in candidates if e.name == "krylov"), None)
+    exact = [e for e in candidates if e.exact]
+    krylov = next((e for e in candidates if not e.exact), None)
     best = next((e for e in exact if e.name == exact_small), None) or min(exact, key=lambda e: e.seconds, default=None)
     if best is None and krylov is None:
         return None
@@ -616,27 +551,20 @@ def _default_road(by_name: dict, max_passes, exact_small: str) -> tuple[str, str
         return best.name, (f"exact at about the cost of a certified answer: {_shape_reason_of(best)}, ≈ {best.seconds:.3g} s "
                            f"against ≈ {krylov.seconds:.3g} s for block Krylov to sin θ ≤ {DEFAULT_TOL:g}")
     against = f" against ≈ {best.seconds:.3g} s for the exact {best.name!r}" if best is not None else ""
-    return "krylov", (f"no tol given: block Krylov certified to the default accuracy sin θ ≤ {DEFAULT_TOL:g} "
+    return krylov.name, (f"no tol given: block Krylov certified to the default accuracy sin θ ≤ {DEFAULT_TOL:g} "
                       f"(≈ {krylov.seconds:.3g} s in {krylov.passes} predicted passes{against}; "
                       "error_bound_ reports the bound reached; pass tol= or an exact solver= to change it)")
 
 
 def _shape_reason_of(estimate: SolverEstimate) -> str:
-    return {"covariance": "one pass building the d×d covariance", "gram": "the n×n Gram matrix (the N < D trick)",
-            "tsqr": "one pass of TSQR"}.get(estimate.name, estimate.name)
-
-
-def _krylov_reaches(tol: float, max_passes) -> bool:
-    """Whether block Krylov's predicted passes for ``tol`` (uncapped) fit its read budget."""
-    return tol > 0 and predicted_passes(tol, 10**9) <= pass_budget(tol, max_passes)
+    return getattr(SOLVERS.get(estimate.name), "summary", "") or estimate.name
 
 
 def _guaranteeing(by_name: dict, tol: float, max_passes) -> list[SolverEstimate]:
-    """Feasible solvers that meet ``tol``: exact ones, and Krylov within its read budget."""
-    exact = [e for name, e in by_name.items() if name in EXACT_SOLVERS and e.feasible]
-    krylov = by_name.get("krylov")
-    if krylov is not None and krylov.feasible and _krylov_reaches(tol, max_passes):
-        exact.append(krylov)
+    """Feasible solvers that meet ``tol``: exact ones, then those that certify it within their
+    read budget (block Krylov)."""
+    exact = [e for e in by_name.values() if e.exact and e.feasible]
+    exact += [e for name, e in by_name.items() if not e.exact and e.feasible and _certifies(name, tol, max_passes)]
     return [e for e in exact if e.seconds is not None]
 
 
@@ -654,10 +582,10 @@ def _no_exact_reason(by_name: dict, exact_small: str, budget: int) -> str:
     return f"no exact solver fits a task: {exact_small} needs {format_bytes(estimate.task_bytes)} (budget {format_bytes(budget)})"
 
 
-def _shape_reason(n: int, d: int) -> str:
-    if d <= n:
-        return f"n_samples ({n}) ≥ n_features ({d}): one pass building the {d}×{d} covariance"
-    return f"n_samples ({n}) < n_features ({d}): two passes through the {n}×{n} Gram matrix (the N < D trick)"
+def _shape_reason(name: str, n: int, d: int) -> str:
+    """Why the exact road ``name`` suits this shape (its declaration's ``reason``)."""
+    reason = getattr(SOLVERS.get(name), "reason", None)
+    return reason(n, d) if reason is not None else f"the exact {name!r} for this shape"
 
 
 def check_requested(name: str, plan: Plan) -> None:
@@ -667,7 +595,7 @@ def check_requested(name: str, plan: Plan) -> None:
     estimate = plan.estimate(name)
     if estimate.feasible:
         return
-    alternatives = [e.name for e in plan.estimates if e.feasible and e.name != "ppca"]
+    alternatives = [e.name for e in plan.estimates if e.feasible and not _only_for_missing(e.name)]
     raise InputError(
         f"solver={name!r} needs about {format_bytes(estimate.task_bytes)} in one task for X of shape "
         f"({plan.n_samples}, {plan.n_features}), more than the budget of "
@@ -707,7 +635,7 @@ def fit_warnings(model, module, solver: str, *, chosen_by_planner: bool) -> list
         out.append((
             f"solver='auto' ran block Krylov for the default accuracy sin θ ≤ {default:g} without reaching it: its "
             f"error bound is {model.error_bound_:.1e} (error_bound_). Raise max_passes, or use an exact solver "
-            "(solver='covariance' or 'gram').",
+            f"({_either(s.name for s in SOLVERS.values() if s.exact_for)}).",
             AccuracyWarning,
         ))
     elif default is None and chosen_by_planner and model.tol is None and solver_bound != 0:
@@ -740,9 +668,16 @@ def ill_conditioning_warning(explained_variance, solver: str, n_samples: int) ->
             f"component {len(variance)}'s variance is {ratio:.1e} of the first's: below "
             f"{ILL_CONDITIONED_RATIO:g}, solver={solver!r} (which squares the data) cannot resolve it "
             "accurately (it may also be exactly zero: data of lower rank). Refit with "
-            "solver='tsqr' for small components, or keep fewer components."
+            f"{_either(s.name for s in SOLVERS.values() if s.exact and not s.squares_the_data)} for small components, "
+            "or keep fewer components."
         )
     return None
+
+
+def _either(names) -> str:
+    """``solver='a' or 'b'``: the solvers a message recommends, from their declarations."""
+    names = [repr(name) for name in names]
+    return "solver=" + " or ".join(names) if names else "another solver"
 
 
 #: Variance ratio (λ_k / λ_1) below which the squared-data solvers lose relative accuracy:

@@ -375,3 +375,23 @@ def test_a_log_gets_a_pass_line_once_the_pass_runs_long_and_a_quick_failure_only
         with Passes("covariance", 1).read():
             raise RuntimeError("fails within the first second")
     assert stream.getvalue() == ""
+
+
+def test_update_refuses_to_overwrite_a_model_replaced_while_it_ran(tmp_path, monkeypatch, capsys):
+    """`daskpca update` loads through the one load path (``load_as``), so its save is tied to the
+    version it read: a model saved there meanwhile (another job's update) is not silently dropped."""
+    X = low_rank_data(400, 6, dtype=np.float64)
+    write_zarr(tmp_path / "new.zarr", X[300:], (100, 6))
+    PCA(3, solver="covariance").fit(X[:300]).save(tmp_path / "model.zarr")
+    real_update = PCA.update
+
+    def meanwhile(self, data, *args, **kwargs):
+        PCA(3, solver="covariance").fit(X[:200]).save(tmp_path / "model.zarr", overwrite=True)  # the other job
+        return real_update(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(PCA, "update", meanwhile)
+    capsys.readouterr()
+    code = cli.main(["update", str(tmp_path / "model.zarr"), str(tmp_path / "new.zarr")])
+    assert code != 0
+    assert "was replaced after this model was loaded from it" in capsys.readouterr().err
+    assert daskpca.load(tmp_path / "model.zarr").n_samples_ == 200  # the other job's model stands

@@ -120,12 +120,13 @@ def _embedded(data, n_lags: int, lag_step: int, sample_dims):
 
 def _load_model(path, *, coupled: bool = False, verify: bool = True):
     """The model at ``path``, with its rotation when it was saved with one (one read, verified);
-    ``coupled``: an MCA/CCA store loads as its own class (else PCA's reader refuses it by name)."""
-    from ..models._format import ROTATION, from_dataset, read_model_dataset
+    ``coupled``: an MCA/CCA store loads as its own class (else PCA's reader refuses it by name).
+    Through the one load path (``load_as``): the model is tied to the version it read, so
+    ``update``'s save refuses to drop a model another job saved there meanwhile."""
+    from ..models._format import load_as
     from ..pca import BasePCA
 
-    ds = read_model_dataset(path, verify=verify)
-    return from_dataset(ds, None if coupled or ROTATION in ds.attrs else BasePCA, source=os.fspath(path))
+    return load_as(path, None if coupled else BasePCA, verify, keep_rotation=True)
 
 
 #: ``solver_info_`` key of a model fitted with --lags on a bare array: how its input was embedded.

@@ -39,11 +39,12 @@ from ..exceptions import InputError, InvalidParameterError, NonFiniteInputError
 from ..pca import PCA, BasePCA
 from ..solvers import hilbert as hilbert_solver
 from ..solvers import hilbert_krylov
-from ..solvers import krylov as krylov_solver
+from ..solvers._base import PlanInput
 
 SOLVER, KRYLOV = "hilbert", "hilbert-krylov"
 #: ``solver=`` → (the fitted ``solver_`` name, the solver module).
-HILBERT_SOLVERS = {"gram": (SOLVER, hilbert_solver), "krylov": (KRYLOV, hilbert_krylov)}
+#: ``--solver`` / ``solver=`` → (the solver's name, its declaration: solve, cost model, capabilities).
+HILBERT_SOLVERS = {"gram": (SOLVER, hilbert_solver.DECLARATION), "krylov": (KRYLOV, hilbert_krylov.DECLARATION)}
 
 
 class HilbertPCA(BasePCA):
@@ -150,7 +151,6 @@ class HilbertPCA(BasePCA):
         n, d = array.shape
         k = request.upper_bound if request.needs_spectrum else request.fixed()
         budget, source = _plan.task_memory_budget()
-        strip = max(array.chunks[1]) if array.chunks[1] else d
         row_blocks = len(array.chunks[0])
         warnings = []
         if row_blocks > 1:
@@ -159,18 +159,11 @@ class HilbertPCA(BasePCA):
                 "from them by a rechunk — no extra read, but the strip is held twice while it is built. "
                 "Chunks that span the sample dimension avoid it."
             )
-        krylov_passes = min(krylov_solver.predicted_passes(self.tol, self.max_passes) + 1,
-                            krylov_solver.pass_budget(self.tol, self.max_passes))
-        ell = min(k + hilbert_krylov.N_OVERSAMPLES, n, d)
-        estimates = []
+        # Each solver's costs from its declaration (solvers/hilbert.py, solvers/hilbert_krylov.py).
         reads = _features.plan_reads(self._solver_modules, spec, self.get_params(deep=False))
-        for name, passes, flops, note in (
-            (SOLVER, hilbert_solver.N_PASSES, 4.0 * n * n * d + 8.0 * n * d * k, f"column strips of ≤ {strip} features"),
-            (KRYLOV, krylov_passes, krylov_passes * 16.0 * n * d * ell, f"ℓ = {ell}; error bound reported"),
-        ):
-            task = self._task_bytes(name, n, strip, array.dtype.itemsize, k, row_blocks > 1)
-            estimate = _plan.SolverEstimate(name, passes, flops, task, budget is None or task <= budget, name == SOLVER, note)
-            estimates.append(estimate.with_reads(*reads[name]))
+        estimates = [e.with_reads(*reads[e.name]) for e in _plan.estimate_solvers(
+            n, d, k, array.chunks, array.dtype.itemsize, budget=budget, available=(SOLVER, KRYLOV), tol=self.tol,
+            max_passes=self.max_passes, declarations=self._solver_modules, options={"padding": self.padding})]
         exact, approximate = estimates
         if self.solver != "auto":
             solver, reason = HILBERT_SOLVERS[self.solver][0], "requested by the caller"
@@ -194,12 +187,10 @@ class HilbertPCA(BasePCA):
 
     def _task_bytes(self, name, n, strip, itemsize, k, rechunked) -> int:
         """The largest task of solver ``name`` on strips of ``strip`` features (+ the rechunk's
-        second copy of a strip when the input is stored in row blocks)."""
-        if name == SOLVER:
-            task = hilbert_solver.task_memory(n, strip, itemsize, self.padding)
-        else:
-            task = hilbert_krylov.block_task_memory(n, strip, itemsize, k, self.padding)
-        return task + rechunked * n * strip * itemsize
+        second copy of a strip when the input is stored in row blocks), from its cost model."""
+        rows = (n - n // 2, n // 2) if rechunked else (n,)
+        shape = PlanInput(n, strip, k, (rows, (strip,)), itemsize, options={"padding": self.padding})
+        return self._solver_modules[name].cost(shape).task_bytes
 
     def _strip_advice(self, plan: _plan.Plan, array, name: str) -> str:
         """The error for a strip that does not fit: how wide strips may be, and how to get them."""

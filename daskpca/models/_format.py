@@ -114,9 +114,10 @@ def stored_params(cls, ds) -> dict:
     return {k: v for k, v in params.items() if k in valid and not (isinstance(v, str) and v.startswith("<not JSON-able"))}
 
 
-def writer_of(ds, cls=None, *, source: str = "the dataset"):
+def writer_of(ds, cls=None, *, source: str = "the dataset", keep_rotation: bool = False):
     """The class that reads ``ds``: the one that wrote it (a rotation's :class:`Rotator` unless
-    ``cls`` asks for the rotated model), checked against ``cls`` when one is asked for."""
+    ``cls`` asks for the rotated model — or whatever ``cls`` with ``keep_rotation``), checked
+    against ``cls`` when one is asked for."""
     attrs = ds.attrs
     if int(attrs.get("daskpca_format_version", 0)) > io.FORMAT_VERSION:
         raise NewerFormatError(
@@ -130,7 +131,7 @@ def writer_of(ds, cls=None, *, source: str = "the dataset"):
     rotator = ESTIMATORS["Rotator"]
     if cls is rotator and ROTATION not in attrs:
         raise InputError(f"{source!r} holds {_a(name)} model without a rotation: load it with daskpca.load().")
-    if ROTATION in attrs and cls in (None, rotator):
+    if ROTATION in attrs and (keep_rotation or cls in (None, rotator)):
         return rotator
     if cls is not None and not (issubclass(written_by, cls) or issubclass(cls, written_by)):
         wanted = cls.__dict__.get("_model_kind", cls.__name__)
@@ -139,10 +140,11 @@ def writer_of(ds, cls=None, *, source: str = "the dataset"):
     return written_by if cls is None or issubclass(written_by, cls) else cls  # PCA.load of a HilbertPCA store: HilbertPCA
 
 
-def from_dataset(ds, cls=None, *, source: str = "the dataset"):
-    """The model :func:`to_dataset` wrote into ``ds``, as ``cls`` (None: the class that wrote it),
-    with its fitted invariants checked (``source`` names it in errors)."""
-    reader = writer_of(ds, cls, source=source)
+def from_dataset(ds, cls=None, *, source: str = "the dataset", keep_rotation: bool = False):
+    """The model :func:`to_dataset` wrote into ``ds``, as ``cls`` (None: the class that wrote it;
+    ``keep_rotation``: see :func:`writer_of`), with its fitted invariants checked (``source`` names
+    it in errors)."""
+    reader = writer_of(ds, cls, source=source, keep_rotation=keep_rotation)
     missing = [name for name in ("parameters",) if name not in ds.attrs] + reader._format_missing(ds)
     if missing:
         raise DamagedModelError(f"{source!r} is not a complete daskpca {reader.__name__} model: {missing} missing. "
@@ -168,13 +170,16 @@ def load(store, *, verify: bool = True):
     return load_as(store, None, verify)
 
 
-def load_as(store, cls, verify: bool = True):
-    """The model at ``store`` read as ``cls`` (None: the class that wrote it); see :func:`load`."""
+def load_as(store, cls, verify: bool = True, *, keep_rotation: bool = False):
+    """The model at ``store`` read as ``cls`` (None: the class that wrote it; ``keep_rotation``: a
+    rotated model as its :class:`Rotator` whatever ``cls``, as the CLI's commands take either);
+    see :func:`load`. The one load path: the model is tied to the version it read, so its save
+    there refuses to drop a model written meanwhile (:func:`save`)."""
     source = os.fspath(store)
     # The version is read first: if the store is replaced while it is read, the recorded
     # version is the older one, and a later save there is refused (the safe direction).
     version = io.store_version(store)
-    model = from_dataset(read_model_dataset(store, verify=verify), cls, source=source)
+    model = from_dataset(read_model_dataset(store, verify=verify), cls, source=source, keep_rotation=keep_rotation)
     model._loaded_from = (_store_identity(store), version)
     return model
 

@@ -1,8 +1,12 @@
-"""Solvers: one module per method, each exposing ``solve(X, request, *, random_state, **options)``.
+"""Solvers: one module per method, each declaring itself once (``DECLARATION``).
 
-``SOLVERS`` maps the public names accepted by ``PCA(solver=...)`` to the modules. A module may
-declare ``OPTIONS``: the names of estimator parameters it takes as keyword arguments (e.g.
-``("n_oversamples", "n_power_iter")``); the estimator passes exactly those.
+A solver module defines ``solve(X, request, *, random_state, **options)`` and one
+:class:`._base.SolverDeclaration`: that ``solve``, its cost model (passes for an accuracy, flops,
+task memory, result size, host and device rates) and its capabilities (exact, accepts missing
+values, squares the data, fuses the feature stage, the options it takes). :func:`register` adds
+it to ``SOLVERS``, which maps the public names accepted by ``PCA(solver=...)`` to the
+declarations; the planner, the estimator's knob refusals and the CLI's help read them from there
+and from nowhere else. Registering is one line: ``register(SolverDeclaration(...))``.
 
 The pass kernels every solver builds on live here too: :mod:`._graph` (one task per row block or
 column strip, tree reductions, operands shared as one key), :mod:`._sketch` (the one-read sketch
@@ -23,15 +27,26 @@ labeled layer or the CLI.
 """
 
 from . import als, covariance, gram, krylov, ppca, randomized, tsqr
+from ._base import SolverDeclaration
 
-SOLVERS = {
-    "covariance": covariance,
-    "gram": gram,
-    "tsqr": tsqr,
-    "randomized": randomized,
-    "krylov": krylov,
-    "als": als,
-    "ppca": ppca,
-}
+#: The registered solvers, by public name, in the order the planner lists them.
+SOLVERS: dict[str, SolverDeclaration] = {}
 
-__all__ = ["SOLVERS"]
+
+def register(declaration: SolverDeclaration) -> SolverDeclaration:
+    """Add ``declaration`` to :data:`SOLVERS` (replacing one of the same name); refused, naming
+    what is missing, without ``solve`` or a cost model (the planner prices every registered solver)."""
+    if not isinstance(declaration, SolverDeclaration):
+        from ..exceptions import InputTypeError
+
+        raise InputTypeError(f"register({declaration!r:.60}): expected a daskpca.solvers._base.SolverDeclaration "
+                             "(the solver's solve, cost model and capabilities in one object).")
+    declaration.check()
+    SOLVERS[declaration.name] = declaration
+    return declaration
+
+
+for _module in (covariance, gram, tsqr, randomized, krylov, als, ppca):
+    register(_module.DECLARATION)
+
+__all__ = ["SOLVERS", "SolverDeclaration", "register"]

@@ -18,10 +18,16 @@ n_samples, variance)``), solves on ``Z = X[:, keep]·factor`` and returns the st
 ``SolverResult.features``. A solver that does not is given ``Z`` after one generic extra read
 (``daskpca._features.solve``); it needs to do nothing.
 
-**Declarations** a solver module may make: ``OPTIONS`` (estimator parameters it takes as keyword
-arguments), ``ACCEPTS_MISSING = True`` (NaN is a missing value, not an error),
-``SQUARES_THE_DATA = True`` (its eigenvalues come from XᵀX or XXᵀ, formed or applied, so they
-carry an absolute error of ~ε·λ_max: the estimator warns when kept ones fall below that).
+**The declaration.** Each solver module ends with one :class:`SolverDeclaration` (``DECLARATION``),
+registered in :data:`daskpca.solvers.SOLVERS`: its ``solve``; its cost model (``cost(PlanInput)
+-> Cost``: passes for the accuracy planned, flops, task memory, result size; its host flop rate;
+what a device changes, ``on_device``); its capabilities — the options it takes (estimator
+parameters passed as keyword arguments), exact, the exact road for a tall or wide shape, certifies
+a ``tol``, a fallback where no exact solver fits, accepts missing values (NaN is a missing value,
+not an error), squares the data (its eigenvalues come from XᵀX or XXᵀ, formed or applied, so they
+carry an absolute error of ~ε·λ_max: the estimator warns when kept ones fall below that), fuses
+the feature stage, its most passes. The planner, the estimator and the CLI read solvers only
+through it.
 
 The estimator (``daskpca.pca.PCA``) turns a ``SolverResult`` into fitted attributes: it fixes the
 signs, derives ratios, singular values, noise variance and distortion. ``daskpca._features.solve``
@@ -252,3 +258,178 @@ def open_checkpoint(checkpoint, X, **job):
             "e.g. PCA(checkpoint='model.checkpoint.npz').")
     return checkpoint.open(X, **job)
 
+
+
+# ---------------------------------------------------------------------------------- declarations
+
+#: The host's rate for a solver's pass flops when its declaration names none: dense GEMM/SYRK
+#: kernels, measured on the 2-core development machine at 56–88 GF/s (benchmarks/README.md).
+DENSE_FLOPS_PER_SECOND = 60e9
+FLOAT64 = 8
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """What a cost model sees of one input: metadata only, never data.
+
+    ``chunks`` are the dask chunks ``(row blocks, column strips)``; ``itemsize`` the input's
+    bytes per value; the rest are the estimator's knobs that change a solver's cost.
+    """
+
+    n: int
+    d: int
+    k: int
+    chunks: tuple
+    itemsize: int
+    n_oversamples: int = 10
+    n_power_iter: object = None
+    tol: float | None = None
+    max_passes: int | None = None
+    options: dict = field(default_factory=dict)  # further estimator options a cost model reads (Hilbert's padding)
+
+    # Derived once (plain attributes, not properties: the cost models read them many times).
+    row_block: int = field(init=False)  # rows of the largest row block (all columns after regrouping)
+    col_strip: int = field(init=False)  # columns of the largest column strip (all rows)
+    row_tasks: int = field(init=False)  # row blocks: the tasks of a pass by rows
+    block_in: int = field(init=False)  # bytes of the largest row block as stored
+    block64: int = field(init=False)  # bytes of the largest row block in float64 (the copy a kernel computes on)
+    ell: int = field(init=False)  # the sketching solvers' block width: k + oversamples, at most min(n, d)
+
+    def __post_init__(self):
+        derived = dict(row_block=max(self.chunks[0]), col_strip=max(self.chunks[1]), row_tasks=len(self.chunks[0]),
+                       ell=min(self.k + self.n_oversamples, self.n, self.d))
+        derived.update(block_in=derived["row_block"] * self.d * self.itemsize, block64=derived["row_block"] * self.d * FLOAT64)
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A solver's cost on one input (:class:`PlanInput`), predicted before any read.
+
+    ``passes`` counts full reads of the input (an int, or a text such as ``"1/iter"`` for a solver
+    whose passes are its iterations); ``flops`` those of the passes and of the final local solve;
+    ``task_bytes`` the peak memory of its largest task; ``result_size`` the float64 values each
+    task of a pass returns (moved between processes on a cluster); ``tasks`` the tasks of one pass
+    (None: one per row block); ``copy_passes`` the passes over a temporary re-laid-out copy
+    (written once) besides ``passes``; ``client_flops`` the small dense algebra on the client.
+    """
+
+    passes: int | str
+    flops: float
+    task_bytes: int
+    note: str = ""
+    result_size: int = 0
+    tasks: int | None = None
+    copy_passes: int = 0
+    client_flops: float = 0.0
+
+
+@dataclass(frozen=True)
+class DeviceCost:
+    """What changes when a solver's chunks live on a device: its pass ``flops`` (the final solve
+    taken out where the root solves it there), that solve's ``local_seconds`` and ``task_bytes``
+    (the device's wider merges)."""
+
+    flops: float
+    local_seconds: float
+    task_bytes: int
+
+
+class MissingDeclaration(InputError):
+    """A solver registered without what the planner or the estimator needs of it."""
+
+
+@dataclass(frozen=True)
+class SolverDeclaration:
+    """One solver, declared once in its own module: how it solves, what it costs, what it can do.
+
+    The planner (:mod:`daskpca._plan`) loops over the registered declarations
+    (:func:`daskpca.solvers.register`); the estimator runs ``solve`` through the feature stage;
+    the knob refusals and the CLI's help read ``options``. No other table names a solver.
+
+    Parameters
+    ----------
+    name : str
+        The public name (``PCA(solver=name)``).
+    solve : callable
+        ``solve(X, request, *, random_state=None, **options) -> SolverResult`` (the module notes).
+    cost : callable
+        ``cost(PlanInput) -> Cost``: passes, flops, task memory, result size. Required.
+    summary : str
+        A few words for plans and reasons ("one pass building the d×d covariance").
+    reason : callable or None
+        ``reason(n, d) -> str``: why the planner takes it for this shape (``exact_for`` solvers).
+    flop_rate : float
+        The host's rate for its pass flops (flops/s; the time model's).
+    device_rate : str
+        The key of :func:`daskpca.solvers._device.rate` its pass kernels run at on a device.
+    on_device : callable or None
+        ``on_device(PlanInput, flops, task_bytes, device) -> DeviceCost`` where a device changes
+        more than the rate (the final eigenproblem solved at the root, wider merges); ``device``
+        is the planner's pricing (``local_seconds(size, kind)``, ``memory``).
+    options : tuple of str
+        Estimator parameters it takes as keyword arguments (the estimator passes exactly those,
+        and refuses the others: :meth:`daskpca.models.Estimator.refuse_ignored_knobs`).
+    exact : bool
+        Its answer is exact to round-off: it meets any ``tol``.
+    exact_for : {"tall", "wide"} or None
+        The exact road the planner takes for that shape (tall: n ≥ d; wide: n < d).
+    certifies : callable or None
+        ``certifies(tol, max_passes) -> bool``: an approximate solver that guarantees ``tol``
+        within the read budget (block Krylov); the planner weighs it against the exact roads.
+    fallback : {"approximate", "last-resort"} or None
+        Where no exact solver fits a task: "approximate" ones are tried first (a certifying one
+        before the others), then the "last-resort".
+    accepts_missing : bool
+        NaN is a missing value, not an error (the planner's choice for data with NaN).
+    squares_the_data : bool
+        Its eigenvalues come from XᵀX or XXᵀ (formed or applied): the estimator warns for kept
+        ones below ~ε·λ_max.
+    fuses_features : callable or None
+        ``fuses_features(spec) -> bool``: it resolves the feature stage in its own first pass.
+    most_passes : callable or None
+        ``most_passes(options) -> int``: the most reads of a solver that stops on convergence.
+    """
+
+    name: str
+    solve: object
+    cost: object
+    summary: str = ""
+    reason: object = None
+    flop_rate: float = DENSE_FLOPS_PER_SECOND
+    device_rate: str = "sketch-flops"
+    on_device: object = None
+    options: tuple = ()
+    exact: bool = False
+    exact_for: str | None = None
+    certifies: object = None
+    fallback: str | None = None
+    accepts_missing: bool = False
+    squares_the_data: bool = False
+    fuses_features: object = None
+    most_passes: object = None
+
+    def __post_init__(self):
+        # The declaration protocol the estimators read (shared with Hilbert's solver modules and
+        # MCA's paths, which declare the same names as module constants): plain attributes.
+        for protocol, value in (("OPTIONS", self.options), ("EXACT", self.exact), ("ACCEPTS_MISSING", self.accepts_missing),
+                                ("SQUARES_THE_DATA", self.squares_the_data)):
+            object.__setattr__(self, protocol, value)
+
+    def check(self) -> None:
+        """Raise :class:`MissingDeclaration` naming what is missing (before it is registered)."""
+        missing = [what for what, ok in (("solve", callable(self.solve)), ("a cost model (cost=)", callable(self.cost)))
+                   if not ok]
+        if not isinstance(self.name, str) or not self.name:
+            missing.insert(0, "a name")
+        if self.exact_for not in (None, "tall", "wide"):
+            raise MissingDeclaration(f"solver {self.name!r}: exact_for={self.exact_for!r}; expected 'tall', 'wide' or None.")
+        if self.fallback not in (None, "approximate", "last-resort"):
+            raise MissingDeclaration(f"solver {self.name!r}: fallback={self.fallback!r}; expected 'approximate', "
+                                     "'last-resort' or None.")
+        if missing:
+            raise MissingDeclaration(
+                f"solver {self.name!r} cannot be registered without {' and '.join(missing)}: the planner prices every "
+                "registered solver before any read. Declare it, e.g. SolverDeclaration(name, solve, cost=lambda shape: "
+                "Cost(passes=1, flops=..., task_bytes=...)).")

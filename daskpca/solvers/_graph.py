@@ -26,6 +26,12 @@ from ._device import to_host
 SPLIT_EVERY = 8
 
 
+def merge_task_bytes(n_features: int, columns: int) -> int:
+    """Peak bytes of one merge task of the tree (the planner's cost models): ``SPLIT_EVERY``
+    float64 d×columns nodes in, their stack, one out."""
+    return (2 * SPLIT_EVERY + 1) * n_features * columns * 8
+
+
 class SizedByArrays:
     """Mixin for the partial results of a reduction: their size is their arrays' size.
 

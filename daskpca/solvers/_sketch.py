@@ -154,6 +154,26 @@ MERGE_ROWS = 8
 WIDE_SLAB_BYTES = 128 * 2**20
 
 
+#: The host's rate for the sketching passes (randomized, Krylov): each float64 slab streams
+#: through two thin products and emits a d×(ℓ+1) factor per slab. Measured on the
+#: reanalysis-shaped field (8760 × 65 160, ℓ = 30, coslat weights): a Krylov pass over the field
+#: held in memory (the pass cache) takes 2.3–2.5 s on a quiet machine and 3.0–3.5 s on a loaded
+#: one for its 4·n·d·ℓ = 6.85e10 flops (20–30 GF/s; 2026-11-25/26, benchmarks/README.md). 1.8 s
+#: was measured once, on a field persisted by hand (38e9 then: the plan was 1.5–1.8× short of
+#: the cached passes).
+SKETCH_FLOPS_PER_SECOND = 28e9
+
+
+def sketch_task_bytes(shape) -> int:
+    """The largest task of a sketching pass (a :class:`._base.PlanInput`): a leaf converts its
+    block one slab (:func:`slab_rows` rows) at a time and merges the slabs' d×(ℓ + 1) factors
+    SPLIT_EVERY at a time, like a merge task."""
+    from ._graph import merge_task_bytes
+
+    d, ell = shape.d, shape.ell
+    return shape.block_in + min(shape.block64, slab_rows(d, ell) * d * 8) + merge_task_bytes(d, ell + 1)
+
+
 def slab_rows(n_features: int, sketch_size: int) -> int:
     """Rows of one float64 slab of a leaf: ~SLAB_BYTES (cache-sized) for narrow data, enough rows
     for cheap merges on wide data (see MERGE_ROWS), and at least 2·(ℓ + 1) so that a slab's QR

@@ -72,11 +72,11 @@ import numpy as np
 import scipy.linalg
 
 from ._device import like, namespace
-from ._graph import SizedByArrays, map_row_blocks, tree_reduce
+from ._graph import SizedByArrays, map_row_blocks, merge_task_bytes, tree_reduce
 from ._linalg import eigh_descending
 from ._moments import merge_shifted_means, row_shift
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
-from ._base import ComponentRequest, SolverResult
+from ._base import FLOAT64, ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult
 from ._progress import Passes
 from ..exceptions import ConvergenceWarning
 from ._iterative import initial_basis, orthonormal_columns, start_iterations, subspace_sine
@@ -260,3 +260,20 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
     )
     store.clear()
     return result
+
+
+# ---------------------------------------------------------------------------------- declaration
+
+
+def cost(shape: PlanInput) -> Cost:
+    """One pass per iteration, 4·n·d·k flops each. A leaf holds its block, one float64 copy and
+    its n_i×k and d×k products; a merge SPLIT_EVERY d×(k + 2) statistics, what each task returns."""
+    n, d, k = shape.n, shape.d, shape.k
+    task = max(shape.block_in + shape.block64 + (2 * shape.row_block + d) * k * FLOAT64, merge_task_bytes(d, k + 2))
+    return Cost("1/iter", 4 * n * d * k, task, "iterative; passes = iterations (the mean is fused into the first)",
+                result_size=(k + 2) * d)
+
+
+DECLARATION = SolverDeclaration(
+    "als", solve, cost=cost, summary="ALS's d×k state", options=OPTIONS, fallback="last-resort", most_passes=most_passes,
+)

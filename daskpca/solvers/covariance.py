@@ -28,12 +28,12 @@ from functools import partial
 import dask
 import numpy as np
 
-from ._device import backend_of, merge_fan_in, on_device, solve_on_device, to_host
+from ._device import backend_of, device_fan_in, merge_fan_in, on_device, solve_on_device, to_host
 from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from ._linalg import eigh_descending, eigh_descending_on_device
 from ._moments import MERGE_SPLIT_EVERY, Moments, chunk_moments, combine_moments, combine_moments_pooled
 from .._validation import NonFinite, raise_if_nonfinite
-from ._base import ComponentRequest, SolverResult
+from ._base import FLOAT64, ComponentRequest, Cost, DeviceCost, PlanInput, SolverDeclaration, SolverResult
 from ._progress import Passes
 
 N_PASSES = 1
@@ -184,3 +184,32 @@ def result_from_moments(moments: Moments, request: ComponentRequest, solved: _So
         spectrum=values[: min(n_samples, n_features)] if len(values) == n_features else None,
         info=info,
     )
+
+
+# ---------------------------------------------------------------------------------- declaration
+
+
+def cost(shape: PlanInput) -> Cost:
+    """One pass. A leaf holds its block, one float64 copy and its d×d scatter; a merge its
+    MERGE_SPLIT_EVERY inputs and one output (the sum is accumulated in place). The eigh
+    tridiagonalises the d×d matrix whatever k: 4/3·d³. Each task returns a d×d scatter."""
+    n, d = shape.n, shape.d
+    task = max(shape.block_in + shape.block64 + d * d * FLOAT64, (MERGE_SPLIT_EVERY + 1) * d * d * FLOAT64)
+    return Cost(N_PASSES, n * d * d + 4 / 3 * d**3, task, result_size=d * d)
+
+
+def device_cost(shape: PlanInput, flops: float, task: int, device) -> DeviceCost:
+    """On a device the d×d eigh is solved where the cost rule puts it (``device.local_seconds``),
+    not in the host's flops; the device's merges are wider (``device_fan_in``)."""
+    d = shape.d
+    flops, local = flops - 4 / 3 * d**3, device.local_seconds(d, "eigh")
+    fan_in = device_fan_in(device.memory, MERGE_SPLIT_EVERY, d * d * FLOAT64, copies=1)
+    return DeviceCost(flops, local, max(task, (fan_in + 1) * d * d * FLOAT64 + fan_in * d * FLOAT64))
+
+
+DECLARATION = SolverDeclaration(
+    "covariance", solve, cost=cost, summary="one pass building the d×d covariance",
+    reason=lambda n, d: f"n_samples ({n}) ≥ n_features ({d}): one pass building the {d}×{d} covariance",
+    device_rate="flops", on_device=device_cost, exact=EXACT, exact_for="tall", squares_the_data=SQUARES_THE_DATA,
+    fuses_features=fuses_features,
+)

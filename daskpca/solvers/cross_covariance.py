@@ -37,8 +37,8 @@ from scipy.linalg import blas, svd
 from ._device import backend_of, like, namespace
 from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from ._moments import MERGE_SPLIT_EVERY, center_block
-from ._linalg import DEFLATION_RTOL, orthonormal_extension
-from .krylov import ROUNDOFF_RESIDUAL
+from ._linalg import orthonormal_extension
+from ._bounds import ROUNDOFF_RESIDUAL, wedin
 from .._validation import NonFinite
 
 
@@ -263,20 +263,9 @@ def _ritz(basis_u, basis_v, images_v, images_u, k, n_samples):
     roundoff = ROUNDOFF_RESIDUAL * np.sqrt(n_samples) * (sigma[0] if len(sigma) else 0.0)
     r_norms = np.linalg.norm(R, axis=0) + roundoff
     s_norms = np.linalg.norm(S, axis=0) + roundoff
-    if k >= min(basis_u.shape[0], basis_v.shape[0]):
-        # k = min(dx, dy): C has no singular value beyond the k-th (α = 0 in Wedin's theorem), so
-        # the gap is σ̂_k itself: an exact answer (the residuals at round-off) gets a round-off bound.
-        residual = np.sqrt(np.sum(r_norms[:k] ** 2) + np.sum(s_norms[:k] ** 2))
-        smallest = sigma[k - 1] if len(sigma) >= k else 0.0
-        bound = 1.0 if smallest <= DEFLATION_RTOL * sigma[0] else min(1.0, float(residual / smallest))
-        return left[:, :k], right[:, :k], sigma[:k], bound
-    if len(sigma) <= k:
-        return left[:, :k], right[:, :k], sigma[:k], 1.0
-    next_upper = sigma[k] + max(r_norms[k], s_norms[k])
-    gap = sigma[k - 1] - next_upper
-    residual = np.sqrt(np.sum(r_norms[:k] ** 2) + np.sum(s_norms[:k] ** 2))
-    bound = 1.0 if gap <= DEFLATION_RTOL * sigma[0] else min(1.0, float(residual / gap))
-    return left[:, :k], right[:, :k], sigma[:k], bound
+    # k = min(dx, dy): C has no singular value beyond the k-th (α = 0 in Wedin's theorem).
+    full = k >= min(basis_u.shape[0], basis_v.shape[0])
+    return left[:, :k], right[:, :k], sigma[:k], wedin(sigma, r_norms, s_norms, k, full)
 
 
 # ---------------------------------------------------------------------------- correlation patterns

@@ -37,12 +37,12 @@ import dask
 import numpy as np
 
 from ._device import backend_of, like, namespace, on_device, solve_on_device, to_host
-from ._geometry import ColumnStrips
+from ._geometry import ColumnStrips, needs_column_strips, strip_columns
 from ._graph import SizedByArrays, map_column_blocks, tree_reduce
-from ._linalg import eigh_descending, eigh_descending_on_device, top_eigenpairs
+from ._linalg import LANCZOS_MAX_FRACTION, LANCZOS_MIN_SIZE, eigh_descending, eigh_descending_on_device, top_eigenpairs
 from ._moments import MERGE_SPLIT_EVERY, center_block
 from .._validation import NonFinite, raise_if_nonfinite
-from ._base import ComponentRequest, SolverResult
+from ._base import FLOAT64, ComponentRequest, Cost, DeviceCost, PlanInput, SolverDeclaration, SolverResult
 from ._progress import Passes
 
 N_PASSES = 2
@@ -270,3 +270,58 @@ def _complete_orthonormal(rows: np.ndarray, k: int, random_state) -> np.ndarray:
     extra -= (extra @ rows.T) @ rows
     q, _ = np.linalg.qr(extra.T)
     return np.vstack([rows, q.T])
+
+
+# ---------------------------------------------------------------------------------- declaration
+
+#: The host's rate for the Gram road's leaves: float64 ``syrk`` on column strips. SciPy's
+#: ``dsyrk`` did the 8760² × 65 160 product (5·10¹² multiply-adds) in 67 s on the development
+#: machine, NumPy's X·Xᵀ in 51 s.
+GRAM_FLOPS_PER_SECOND = 75e9
+#: The local step: block Lanczos for the k leading pairs of the n×n matrix (≈ this many vector
+#: products with it, in blocks of k + 10, 2·n² flops each) and the Cholesky check (⅓·n³), see
+#: ``_linalg.top_eigenpairs``. (ARPACK's single-vector Lanczos made 236 products at n = 3000,
+#: k = 20, each a memory-bound sweep: 17–20 s at n = 8760, 4× this model.)
+LANCZOS_PRODUCTS = 300
+
+
+def local_flops(n: int, k: int) -> float:
+    """Flops of the local eigensolve: Lanczos and its Cholesky check for a fixed k (see
+    LANCZOS_PRODUCTS), a dense eigh (~4·n³) when Lanczos does not apply."""
+    if n >= LANCZOS_MIN_SIZE and k <= LANCZOS_MAX_FRACTION * n:
+        return LANCZOS_PRODUCTS * 2.0 * n * n + n**3 / 3
+    return 4.0 * n**3
+
+
+def cost(shape: PlanInput) -> Cost:
+    """Two passes. A leaf holds its strip, one float64 copy and its n×n product; a merge its
+    MERGE_SPLIT_EVERY inputs and one output; each task returns an n×n Gram. One task per column
+    strip — except for input stored by rows only, where a strip would be the whole field: the
+    road then copies it into strips (one read, one write) and reads the copy twice."""
+    n, d, k, itemsize = shape.n, shape.d, shape.k, shape.itemsize
+    flops = n * n * d + 2 * n * d * k + local_flops(n, k)
+    merge = (MERGE_SPLIT_EVERY + 1) * n * n * FLOAT64
+    if needs_column_strips(shape.chunks, itemsize):
+        width = strip_columns(n, d, itemsize)
+        strips = -(-d // width)
+        return Cost(1, flops, max(n * width * (itemsize + FLOAT64) + n * n * FLOAT64, merge),
+                    f"stored by rows only: re-laid out into {strips} column strips of {width} columns first "
+                    "(one read and one write of a temporary copy, then 2 passes over it)",
+                    result_size=n * n, tasks=strips, copy_passes=2)
+    return Cost(N_PASSES, flops, max(n * shape.col_strip * (itemsize + FLOAT64) + n * n * FLOAT64, merge),
+                result_size=n * n, tasks=len(shape.chunks[1]))
+
+
+def device_cost(shape: PlanInput, flops: float, task: int, device) -> DeviceCost:
+    """On a device the n×n eigenproblem is the device's dense solver or the host's block Lanczos,
+    whichever is cheaper."""
+    local = local_flops(shape.n, shape.k)
+    return DeviceCost(flops - local, min(local / GRAM_FLOPS_PER_SECOND, device.local_seconds(shape.n, "eigh")), task)
+
+
+DECLARATION = SolverDeclaration(
+    "gram", solve, cost=cost, summary="the n×n Gram matrix (the N < D trick)",
+    reason=lambda n, d: f"n_samples ({n}) < n_features ({d}): two passes through the {n}×{n} Gram matrix (the N < D trick)",
+    flop_rate=GRAM_FLOPS_PER_SECOND, device_rate="flops", on_device=device_cost, exact=EXACT, exact_for="wide",
+    squares_the_data=SQUARES_THE_DATA, fuses_features=fuses_features,
+)

@@ -62,7 +62,7 @@ from ._graph import SizedByArrays, map_column_blocks, tree_reduce
 from ._linalg import client_blas_threads
 from ._moments import MERGE_SPLIT_EVERY
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
-from ._base import ComponentRequest, SolverResult
+from ._base import ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult
 from ..exceptions import InputError
 from ._progress import Passes
 
@@ -355,3 +355,20 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
         info={"padding": padding, "decay_factor": float(decay_factor), "error_bound": 0.0},
     )
     return replace(result, features=stage)
+
+
+# ---------------------------------------------------------------------------------- declaration
+
+
+def cost(shape: PlanInput) -> Cost:
+    """Two passes over column strips (the Gram matrix, then the components): 4·n²·d flops for the
+    Hermitian n×n Gram of the analytic signal and 8·n·d·k for the components; the largest task
+    (:func:`task_memory`) plus, for input stored in row blocks, the rechunk's second copy of a
+    strip."""
+    n, d, k, strip, itemsize = shape.n, shape.d, shape.k, shape.col_strip, shape.itemsize
+    task = task_memory(n, strip, itemsize, shape.options.get("padding", "exp")) + (shape.row_tasks > 1) * n * strip * itemsize
+    return Cost(N_PASSES, 4.0 * n * n * d + 8.0 * n * d * k, task, f"column strips of ≤ {strip} features", tasks=1)
+
+
+DECLARATION = SolverDeclaration("hilbert", solve, cost=cost, summary="the Hermitian n×n Gram matrix of the analytic signal",
+                                options=OPTIONS, exact=EXACT, fuses_features=fuses_features)

@@ -34,14 +34,15 @@ import dask
 import numpy as np
 
 from ..exceptions import AccuracyWarning, InputError
-from ._base import ComponentRequest, SolverResult
+from ._base import ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult
 from ._progress import Passes
 from ._iterative import as_generator
 from ._moments import MERGE_SPLIT_EVERY
 from .._validation import raise_if_nonfinite
 from .hilbert import COMPLEX128, PADDINGS, gram_graph, strip_bytes, strip_products
 from ._linalg import Basis, orthonormal_extension
-from .krylov import BASIS_BYTES, _plain_ritz, check_accuracy_options, pass_budget
+from ._bounds import plain_ritz, tangent_bound
+from .krylov import BASIS_BYTES, check_accuracy_options, pass_budget, predicted_passes
 
 OPTIONS = ("padding", "decay_factor", "tol", "max_passes")
 #: Block size ℓ = k + N_OVERSAMPLES (as the real Krylov solver's default).
@@ -75,10 +76,6 @@ def check_read_budget(tol, max_passes) -> tuple[float | None, int | None]:
         raise InputError(f"max_passes={max_passes}: Hilbert EOFs by Krylov read the data at least twice (one Krylov "
                          "pass, then the components' pass); give 2 or more, or None.")
     return tol, max_passes
-
-
-def _tangent(sine: float) -> float:
-    return 1.0 if sine >= 1.0 else min(1.0, sine / np.sqrt(1.0 - sine * sine))
 
 
 def solve(X, request: ComponentRequest, *, random_state=None, features=None, padding="exp", decay_factor=0.2,
@@ -136,8 +133,8 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
                 raise_if_nonfinite(part.nonfinite)
         basis = basis.extend(block, part.gram)
         theta, Y = basis.ritz()
-        ritz, values, norms, ritz_bound, _, gap = _plain_ritz(basis, k, theta, Y, n_samples)
-        bound = _tangent(ritz_bound)
+        ritz, values, norms, ritz_bound, _, gap = plain_ritz(basis, k, theta, Y, n_samples)
+        bound = tangent_bound(ritz_bound)  # the components are one product beyond the Ritz vectors
         history.append(bound)
         passes.bound(bound)
         if bound <= target or len(history) + 1 >= budget:
@@ -173,3 +170,22 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
               "max_passes": budget, "restarts": restarts, "n_iter": len(history)},
     )
     return replace(result, features=stage)
+
+
+# ---------------------------------------------------------------------------------- declaration
+
+
+def cost(shape: PlanInput) -> Cost:
+    """Block Krylov's predicted passes for ``tol`` (:func:`.krylov.predicted_passes`) and the
+    components' pass, within the read budget; 16·n·d·ℓ flops a pass (complex n×ℓ blocks through
+    the strips); the largest task (:func:`block_task_memory`) plus, for input stored in row
+    blocks, the rechunk's second copy of a strip."""
+    n, d, k, strip, itemsize = shape.n, shape.d, shape.k, shape.col_strip, shape.itemsize
+    passes = min(predicted_passes(shape.tol, shape.max_passes) + 1, pass_budget(shape.tol, shape.max_passes))
+    ell = min(k + N_OVERSAMPLES, n, d)
+    task = block_task_memory(n, strip, itemsize, k, shape.options.get("padding", "exp")) + (shape.row_tasks > 1) * n * strip * itemsize
+    return Cost(passes, passes * 16.0 * n * d * ell, task, f"ℓ = {ell}; error bound reported", tasks=1)
+
+
+DECLARATION = SolverDeclaration("hilbert-krylov", solve, cost=cost, summary="block Krylov on the complex Gram matrix",
+                                options=OPTIONS, fuses_features=fuses_features, most_passes=most_passes)

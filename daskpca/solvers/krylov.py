@@ -151,16 +151,20 @@ import numpy as np
 from scipy.linalg import eigh, svd
 
 from ..exceptions import AccuracyWarning, InputError
-from ._base import ComponentRequest, SolverResult, open_checkpoint
+from ._base import ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult, open_checkpoint
+# The bounds (Davis–Kahan on the plain Ritz vectors, λ_{k+1} by the trace, the refined span) live
+# with the other solvers' in ._bounds, under one contract.
+from ._bounds import ROUNDOFF_RESIDUAL, TRACE_RTOL, certify, next_eigenvalue, plain_ritz  # noqa: F401 (re-exported)
 from ._iterative import as_generator, subspace_sine
 # The kept basis and its orthogonalisation live in _linalg, shared with the Gram road's in-memory
 # eigensolver, Hilbert's Krylov road and MCA's.
-from ._linalg import DEFLATION_RTOL, Basis, client_blas_threads, orthonormal_extension, tall_norm2, tall_qr
+from ._linalg import DEFLATION_RTOL, Basis, client_blas_threads, orthonormal_extension, tall_qr
 from ._progress import Passes
 # The sketch kernel shared with the randomized solver: its first pass (fused with the feature
 # stage, hence ``fuses_features`` here too) and every later pass are this solver's.
 from ._sketch import (check_oversamples, feature_fingerprint, fuses_features, leading_right_vectors, pass_input,  # noqa: F401
                       resumed_stage, run_first_pass, run_pass, sketch_result, stage_state)
+from ._sketch import SKETCH_FLOPS_PER_SECOND, sketch_task_bytes
 
 OPTIONS = ("n_oversamples", "tol", "max_passes", "checkpoint")
 
@@ -330,30 +334,6 @@ class Estimate:
                        error_bound=self.ritz_bound)
 
 
-#: Round-off in W = C·V that the residuals cannot see, relative to ‖C‖·√n (sums over n rows in
-#: float64); added to ‖R_k‖ so the bound holds at the round-off floor too (measured: 1.6e-13 true
-#: against 3.9e-14 reported without it, 1000 × 120 float32 input, tol = 1e-7).
-ROUNDOFF_RESIDUAL = 4 * np.finfo(np.float64).eps
-
-
-def _plain_ritz(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray, n_samples: int = 1):
-    """Plain Rayleigh–Ritz on span V (``theta``, ``Y`` from :meth:`Basis.ritz`): k Ritz vectors,
-    values, residual norms, and the bound."""
-    kept = min(k + 1, basis.size)
-    X = basis.V @ Y[:, :kept]
-    R = basis.W @ Y[:, :kept] - X * theta[:kept]  # in d-space: no cancellation in ‖r‖
-    norms = np.linalg.norm(R, axis=0)
-    residual = tall_norm2(R[:, :k]) if k <= R.shape[1] else np.inf
-    residual += ROUNDOFF_RESIDUAL * np.sqrt(n_samples) * max(theta[0], 0.0)
-    gap = theta[k - 1] - theta[k] - norms[k] if kept > k else -np.inf
-    if k >= basis.V.shape[0]:  # the kept subspace is the whole space
-        bound = 0.0
-    else:
-        bound = min(1.0, residual / gap) if gap > 0 else 1.0
-    eig_error = min(residual, residual**2 / gap) if gap > 0 else residual
-    return X[:, :k], theta[:k], norms[:k], bound, eig_error, gap
-
-
 #: The returned answer comes from the Gram route of :func:`_left_ritz` (an m×m eigenproblem)
 #: when its smallest kept value is at least this fraction of its largest: squaring then costs at
 #: most ~m·ε/GRAM_RANGE ≈ 1e-11 relative on the k-th variance and a factor σ₁/(2σ_k) ≤ 50 on the
@@ -409,69 +389,6 @@ def _gram_route_suffices(singular_values: np.ndarray, k: int) -> bool:
     return singular_values.size >= k > 0 and singular_values[k - 1] ** 2 >= GRAM_RANGE * singular_values[0] ** 2
 
 
-#: Relative round-off allowed on the total scatter (trace C, summed in float64 over n rows in the
-#: first pass) and on the Ritz values' sum when :func:`next_eigenvalue` bounds λ_{k+1} by the
-#: trace: far above both, far below any tail the bound is used for.
-TRACE_RTOL = 1e-8
-
-
-def next_eigenvalue(theta: np.ndarray, norms: np.ndarray, k: int, total: float | None) -> float:
-    """λ̂_{k+1}: an upper estimate of the (k+1)-th eigenvalue of C from the Ritz values
-    ``theta`` (all m of the basis, descending), the residual norms ``norms`` (at least k + 1 of
-    them when m > k) and the total scatter ``total`` = trace C (None: unknown).
-
-    The smaller of two figures (module notes, "The error bound"):
-
-    - θ_{k+1} + ‖r_{k+1}‖, the next Ritz value plus its residual: an eigenvalue lies within
-      ‖r_{k+1}‖ of θ_{k+1}, and λ_{k+1} ≥ θ_{k+1} (interlacing). An estimate: it assumes no
-      eigenvalue above it was missed by the Krylov space (probability zero from a Gaussian start);
-    - the trace: λ_{k+1} = trace C − Σ_{i≠k+1} λ_i ≤ trace C − Σ_{i≤m, i≠k+1} θ_i, because
-      λ_i ≥ θ_i for every i (Cauchy interlacing) and every λ_i ≥ 0. A proof, no assumption;
-      tight once the basis holds nearly all of the variance (small or low-rank data; fast
-      decay), useless on a wide noise continuum, whose unseen variance it counts.
-    """
-    upper = np.inf
-    if theta.size > k:
-        upper = theta[k] + norms[k]
-    if total is not None and np.isfinite(total):
-        seen = np.clip(theta, 0.0, None)
-        rest = seen.sum() - (seen[k] if theta.size > k else 0.0)
-        upper = min(upper, total - rest + TRACE_RTOL * max(total, 0.0))
-    return max(float(upper), 0.0)
-
-
-def _certify(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray, n_samples: int, total: float | None) -> dict:
-    """The plain Ritz vectors X_k and the refined span(C·X_k), with their bounds (module notes)."""
-    kept = min(k + 1, basis.size)
-    X = basis.V @ Y[:, :kept]
-    image = basis.W @ Y[:, :kept]  # C·X, exactly (W = C·V)
-    R = image - X * theta[:kept]  # in d-space: no cancellation in ‖r‖
-    norms = np.linalg.norm(R, axis=0)
-    top = max(theta[0], 0.0) if theta.size else 0.0
-    roundoff = ROUNDOFF_RESIDUAL * np.sqrt(n_samples) * top
-    residual = (tall_norm2(R[:, :k]) if k <= R.shape[1] else np.inf) + roundoff
-    upper = next_eigenvalue(theta, norms, k, total)
-    theta_k = theta[k - 1] if theta.size >= k else -np.inf
-    gap = theta_k - upper
-    if k >= basis.V.shape[0]:  # the kept subspace is the whole space
-        bound = 0.0
-    else:
-        bound = min(1.0, residual / gap) if gap > 0 else 1.0
-    eig_error = min(residual, residual**2 / gap) if gap > 0 else residual
-    # The refined answer span(C·X_k), one multiplication by C further: with X_k = U_k·A + U_⊥·B,
-    # C·X_k = U_k·Λ_k·A + U_⊥·Λ_⊥·B, so tan θ(C·X_k) = ‖Λ_⊥·B·A⁻¹·Λ_k⁻¹‖ ≤ (λ_{k+1}/λ_k)·tan θ(X_k),
-    # λ_k ≥ θ_k and λ_{k+1} ≤ λ̂_{k+1}; sin = tan/√(1 + tan²). W's own round-off (relative ROUNDOFF_RESIDUAL·√n to θ₁,
-    # which the residuals cannot see) moves span(C·X_k) by up to that over θ_k.
-    refined = 1.0
-    if bound == 0.0:
-        refined = 0.0
-    elif bound < 1.0 and theta_k > DEFLATION_RTOL * top:
-        tangent = upper / theta_k * bound / np.sqrt(1.0 - bound * bound)
-        refined = min(1.0, tangent / np.sqrt(1.0 + tangent * tangent) + roundoff / theta_k)
-    return {"X": X[:, :k], "image": image[:, :k], "theta": theta[:k], "norms": norms[:k], "bound": bound,
-            "eig_error": eig_error, "gap": gap, "upper": upper, "refined": refined}
-
-
 def _refined_answer(image: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """Singular values and right vectors (k×d) of Q_kᵀX̃ with Q_k = X̃·X_k·Θ_k^{-½} orthonormal:
     the left projection restricted to the k plain Ritz vectors, whose right vectors span C·X_k
@@ -491,22 +408,22 @@ def _gap_ratio(theta: np.ndarray, upper: float) -> float | None:
 
 
 def certified_bound(basis: Basis, k: int, n_samples: int = 1, total: float | None = None) -> float:
-    """The smallest bound of the plain Ritz vectors and of the refined span(C·X_k) (:func:`_certify`):
+    """The smallest bound of the plain Ritz vectors and of the refined span(C·X_k) (:func:`._bounds.certify`):
     what a fit with a ``tol`` stops on, without the left projection's m×m eigenproblem."""
-    found = _certify(basis, k, *basis.ritz(), n_samples, total)
+    found = certify(basis, k, *basis.ritz(), n_samples, total)
     return min(found["bound"], found["refined"])
 
 
 def plain_bound(basis: Basis, k: int, n_samples: int = 1) -> float:
-    """The Davis–Kahan bound of the plain Ritz vectors alone (:func:`_plain_ritz`)."""
-    return _plain_ritz(basis, k, *basis.ritz(), n_samples)[3]
+    """The Davis–Kahan bound of the plain Ritz vectors alone (:func:`._bounds.plain_ritz`)."""
+    return plain_ritz(basis, k, *basis.ritz(), n_samples)[3]
 
 
 def estimate(basis: Basis, k: int, *, n_samples: int = 1, stable: bool = False, total: float | None = None) -> Estimate:
     """The three answers and their bounds from the kept basis (see module notes); ``total`` is
     the total scatter trace C (from the first pass), used to bound λ_{k+1} (:func:`next_eigenvalue`)."""
     ritz_values, ritz_vectors = basis.ritz()
-    found = _certify(basis, k, ritz_values, ritz_vectors, n_samples, total)
+    found = certify(basis, k, ritz_values, ritz_vectors, n_samples, total)
     X, theta, ritz_bound, eig_error = found["X"], found["theta"], found["bound"], found["eig_error"]
     singular_values, components = _left_ritz(basis, k, ritz_values, ritz_vectors, stable=stable)
     refined = _refined_answer(found["image"], theta) if X.shape[1] == k else None
@@ -624,7 +541,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
                 history.append(result.certified())
                 gap_ratio = _gap_ratio(result.ritz_values, result.next_eigenvalue)
             else:
-                found = _certify(basis, k, *basis.ritz(), n_samples, total_m2)
+                found = certify(basis, k, *basis.ritz(), n_samples, total_m2)
                 history.append(min(found["bound"], found["refined"]))
                 gap_ratio = _gap_ratio(found["theta"], found["upper"])
             passes.bound(history[-1])
@@ -694,3 +611,45 @@ def _kept_start(block: np.ndarray, image: np.ndarray, keep: np.ndarray) -> tuple
     left, values, right = svd(block[keep], full_matrices=False, check_finite=False)
     kept = values > DEFLATION_RTOL * values[0]
     return left[:, kept], image @ (right[kept].T / values[kept])
+
+
+# ---------------------------------------------------------------------------------- declaration
+
+
+def client_flops(d: int, ell: int, passes: int, k: int) -> float:
+    """The client's flops: after pass j (m = j·ℓ basis columns) six thin d×m×ℓ products (the new
+    block's T and P columns, two projections and the one after normalising, less the one T
+    already holds) and three d×m×(k + 1) (Ritz vectors, residuals, left projection), 2 flops per
+    multiply-add. The returned answer reuses the last pass's."""
+    return 2.0 * d * (6 * ell + 3 * (k + 1)) * ell * passes * (passes + 1) / 2
+
+
+def reaches(tol: float, max_passes) -> bool:
+    """Whether the predicted passes for ``tol`` (uncapped) fit the read budget: the planner then
+    counts block Krylov among the solvers that guarantee ``tol``."""
+    return tol > 0 and predicted_passes(tol, 10**9) <= pass_budget(tol, max_passes)
+
+
+def cost(shape: PlanInput) -> Cost:
+    """The sketching pass (:func:`._sketch.sketch_task_bytes`, d×(ℓ + 1) factors returned by each
+    task), as many as :func:`predicted_passes` for the ``tol`` the plan is made for (the budget
+    without one), 4·n·d·ℓ flops each, and the client's share between them (:func:`client_flops`)."""
+    n, d, k, ell, tol = shape.n, shape.d, shape.k, shape.ell, shape.tol
+    passes = predicted_passes(tol, shape.max_passes)
+    if tol is not None:
+        # The range before any read: the fit learns its own from its first informative bound
+        # and shows it on the progress line.
+        fewest, _, most = predicted_pass_range(tol, shape.max_passes)
+        note = (f"ℓ = {ell}; passes predicted for tol = {tol:g} ({fewest}–{most} possible, the spectrum decides; "
+                "the fit predicts its own once its bound falls)")
+    else:
+        note = f"ℓ = {ell}; budget {passes} passes, error bound reported"
+    return Cost(passes, passes * 4 * n * d * ell, sketch_task_bytes(shape), note, result_size=(ell + 1) * d,
+                client_flops=client_flops(d, ell, passes, k))
+
+
+DECLARATION = SolverDeclaration(
+    "krylov", solve, cost=cost, summary="block Krylov", flop_rate=SKETCH_FLOPS_PER_SECOND, options=OPTIONS,
+    certifies=reaches, fallback="approximate", squares_the_data=SQUARES_THE_DATA, fuses_features=fuses_features,
+    most_passes=most_passes,
+)

@@ -75,10 +75,10 @@ import dask
 import numpy as np
 
 from ._device import like, namespace
-from ._graph import SizedByArrays, map_row_blocks, tree_reduce
+from ._graph import SizedByArrays, map_row_blocks, merge_task_bytes, tree_reduce
 from .._validation import NonFinite, raise_if_nonfinite
 from ..exceptions import ConvergenceWarning, InputError
-from ._base import ComponentRequest, SolverResult
+from ._base import FLOAT64, ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult
 from ._progress import Passes
 from ._iterative import (
     ColumnMoments,
@@ -310,3 +310,21 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
     )
     store.clear()
     return result
+
+
+# ---------------------------------------------------------------------------------- declaration
+
+
+def cost(shape: PlanInput) -> Cost:
+    """One pass per EM iteration (after the first), 4·n·d·k flops each, and with missing values
+    each E-step node also holds one k×k matrix per feature (d·k²): the tasks return d×(k² + k)."""
+    n, d, k = shape.n, shape.d, shape.k
+    task = max(shape.block_in + shape.block64 + (2 * shape.row_block + d) * k * FLOAT64, merge_task_bytes(d, k * k + k))
+    return Cost("1/iter", 4 * n * d * k + n * d * k * k, task, "missing values; passes = 1 + iterations",
+                result_size=(k * k + k) * d)
+
+
+DECLARATION = SolverDeclaration(
+    "ppca", solve, cost=cost, summary="EM for probabilistic PCA", options=OPTIONS, accepts_missing=ACCEPTS_MISSING,
+    most_passes=most_passes,
+)

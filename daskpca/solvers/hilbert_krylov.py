@@ -41,7 +41,7 @@ from ._moments import MERGE_SPLIT_EVERY
 from .._validation import raise_if_nonfinite
 from .hilbert import COMPLEX128, PADDINGS, gram_graph, strip_bytes, strip_products
 from ._linalg import Basis, orthonormal_extension
-from ._bounds import plain_ritz, tangent_bound
+from ._bounds import certify, plain_ritz, tangent_bound
 from .krylov import BASIS_BYTES, check_accuracy_options, pass_budget, predicted_passes
 
 OPTIONS = ("padding", "decay_factor", "tol", "max_passes")
@@ -134,6 +134,9 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
         basis = basis.extend(block, part.gram)
         theta, Y = basis.ritz()
         ritz, values, norms, ritz_bound, _, gap = plain_ritz(basis, k, theta, Y, n_samples)
+        # Sharper where the next Ritz block is a converged cluster (a plateau below λ_k): the same
+        # Davis–Kahan argument split at the cluster, ._bounds.split_bounds.
+        ritz_bound = min(ritz_bound, certify(basis, k, theta, Y, n_samples, None)["bound"])
         bound = tangent_bound(ritz_bound)  # the components are one product beyond the Ritz vectors
         history.append(bound)
         passes.bound(bound)

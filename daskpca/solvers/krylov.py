@@ -81,6 +81,15 @@ takes the triangle through the refined answer. The fit returns whichever of the 
 has the smallest bound (``info["projection"]``: "left", "refined" or "plain") and stops on it;
 on the 8000 × 2000 scaled twin of the benchmark's hard field 1e-4 now takes 7 passes (bound
 2.0e-5) and 1e-6 takes 9.
+*A plateau below λ_k (issue 41, second round).* With equal eigenvalues just under λ_k the gap to
+λ_{k+1} is the plateau's, but the plateau's own Ritz block Z = [x_{k+1} … x_{k+s}] converges
+with the kept one, and R_k ⟂ Z: the error X_k can hold on the plateau is ≤ sin θ(U_p, Z)·‖R_k‖/δ̂
+(a product of two small numbers), the rest's gap and contraction are to λ̂_{k+s+1}, below the
+plateau (:func:`._bounds.split_bounds`, the best over s ≤ ``NEXT_CLUSTER``; s = 0 is the bound
+above). Benchmark plateau (λ_k/λ_{k+1} = 1.5, five equal modes): bound/true 8.8× → 2.2×, a pass
+fewer. Deep in a fast-decaying tail it stays loose (≤ 15× below 1e-6 on the test plateaus; 93× at
+pass 2 on a halving spectrum): the refined answer's error sits on eigenvalues far below λ_{k+1},
+and the worst-case contraction λ̂/θ_k cannot see where.
 Eigenvalues: θ_i ≤ λ̂_i ≤ λ_i for the returned λ̂_i (interlacing; the left projection's values
 majorise the plain ones), and λ_i − θ_i ≤ min(‖R_k‖₂, ‖R_k‖₂²/δ̂) (the quadratic residual bound,
 Kato–Temple for one vector), so ``eigenvalue_error_bounds`` = that over λ̂_i, relative. ‖R_k‖₂
@@ -92,7 +101,7 @@ Costs
 Passes: ``max_passes`` at most, fewer when ``tol`` is met (the bound is checked after every
 pass). Flops per pass: 4·n·d·ℓ for the fused pass (as randomized) + O(d·m·ℓ + m³) on the client
 (m = ℓ·passes: extending T = VᵀW and P = WᵀW by one block, the next block's two projections, the
-m×m eigenproblems, the d×(k + 1) residuals), and one O(d·m²) SVD at the end. These client
+m×m eigenproblems, the d×(k + 1 + NEXT_CLUSTER) residuals, the next Ritz block included), and one O(d·m²) SVD at the end. These client
 steps run with the one BLAS thread a solve leaves (unlike the covariance solver's d×d eigh, they
 do not get the caller's threads back): on the shared 2-core machine, two BLAS threads made a
 6-pass fit at 2e4 × 2000 take 12.7 s instead of 4.4 s (small products, threads contending with

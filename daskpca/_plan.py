@@ -335,12 +335,12 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
     ``device`` (:func:`on_the_device`)."""
     shape = PlanInput(n, d, k, tuple(chunks), itemsize, n_oversamples, n_power_iter, tol, max_passes, dict(options or {}))
     registry = SOLVERS if declarations is None else declarations
+    declared = [(name, registry[name]) for name in available if getattr(registry.get(name), "cost", None) is not None]
+    # Every cost model first, then the estimates: each model reads the plain ``shape`` and returns
+    # its ``Cost``, and the road goes out to the solvers' modules and back once, not once per solver.
+    costs = [declaration.cost(shape) for _, declaration in declared]
     estimates = []
-    for name in available:
-        declaration = registry.get(name)
-        if getattr(declaration, "cost", None) is None:
-            continue
-        cost = declaration.cost(shape)
+    for (name, declaration), cost in zip(declared, costs):
         estimate = SolverEstimate(name, cost.passes, float(cost.flops), int(cost.task_bytes),
                                   budget is None or cost.task_bytes <= budget, declaration.exact, cost.note,
                                   tasks=shape.row_tasks if cost.tasks is None else cost.tasks, copy_passes=cost.copy_passes,
@@ -467,7 +467,8 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
                                   available=available, tol=road_tol, max_passes=max_passes, device=device)
     ]
     caches = {e.name: cache_for(e) for e in estimates} if cache_for is not None else {}
-    estimates = [cached(e, caches.get(e.name)) for e in estimates]
+    saved = {name: choice.saved_seconds() for name, choice in caches.items() if choice is not None}
+    estimates = [cached(e, caches.get(e.name), saved.get(e.name)) for e in estimates]
     by_name = {e.name: e for e in estimates}
     fits = lambda name: name in by_name and by_name[name].feasible  # noqa: E731
     exact_small = _name(roles["tall" if d <= n else "wide"])
@@ -685,12 +686,14 @@ def _either(names) -> str:
 ILL_CONDITIONED_RATIO = 1e-10
 
 
-def cache_choice(chosen: SolverEstimate | None, matrix, cache="auto"):
+def cache_choice(chosen: SolverEstimate | None, matrix, cache="auto", facts=None, distributed: bool | None = None):
     """The pass cache (:func:`daskpca.solvers._cache.choose`) a fit with the solver of ``chosen``
     would keep: its reads of the source are its passes (the most, for one that stops on
     convergence; one for a road that re-lays the input out into a copy of its own; at least 2
     for a solver the planner has no row for) plus the job's later reads (the CLI's scores), and
-    the time of each pass it serves. Reads no data."""
+    the time of each pass it serves. ``facts`` (:func:`daskpca.solvers._cache.gather`) and
+    ``distributed`` (a cluster runs the tasks), when a planner gathered them once for all its
+    solvers (:func:`cache_pricing`); None: asked here. Reads no data."""
     from .solvers import _cache
 
     most = None if chosen is None else (chosen.passes if chosen.most_passes is None else chosen.most_passes)
@@ -704,21 +707,34 @@ def cache_choice(chosen: SolverEstimate | None, matrix, cache="auto"):
     flop_seconds, read_seconds, working = 0.0, None, 0
     if chosen is not None:
         flop_seconds = chosen.flops / flop_rate(chosen) / max(predicted, 1)
-        if current_client() is not None:  # a cached pass still moves its tasks' results
+        if (current_client() is not None if distributed is None else distributed):  # a cached pass still moves its tasks' results
             flop_seconds += chosen.tasks * chosen.result_bytes / TRANSFER_BYTES_PER_SECOND
         if chosen.uncached is not None and isinstance(chosen.passes, int) and chosen.passes:
             read_seconds = (chosen.uncached - chosen.client_flops / CLIENT_FLOPS_PER_SECOND - chosen.local_seconds) / chosen.passes
         working = chosen.task_bytes
     return _cache.choose(matrix, cache, reads=passes + _cache.later_reads(), working_bytes=working,
-                         flop_seconds=flop_seconds, read_seconds=read_seconds, fit_reads=predicted)
+                         flop_seconds=flop_seconds, read_seconds=read_seconds, fit_reads=predicted, facts=facts)
 
 
-def cached(estimate: SolverEstimate, choice) -> SolverEstimate:
+def cache_pricing(matrix, cache="auto"):
+    """``estimate -> CacheChoice`` (:func:`cache_choice`) for ``make_plan``'s ``cache_for``, with
+    the input's and the machine's facts (in memory already? on a device? the threads, a cluster)
+    gathered here once: the planner prices the cache for every solver, and none of those facts
+    is the solver's."""
+    from .solvers import _cache
+
+    facts, distributed = _cache.gather(matrix, cache), current_client() is not None
+    return lambda chosen: cache_choice(chosen, matrix, cache, facts, distributed)
+
+
+def cached(estimate: SolverEstimate, choice, saved: float | None = None) -> SolverEstimate:
     """``estimate`` timed with the passes ``choice`` serves at their cached time (from its
-    uncached time: a plan timed once with a cache and again in the job is not discounted twice)."""
+    uncached time: a plan timed once with a cache and again in the job is not discounted twice);
+    ``saved``: ``choice.saved_seconds()`` when the planner already asked it."""
     if choice is None or estimate.seconds is None:
         return estimate
-    return replace(estimate, seconds=estimate.uncached - choice.saved_seconds(), uncached_seconds=estimate.uncached)
+    saved = choice.saved_seconds() if saved is None else saved
+    return replace(estimate, seconds=estimate.uncached - saved, uncached_seconds=estimate.uncached)
 
 
 def with_cache(plan: Plan, matrix, cache="auto") -> Plan:

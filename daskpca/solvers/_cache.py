@@ -216,11 +216,11 @@ def memory_room(working_bytes: int) -> tuple[int, str]:
 DEVICE_MEMORY_FRACTION = 0.5
 
 
-def device_memory_room(device, working_bytes: int) -> tuple[int, str]:
+def device_memory_room(device, working_bytes: int, memory=None) -> tuple[int, str]:
     """``(bytes the cache may hold on the device, where from)`` for blocks on ``device`` (its
-    free memory on this process's current device; a cluster of GPU workers each has its own,
-    assumed alike)."""
-    memory = device.memory()
+    free memory on this process's current device, ``memory`` = ``(free, total)`` when already
+    asked; a cluster of GPU workers each has its own, assumed alike)."""
+    memory = device.memory() if memory is None else memory
     if memory is None:
         return 0, f"{device.name}: its free memory is unknown"
     free, _ = memory
@@ -248,34 +248,72 @@ def disk_unshared() -> str | None:
             f"set it to a folder every worker and this process share for a disk cache")
 
 
+@dataclass(frozen=True)
+class CacheFacts:
+    """What pricing the pass cache reads of the input and of the machine, none of it the
+    solver's: gathered once per plan (:func:`gather`), so that pricing the cache for every
+    solver's estimate (:func:`choose`) asks the graph, the device and the scheduler nothing again.
+
+    ``value`` is the effective setting (:func:`setting`); ``held`` why each matrix needs no cache
+    (:func:`in_memory`, None for a stored one); ``stored`` the matrices worth keeping; ``device``
+    the backend of the first stored one's chunks and ``device_memory`` its ``(free, total)``
+    bytes (None on the host); ``threads`` those that run the tasks; ``tasks`` the stored blocks.
+    """
+
+    value: str | bool
+    held: tuple
+    stored: tuple
+    device: object = NUMPY
+    device_memory: tuple | None = None
+    threads: int = 1
+    tasks: int = 0
+
+
+def gather(matrix, cache="auto") -> CacheFacts:
+    """The :class:`CacheFacts` of ``matrix`` (one dask array, or a list of them) for ``cache``.
+    Reads no data; raises :class:`~daskpca.exceptions.InvalidParameterError` for a bad ``cache``."""
+    value = setting(cache)
+    matrices = list(matrix) if isinstance(matrix, (list, tuple)) else [matrix]
+    if value is False:
+        return CacheFacts(value, (), ())
+    held = tuple(in_memory(m) for m in matrices)
+    stored = tuple(m for m, h in zip(matrices, held) if h is None)
+    if not stored:
+        return CacheFacts(value, held, stored)
+    device = on_device(stored[0])
+    return CacheFacts(value, held, stored, device, None if device is NUMPY else device.memory(), worker_resources()[0],
+                      sum(len(m.chunks[0]) * len(m.chunks[1]) for m in stored))
+
+
 def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_seconds: float = 0.0,
-           read_seconds: float | None = None, fit_reads: int | None = None) -> CacheChoice:
+           read_seconds: float | None = None, fit_reads: int | None = None, facts: CacheFacts | None = None) -> CacheChoice:
     """The pass cache for a job that reads ``matrix`` ``reads`` times (see the module notes).
 
     ``working_bytes``: the largest task of a pass (the plan's estimate); ``flop_seconds`` and
     ``read_seconds``: a pass's predicted flops time and source-read time (the plan's), for the
     predicted time of a pass served by the cache; ``fit_reads``: the reads of the fit itself
-    (default ``reads``), whose time the plan predicts. Reads no data.
+    (default ``reads``), whose time the plan predicts; ``facts``: ``matrix``'s and the machine's
+    (:func:`gather`, made once by a planner that prices the cache for every solver; None: gathered
+    here). Reads no data.
     """
-    value = setting(cache)
-    matrices = list(matrix) if isinstance(matrix, (list, tuple)) else [matrix]
+    facts = gather(matrix, cache) if facts is None else facts
+    value = facts.value
     choice = CacheChoice(None, 0, "", reads if fit_reads is None else fit_reads, None, read_seconds)
     if value is False:
         return replace(choice, reason="cache=False" if cache is False else f"dask config {CONFIG_KEY!r} is False")
     if reads <= 1:
         return replace(choice, reason="the job reads the input once: nothing to reuse")
-    held = [in_memory(m) for m in matrices]
+    held = facts.held
     if all(h is not None for h in held):
         return replace(choice, reason=f"the input is already in memory ({held[0]}): used as it is")
-    stored = [m for m, h in zip(matrices, held) if h is None]
+    stored = list(facts.stored)
     nbytes = int(sum(m.nbytes for m in stored))
     choice = replace(choice, sources=tuple(stored))
     room, where = memory_room(working_bytes)
-    device = on_device(stored[0])
+    device = facts.device
     if device is not NUMPY:  # blocks kept where the passes use them: the device's memory
-        room, where = device_memory_room(device, working_bytes)
-    tasks = sum(len(m.chunks[0]) * len(m.chunks[1]) for m in stored)
-    task_seconds = 0.9e-3 * tasks / max(worker_resources()[0], 1)
+        room, where = device_memory_room(device, working_bytes, facts.device_memory)
+    task_seconds = 0.9e-3 * facts.tasks / max(facts.threads, 1)
     memory = replace(choice, kind="memory", nbytes=nbytes, pass_seconds=flop_seconds + task_seconds,
                      keep_seconds=nbytes / MEMORY_KEEP_BYTES_PER_SECOND)
     if value == "memory":
@@ -302,7 +340,7 @@ def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_sec
         return replace(choice, reason=f"{format_bytes(nbytes)} exceeds the memory room ({format_bytes(room)}) and {shared}")
     free = free_bytes()
     disk = replace(choice, kind="disk", nbytes=nbytes, keep_seconds=nbytes / DISK_WRITE_BYTES_PER_SECOND,
-                   pass_seconds=nbytes / DISK_READ_BYTES_PER_SECOND / max(1, min(2, worker_resources()[0])) + flop_seconds + task_seconds)
+                   pass_seconds=nbytes / DISK_READ_BYTES_PER_SECOND / max(1, min(2, facts.threads)) + flop_seconds + task_seconds)
     if free >= nbytes * (1 + DISK_HEADROOM):
         why = "asked for (cache='disk')" if value == "disk" else \
             f"{format_bytes(nbytes)} exceeds the memory room ({format_bytes(room)}, {where})"

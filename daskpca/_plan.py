@@ -440,8 +440,8 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     ``requested`` is the solver the caller named (None: the rules choose); the plan is then that
     solver's, refused when its task does not fit (:func:`check_requested`). ``reads`` maps a
     solver to ``(extra reads of the feature stage before it, its most reads or None)``, from the
-    estimator (:meth:`SolverEstimate.with_reads`), so that the plan counts what the fit reads. ``cache_for`` gives the pass cache a solver's fit
-    would keep (``estimate -> CacheChoice``, :func:`cache_choice`): every solver is then timed with
+    estimator (:meth:`SolverEstimate.with_reads`), so that the plan counts what the fit reads. ``cache_for`` gives the pass cache each solver's fit
+    would keep (``estimates -> {solver: CacheChoice}``, :func:`cache_pricing`): every solver is then timed with
     its later passes served by it, so the choice between an exact road and an iterative one weighs
     what each really costs (the cache makes a Krylov pass its flops, not a decode). ``device``
     (:func:`device_pricing`): the chunks live on a device, and every solver is priced there
@@ -466,7 +466,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
         for e in estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget,
                                   available=available, tol=road_tol, max_passes=max_passes, device=device)
     ]
-    caches = {e.name: cache_for(e) for e in estimates} if cache_for is not None else {}
+    caches = cache_for(estimates) if cache_for is not None else {}
     saved = {name: choice.saved_seconds() for name, choice in caches.items() if choice is not None}
     estimates = [cached(e, caches.get(e.name), saved.get(e.name)) for e in estimates]
     by_name = {e.name: e for e in estimates}
@@ -686,16 +686,21 @@ def _either(names) -> str:
 ILL_CONDITIONED_RATIO = 1e-10
 
 
-def cache_choice(chosen: SolverEstimate | None, matrix, cache="auto", facts=None, distributed: bool | None = None):
+def cache_choice(chosen: SolverEstimate | None, matrix, cache="auto"):
     """The pass cache (:func:`daskpca.solvers._cache.choose`) a fit with the solver of ``chosen``
-    would keep: its reads of the source are its passes (the most, for one that stops on
-    convergence; one for a road that re-lays the input out into a copy of its own; at least 2
-    for a solver the planner has no row for) plus the job's later reads (the CLI's scores), and
-    the time of each pass it serves. ``facts`` (:func:`daskpca.solvers._cache.gather`) and
-    ``distributed`` (a cluster runs the tasks), when a planner gathered them once for all its
-    solvers (:func:`cache_pricing`); None: asked here. Reads no data."""
+    would keep (:func:`cache_question`). Reads no data."""
     from .solvers import _cache
 
+    return _cache.choose(matrix, cache, **cache_question(chosen, _cache.later_reads(), current_client() is not None))
+
+
+def cache_question(chosen: SolverEstimate | None, later_reads: int, distributed: bool) -> dict:
+    """What pricing the pass cache of a fit with the solver of ``chosen`` asks
+    (:func:`daskpca.solvers._cache.choose`'s keywords): its reads of the source are its passes
+    (the most, for one that stops on convergence; one for a road that re-lays the input out into
+    a copy of its own; at least 2 for a solver the planner has no row for) plus the job's
+    ``later_reads`` (the CLI's scores), and the time of each pass it serves (on a
+    ``distributed`` cluster a cached pass still moves its tasks' results)."""
     most = None if chosen is None else (chosen.passes if chosen.most_passes is None else chosen.most_passes)
     passes = 1 if chosen is not None and chosen.copy_passes else (most if isinstance(most, int) else 2)
     # Whether to cache is decided on the most reads the fit may make; its predicted time (what
@@ -707,24 +712,29 @@ def cache_choice(chosen: SolverEstimate | None, matrix, cache="auto", facts=None
     flop_seconds, read_seconds, working = 0.0, None, 0
     if chosen is not None:
         flop_seconds = chosen.flops / flop_rate(chosen) / max(predicted, 1)
-        if (current_client() is not None if distributed is None else distributed):  # a cached pass still moves its tasks' results
+        if distributed:
             flop_seconds += chosen.tasks * chosen.result_bytes / TRANSFER_BYTES_PER_SECOND
         if chosen.uncached is not None and isinstance(chosen.passes, int) and chosen.passes:
             read_seconds = (chosen.uncached - chosen.client_flops / CLIENT_FLOPS_PER_SECOND - chosen.local_seconds) / chosen.passes
         working = chosen.task_bytes
-    return _cache.choose(matrix, cache, reads=passes + _cache.later_reads(), working_bytes=working,
-                         flop_seconds=flop_seconds, read_seconds=read_seconds, fit_reads=predicted, facts=facts)
+    return dict(reads=passes + later_reads, working_bytes=working, flop_seconds=flop_seconds, read_seconds=read_seconds,
+                fit_reads=predicted)
 
 
 def cache_pricing(matrix, cache="auto"):
-    """``estimate -> CacheChoice`` (:func:`cache_choice`) for ``make_plan``'s ``cache_for``, with
-    the input's and the machine's facts (in memory already? on a device? the threads, a cluster)
-    gathered here once: the planner prices the cache for every solver, and none of those facts
-    is the solver's."""
+    """``make_plan``'s ``cache_for``: ``estimates -> {solver: CacheChoice}``, each solver's pass
+    cache (:func:`cache_question`). The input's and the machine's facts (in memory already? on a
+    device? the threads, a cluster, the job's later reads) are gathered here once, as none of
+    them is the solver's, and the cache module prices every solver in one visit."""
     from .solvers import _cache
 
-    facts, distributed = _cache.gather(matrix, cache), current_client() is not None
-    return lambda chosen: cache_choice(chosen, matrix, cache, facts, distributed)
+    facts, distributed, later = _cache.gather(matrix, cache), current_client() is not None, _cache.later_reads()
+
+    def price(estimates) -> dict:
+        questions = [cache_question(e, later, distributed) for e in estimates]
+        return dict(zip([e.name for e in estimates], _cache.choose_each(matrix, cache, questions, facts)))
+
+    return price
 
 
 def cached(estimate: SolverEstimate, choice, saved: float | None = None) -> SolverEstimate:

@@ -190,24 +190,50 @@ def in_memory(matrix) -> str | None:
     return " and ".join(sorted(kinds)) or "data computed by dask from values in its graph"
 
 
-def memory_room(working_bytes: int) -> tuple[int, str]:
-    """``(bytes the cache may hold in memory, where from)`` beside ``working_bytes`` per thread."""
+@dataclass(frozen=True)
+class MachineMemory:
+    """The memory facts the cache's room is priced from (:func:`machine_memory`): on a
+    ``distributed`` cluster each worker's ``(memory limit, threads)`` and the spill ``target``;
+    on the threaded scheduler this machine's ``available`` bytes and its ``threads``."""
+
+    workers: tuple | None  # ((memory_limit or None, threads), ...) on a cluster, else None
+    target: float = 0.6
+    available: float = 0.0
+    threads: int = 1
+
+
+def machine_memory() -> MachineMemory:
+    """The :class:`MachineMemory` of whatever runs the tasks now (asks the scheduler once)."""
     client = current_client()
     if client is not None:
         target = dask.config.get("distributed.worker.memory.target", 0.6) or 0.6
+        return MachineMemory(tuple((w.get("memory_limit"), max(w.get("nthreads", 1), 1)) for w in _workers(client)), target)
+    import psutil
+
+    return MachineMemory(None, available=psutil.virtual_memory().available, threads=worker_resources()[0])
+
+
+#: The machine's memory facts while a planner prices the cache for all its solvers
+#: (:func:`choose_each`), read by :func:`memory_room`; None: asked at each call.
+_machine: ContextVar[MachineMemory | None] = ContextVar("daskpca_cache_machine", default=None)
+
+
+def memory_room(working_bytes: int) -> tuple[int, str]:
+    """``(bytes the cache may hold in memory, where from)`` beside ``working_bytes`` per thread.
+
+    The machine's part is the same for every solver a plan weighs: inside :func:`choose_each` it
+    comes from the facts gathered once for the plan; elsewhere from :func:`machine_memory`."""
+    machine = _machine.get() or machine_memory()
+    if machine.workers is not None:
+        target = machine.target
         room = 0
-        for worker in _workers(client):
-            limit = worker.get("memory_limit")
+        for limit, nthreads in machine.workers:
             if not limit:
                 return 2**62, "distributed workers without memory limits"
-            nthreads = max(worker.get("nthreads", 1), 1)
             room += limit * target - WORKER_FOOTPRINT - nthreads * working_bytes
         return int(max(room, 0)), (f"the workers' memory limits × {target:g} (distributed's spill threshold), less "
                                    f"their footprint and a task's working set per thread")
-    import psutil
-
-    threads, _, _ = worker_resources()
-    room = LOCAL_MEMORY_FRACTION * psutil.virtual_memory().available - threads * working_bytes
+    room = LOCAL_MEMORY_FRACTION * machine.available - machine.threads * working_bytes
     return int(max(room, 0)), f"{LOCAL_MEMORY_FRACTION:g} × this machine's available memory, less a task's working set per thread"
 
 
@@ -267,6 +293,7 @@ class CacheFacts:
     device_memory: tuple | None = None
     threads: int = 1
     tasks: int = 0
+    machine: MachineMemory | None = None  # the memory room's facts (None: nothing stored to keep)
 
 
 def gather(matrix, cache="auto") -> CacheFacts:
@@ -281,8 +308,10 @@ def gather(matrix, cache="auto") -> CacheFacts:
     if not stored:
         return CacheFacts(value, held, stored)
     device = on_device(stored[0])
-    return CacheFacts(value, held, stored, device, None if device is NUMPY else device.memory(), worker_resources()[0],
-                      sum(len(m.chunks[0]) * len(m.chunks[1]) for m in stored))
+    machine = machine_memory()
+    threads = worker_resources()[0] if machine.workers is not None else machine.threads
+    return CacheFacts(value, held, stored, device, None if device is NUMPY else device.memory(), threads,
+                      sum(len(m.chunks[0]) * len(m.chunks[1]) for m in stored), machine)
 
 
 def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_seconds: float = 0.0,
@@ -349,6 +378,17 @@ def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_sec
               f"the scratch folder {scratch_root()} ({format_bytes(free)}); set $DASKPCA_SCRATCH to a local disk with room")
     return replace(choice, reason=reason, warning=f"{reason}. No pass cache: the fit reads its source on every pass."
                    if value == "disk" else None)
+
+
+def choose_each(matrix, cache, questions, facts: CacheFacts) -> list[CacheChoice]:
+    """:func:`choose` for each of ``questions`` (its keywords, one dict per solver a planner
+    weighs) on the same ``matrix`` and ``facts``: one visit for all of them, the memory room
+    priced from the machine's facts gathered with them."""
+    token = _machine.set(facts.machine)
+    try:
+        return [choose(matrix, cache, facts=facts, **question) for question in questions]
+    finally:
+        _machine.reset(token)
 
 
 # ----------------------------------------------------------------------------------------- running

@@ -311,14 +311,15 @@ def format_bytes(n: float) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def task_memory_budget() -> tuple[int, str]:
+def task_memory_budget(resources: tuple | None = None) -> tuple[int, str]:
     """Bytes one task may use, and where that figure came from.
 
     With a ``distributed`` client: ``TASK_MEMORY_FRACTION`` × the smallest worker memory limit
     divided by that worker's threads. Otherwise the same fraction of this machine's memory
-    divided by its cores (the threaded scheduler runs one task per core).
+    divided by its cores (the threaded scheduler runs one task per core). ``resources``:
+    :func:`~daskpca.solvers._geometry.worker_resources` when the planner already asked it.
     """
-    _, per_thread, source = worker_resources()
+    _, per_thread, source = worker_resources() if resources is None else resources
     if per_thread is None:  # workers without limits: this machine's figure is the best guess
         import psutil
 
@@ -447,10 +448,12 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     (:func:`device_pricing`): the chunks live on a device, and every solver is priced there
     (:func:`on_the_device`; the task budget from the device's memory).
     """
-    budget, source = task_memory_budget()
+    # What runs the tasks is asked once for the whole plan: none of it depends on the solver.
+    resources, distributed = worker_resources(), current_client() is not None
+    budget, source = task_memory_budget(resources)
     if device is not None and (device_budget := device_task_budget(device)) is not None:
         budget, source = device_budget
-    threads = worker_resources()[0]
+    threads = resources[0]
     reads = dict(reads or {})
     roles = _roles(available)
     # Without a tol, solver="auto" weighs the exact roads against the certified one (block
@@ -460,7 +463,6 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     for name in reads if default_road else ():  # a certifying solver will get DEFAULT_TOL, hence its budget
         if getattr(SOLVERS.get(name), "certifies", None) is not None:
             reads[name] = (reads[name][0], _read_budget(name, road_tol, max_passes))
-    distributed = current_client() is not None
     estimates = [
         e.with_reads(*reads.get(e.name, (0, None))).with_seconds(n, d, itemsize, threads, distributed)
         for e in estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget,
@@ -728,7 +730,8 @@ def cache_pricing(matrix, cache="auto"):
     them is the solver's, and the cache module prices every solver in one visit."""
     from .solvers import _cache
 
-    facts, distributed, later = _cache.gather(matrix, cache), current_client() is not None, _cache.later_reads()
+    distributed = current_client() is not None
+    later, facts = _cache.later_reads(), _cache.gather(matrix, cache)
 
     def price(estimates) -> dict:
         questions = [cache_question(e, later, distributed) for e in estimates]

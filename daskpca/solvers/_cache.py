@@ -303,7 +303,7 @@ def gather(matrix, cache="auto") -> CacheFacts:
     matrices = list(matrix) if isinstance(matrix, (list, tuple)) else [matrix]
     if value is False:
         return CacheFacts(value, (), ())
-    held = tuple([in_memory(m) for m in matrices])
+    held = tuple(in_memory(m) for m in matrices)
     stored = tuple(m for m, h in zip(matrices, held) if h is None)
     if not stored:
         return CacheFacts(value, held, stored)

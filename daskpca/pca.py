@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import warnings
 from dataclasses import replace
-from functools import partial
 from numbers import Integral, Real
 
 import dask

@@ -311,14 +311,15 @@ def format_bytes(n: float) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def task_memory_budget() -> tuple[int, str]:
+def task_memory_budget(resources: tuple | None = None) -> tuple[int, str]:
     """Bytes one task may use, and where that figure came from.
 
     With a ``distributed`` client: ``TASK_MEMORY_FRACTION`` × the smallest worker memory limit
     divided by that worker's threads. Otherwise the same fraction of this machine's memory
-    divided by its cores (the threaded scheduler runs one task per core).
+    divided by its cores (the threaded scheduler runs one task per core). ``resources``:
+    :func:`~daskpca.solvers._geometry.worker_resources` when the planner already asked it.
     """
-    _, per_thread, source = worker_resources()
+    _, per_thread, source = worker_resources() if resources is None else resources
     if per_thread is None:  # workers without limits: this machine's figure is the best guess
         import psutil
 
@@ -335,12 +336,12 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
     ``device`` (:func:`on_the_device`)."""
     shape = PlanInput(n, d, k, tuple(chunks), itemsize, n_oversamples, n_power_iter, tol, max_passes, dict(options or {}))
     registry = SOLVERS if declarations is None else declarations
+    declared = [(name, registry[name]) for name in available if getattr(registry.get(name), "cost", None) is not None]
+    # Every cost model first, then the estimates: each model reads the plain ``shape`` and returns
+    # its ``Cost``, and the road goes out to the solvers' modules and back once, not once per solver.
+    costs = [declaration.cost(shape) for _, declaration in declared]
     estimates = []
-    for name in available:
-        declaration = registry.get(name)
-        if getattr(declaration, "cost", None) is None:
-            continue
-        cost = declaration.cost(shape)
+    for (name, declaration), cost in zip(declared, costs):
         estimate = SolverEstimate(name, cost.passes, float(cost.flops), int(cost.task_bytes),
                                   budget is None or cost.task_bytes <= budget, declaration.exact, cost.note,
                                   tasks=shape.row_tasks if cost.tasks is None else cost.tasks, copy_passes=cost.copy_passes,
@@ -440,17 +441,19 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     ``requested`` is the solver the caller named (None: the rules choose); the plan is then that
     solver's, refused when its task does not fit (:func:`check_requested`). ``reads`` maps a
     solver to ``(extra reads of the feature stage before it, its most reads or None)``, from the
-    estimator (:meth:`SolverEstimate.with_reads`), so that the plan counts what the fit reads. ``cache_for`` gives the pass cache a solver's fit
-    would keep (``estimate -> CacheChoice``, :func:`cache_choice`): every solver is then timed with
+    estimator (:meth:`SolverEstimate.with_reads`), so that the plan counts what the fit reads. ``cache_for`` gives the pass cache each solver's fit
+    would keep (``estimates -> {solver: CacheChoice}``, :func:`cache_pricing`): every solver is then timed with
     its later passes served by it, so the choice between an exact road and an iterative one weighs
     what each really costs (the cache makes a Krylov pass its flops, not a decode). ``device``
     (:func:`device_pricing`): the chunks live on a device, and every solver is priced there
     (:func:`on_the_device`; the task budget from the device's memory).
     """
-    budget, source = task_memory_budget()
+    # What runs the tasks is asked once for the whole plan: none of it depends on the solver.
+    resources, distributed = worker_resources(), current_client() is not None
+    budget, source = task_memory_budget(resources)
     if device is not None and (device_budget := device_task_budget(device)) is not None:
         budget, source = device_budget
-    threads = worker_resources()[0]
+    threads = resources[0]
     reads = dict(reads or {})
     roles = _roles(available)
     # Without a tol, solver="auto" weighs the exact roads against the certified one (block
@@ -460,14 +463,14 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     for name in reads if default_road else ():  # a certifying solver will get DEFAULT_TOL, hence its budget
         if getattr(SOLVERS.get(name), "certifies", None) is not None:
             reads[name] = (reads[name][0], _read_budget(name, road_tol, max_passes))
-    distributed = current_client() is not None
     estimates = [
         e.with_reads(*reads.get(e.name, (0, None))).with_seconds(n, d, itemsize, threads, distributed)
         for e in estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget,
                                   available=available, tol=road_tol, max_passes=max_passes, device=device)
     ]
-    caches = {e.name: cache_for(e) for e in estimates} if cache_for is not None else {}
-    estimates = [cached(e, caches.get(e.name)) for e in estimates]
+    caches = cache_for(estimates) if cache_for is not None else {}
+    saved = {name: choice.saved_seconds() for name, choice in caches.items() if choice is not None}
+    estimates = [cached(e, caches.get(e.name), saved.get(e.name)) for e in estimates]
     by_name = {e.name: e for e in estimates}
     fits = lambda name: name in by_name and by_name[name].feasible  # noqa: E731
     exact_small = _name(roles["tall" if d <= n else "wide"])
@@ -687,12 +690,19 @@ ILL_CONDITIONED_RATIO = 1e-10
 
 def cache_choice(chosen: SolverEstimate | None, matrix, cache="auto"):
     """The pass cache (:func:`daskpca.solvers._cache.choose`) a fit with the solver of ``chosen``
-    would keep: its reads of the source are its passes (the most, for one that stops on
-    convergence; one for a road that re-lays the input out into a copy of its own; at least 2
-    for a solver the planner has no row for) plus the job's later reads (the CLI's scores), and
-    the time of each pass it serves. Reads no data."""
+    would keep (:func:`cache_question`). Reads no data."""
     from .solvers import _cache
 
+    return _cache.choose(matrix, cache, **cache_question(chosen, _cache.later_reads(), current_client() is not None))
+
+
+def cache_question(chosen: SolverEstimate | None, later_reads: int, distributed: bool) -> dict:
+    """What pricing the pass cache of a fit with the solver of ``chosen`` asks
+    (:func:`daskpca.solvers._cache.choose`'s keywords): its reads of the source are its passes
+    (the most, for one that stops on convergence; one for a road that re-lays the input out into
+    a copy of its own; at least 2 for a solver the planner has no row for) plus the job's
+    ``later_reads`` (the CLI's scores), and the time of each pass it serves (on a
+    ``distributed`` cluster a cached pass still moves its tasks' results)."""
     most = None if chosen is None else (chosen.passes if chosen.most_passes is None else chosen.most_passes)
     passes = 1 if chosen is not None and chosen.copy_passes else (most if isinstance(most, int) else 2)
     # Whether to cache is decided on the most reads the fit may make; its predicted time (what
@@ -704,21 +714,40 @@ def cache_choice(chosen: SolverEstimate | None, matrix, cache="auto"):
     flop_seconds, read_seconds, working = 0.0, None, 0
     if chosen is not None:
         flop_seconds = chosen.flops / flop_rate(chosen) / max(predicted, 1)
-        if current_client() is not None:  # a cached pass still moves its tasks' results
+        if distributed:
             flop_seconds += chosen.tasks * chosen.result_bytes / TRANSFER_BYTES_PER_SECOND
         if chosen.uncached is not None and isinstance(chosen.passes, int) and chosen.passes:
             read_seconds = (chosen.uncached - chosen.client_flops / CLIENT_FLOPS_PER_SECOND - chosen.local_seconds) / chosen.passes
         working = chosen.task_bytes
-    return _cache.choose(matrix, cache, reads=passes + _cache.later_reads(), working_bytes=working,
-                         flop_seconds=flop_seconds, read_seconds=read_seconds, fit_reads=predicted)
+    return dict(reads=passes + later_reads, working_bytes=working, flop_seconds=flop_seconds, read_seconds=read_seconds,
+                fit_reads=predicted)
 
 
-def cached(estimate: SolverEstimate, choice) -> SolverEstimate:
+def cache_pricing(matrix, cache="auto"):
+    """``make_plan``'s ``cache_for``: ``estimates -> {solver: CacheChoice}``, each solver's pass
+    cache (:func:`cache_question`). The input's and the machine's facts (in memory already? on a
+    device? the threads, a cluster, the job's later reads) are gathered here once, as none of
+    them is the solver's, and the cache module prices every solver in one visit."""
+    from .solvers import _cache
+
+    distributed = current_client() is not None
+    later, facts = _cache.later_reads(), _cache.gather(matrix, cache)
+
+    def price(estimates) -> dict:
+        questions = [cache_question(e, later, distributed) for e in estimates]
+        return dict(zip([e.name for e in estimates], _cache.choose_each(matrix, cache, questions, facts)))
+
+    return price
+
+
+def cached(estimate: SolverEstimate, choice, saved: float | None = None) -> SolverEstimate:
     """``estimate`` timed with the passes ``choice`` serves at their cached time (from its
-    uncached time: a plan timed once with a cache and again in the job is not discounted twice)."""
+    uncached time: a plan timed once with a cache and again in the job is not discounted twice);
+    ``saved``: ``choice.saved_seconds()`` when the planner already asked it."""
     if choice is None or estimate.seconds is None:
         return estimate
-    return replace(estimate, seconds=estimate.uncached - choice.saved_seconds(), uncached_seconds=estimate.uncached)
+    saved = choice.saved_seconds() if saved is None else saved
+    return replace(estimate, seconds=estimate.uncached - saved, uncached_seconds=estimate.uncached)
 
 
 def with_cache(plan: Plan, matrix, cache="auto") -> Plan:

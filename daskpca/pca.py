@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import warnings
 from dataclasses import replace
-from functools import partial
 from numbers import Integral, Real
 
 import dask
@@ -1043,7 +1042,7 @@ class PCA(ProbabilisticMixin, BasePCA):
             geometry=geometry_of(array),
             requested=None if self.solver == "auto" else self.solver,
             reads=_features.plan_reads(SOLVERS, spec, self.get_params(deep=False)),
-            cache_for=partial(_plan.cache_choice, matrix=array, cache=self.cache),  # called by the planner, per solver
+            cache_for=_plan.cache_pricing(array, self.cache),  # called by the planner, per solver
             device=_plan.device_pricing(array, moved=_device.moved_from_host(array)),
         )
         self.refuse_ignored_knobs(plan.solver, SOLVERS)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 import types
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +28,8 @@ from _helpers import reference_pca, sin_theta
 from test_layers import _module_name, imports_of
 
 PACKAGE = Path(daskpca.__file__).parent
+#: Module hops of a library fit and of a CLI fit (test_a_fit_follows_a_short_road_through_the_modules).
+LIBRARY_HOPS, CLI_HOPS = 101, 245
 
 
 def _field(n_time=60, n_lat=6, n_lon=8, seed=0, rank_deficient=False):
@@ -206,23 +210,10 @@ def test_the_top_of_the_package_holds_only_public_faces_and_fit_stages():
     assert len(top) <= 12, f"the top of daskpca/ holds {len(top)} modules: {top}; put each in its subpackage"
 
 
-def test_a_fit_follows_a_short_road_through_the_modules(tmp_path):
-    # A call trace of PCA(20).fit(X) on a small zarr array, counting changes of daskpca module
-    # between calls: 62 hops, pca.py entered 13 times, before the estimator layer (2026-11-25;
-    # the planner asked pca.py for every solver's reads one by one); 54 and 6 after; with the pass cache's own
-    # calls (2026-11-26) 108 and 6, where main had 124 and 13; 146 and 7 before the solvers
-    # declared their own costs, 167 and 7 after (2026-11-27: the planner calls each registered
-    # solver's cost model in its own module, seven of them, ~3 hops each). The bound on
-    # the estimator is the point (a road that bounces back into it for every solver fails); the
-    # total is generous, for the planner's and the solvers' own calls, which grow with them.
-    import sys
-    from collections import Counter
-
-    import zarr
-
-    store = zarr.create_array(store=str(tmp_path / "x.zarr"), shape=(400, 60), chunks=(100, 60), dtype="f8")
-    store[:] = np.random.default_rng(0).standard_normal((400, 60))
-    PCA(20).fit(store)  # imports and caches warm
+def _module_hops(fit) -> tuple[int, Counter]:
+    """Changes of daskpca module between calls in a trace of ``fit()`` (run once before, so that
+    imports and caches are warm), and how often each module was entered."""
+    fit()
     hops, entered, last = 0, Counter(), [None]
 
     def trace(frame, event, arg):
@@ -235,7 +226,32 @@ def test_a_fit_follows_a_short_road_through_the_modules(tmp_path):
 
     sys.setprofile(trace)
     try:
-        PCA(20).fit(store)
+        fit()
     finally:
         sys.setprofile(None)
-    assert entered["daskpca.pca"] <= 8 and hops <= 185, (hops, entered.most_common(5))
+    return hops, entered
+
+
+def test_a_fit_follows_a_short_road_through_the_modules(tmp_path):
+    # A call trace of PCA(20).fit(X) on a small zarr array, counting changes of daskpca module
+    # between calls: 62 hops, pca.py entered 13 times, before the estimator layer (2026-11-25;
+    # the planner asked pca.py for every solver's reads one by one); 54 and 6 after; with the pass cache's own
+    # calls (2026-11-26) 108 and 6, where main had 124 and 13; 146 and 7 before the solvers
+    # declared their own costs, 167 and 7 after (2026-11-27: the planner calls each registered
+    # solver's cost model in its own module, seven of them, ~3 hops each); LIBRARY_HOPS after the
+    # cache's facts were gathered once per plan and the cost models all run before the estimates
+    # are made (2026-11-27; the CLI's fit, CLI_HOPS, had 304 before). The bound on the estimator
+    # is the point (a road that bounces back into it for every solver fails); the totals bound
+    # the planner's and the solvers' own calls, which grow with them.
+    import zarr
+
+    from daskpca.cli import main
+
+    store = zarr.create_array(store=str(tmp_path / "x.zarr"), shape=(400, 60), chunks=(100, 60), dtype="f8")
+    store[:] = np.random.default_rng(0).standard_normal((400, 60))
+    hops, entered = _module_hops(lambda: PCA(20).fit(store))
+    assert entered["daskpca.pca"] <= 8 and hops <= LIBRARY_HOPS, (hops, entered.most_common(5))
+    outputs = iter(range(2))
+    hops, entered = _module_hops(lambda: main(["fit", str(tmp_path / "x.zarr"), "-k", "20", "--quiet",
+                                               "--out", str(tmp_path / f"model{next(outputs)}.zarr")]))
+    assert hops <= CLI_HOPS, (hops, entered.most_common(5))

@@ -190,24 +190,50 @@ def in_memory(matrix) -> str | None:
     return " and ".join(sorted(kinds)) or "data computed by dask from values in its graph"
 
 
-def memory_room(working_bytes: int) -> tuple[int, str]:
-    """``(bytes the cache may hold in memory, where from)`` beside ``working_bytes`` per thread."""
+@dataclass(frozen=True)
+class MachineMemory:
+    """The memory facts the cache's room is priced from (:func:`machine_memory`): on a
+    ``distributed`` cluster each worker's ``(memory limit, threads)`` and the spill ``target``;
+    on the threaded scheduler this machine's ``available`` bytes and its ``threads``."""
+
+    workers: tuple | None  # ((memory_limit or None, threads), ...) on a cluster, else None
+    target: float = 0.6
+    available: float = 0.0
+    threads: int = 1
+
+
+def machine_memory() -> MachineMemory:
+    """The :class:`MachineMemory` of whatever runs the tasks now (asks the scheduler once)."""
     client = current_client()
     if client is not None:
         target = dask.config.get("distributed.worker.memory.target", 0.6) or 0.6
+        return MachineMemory(tuple((w.get("memory_limit"), max(w.get("nthreads", 1), 1)) for w in _workers(client)), target)
+    import psutil
+
+    return MachineMemory(None, available=psutil.virtual_memory().available, threads=worker_resources()[0])
+
+
+#: The machine's memory facts while a planner prices the cache for all its solvers
+#: (:func:`choose_each`), read by :func:`memory_room`; None: asked at each call.
+_machine: ContextVar[MachineMemory | None] = ContextVar("daskpca_cache_machine", default=None)
+
+
+def memory_room(working_bytes: int) -> tuple[int, str]:
+    """``(bytes the cache may hold in memory, where from)`` beside ``working_bytes`` per thread.
+
+    The machine's part is the same for every solver a plan weighs: inside :func:`choose_each` it
+    comes from the facts gathered once for the plan; elsewhere from :func:`machine_memory`."""
+    machine = _machine.get() or machine_memory()
+    if machine.workers is not None:
+        target = machine.target
         room = 0
-        for worker in _workers(client):
-            limit = worker.get("memory_limit")
+        for limit, nthreads in machine.workers:
             if not limit:
                 return 2**62, "distributed workers without memory limits"
-            nthreads = max(worker.get("nthreads", 1), 1)
             room += limit * target - WORKER_FOOTPRINT - nthreads * working_bytes
         return int(max(room, 0)), (f"the workers' memory limits × {target:g} (distributed's spill threshold), less "
                                    f"their footprint and a task's working set per thread")
-    import psutil
-
-    threads, _, _ = worker_resources()
-    room = LOCAL_MEMORY_FRACTION * psutil.virtual_memory().available - threads * working_bytes
+    room = LOCAL_MEMORY_FRACTION * machine.available - machine.threads * working_bytes
     return int(max(room, 0)), f"{LOCAL_MEMORY_FRACTION:g} × this machine's available memory, less a task's working set per thread"
 
 
@@ -216,11 +242,11 @@ def memory_room(working_bytes: int) -> tuple[int, str]:
 DEVICE_MEMORY_FRACTION = 0.5
 
 
-def device_memory_room(device, working_bytes: int) -> tuple[int, str]:
+def device_memory_room(device, working_bytes: int, memory=None) -> tuple[int, str]:
     """``(bytes the cache may hold on the device, where from)`` for blocks on ``device`` (its
-    free memory on this process's current device; a cluster of GPU workers each has its own,
-    assumed alike)."""
-    memory = device.memory()
+    free memory on this process's current device, ``memory`` = ``(free, total)`` when already
+    asked; a cluster of GPU workers each has its own, assumed alike)."""
+    memory = device.memory() if memory is None else memory
     if memory is None:
         return 0, f"{device.name}: its free memory is unknown"
     free, _ = memory
@@ -248,34 +274,75 @@ def disk_unshared() -> str | None:
             f"set it to a folder every worker and this process share for a disk cache")
 
 
+@dataclass(frozen=True)
+class CacheFacts:
+    """What pricing the pass cache reads of the input and of the machine, none of it the
+    solver's: gathered once per plan (:func:`gather`), so that pricing the cache for every
+    solver's estimate (:func:`choose`) asks the graph, the device and the scheduler nothing again.
+
+    ``value`` is the effective setting (:func:`setting`); ``held`` why each matrix needs no cache
+    (:func:`in_memory`, None for a stored one); ``stored`` the matrices worth keeping; ``device``
+    the backend of the first stored one's chunks and ``device_memory`` its ``(free, total)``
+    bytes (None on the host); ``threads`` those that run the tasks; ``tasks`` the stored blocks.
+    """
+
+    value: str | bool
+    held: tuple
+    stored: tuple
+    device: object = NUMPY
+    device_memory: tuple | None = None
+    threads: int = 1
+    tasks: int = 0
+    machine: MachineMemory | None = None  # the memory room's facts (None: nothing stored to keep)
+
+
+def gather(matrix, cache="auto") -> CacheFacts:
+    """The :class:`CacheFacts` of ``matrix`` (one dask array, or a list of them) for ``cache``.
+    Reads no data; raises :class:`~daskpca.exceptions.InvalidParameterError` for a bad ``cache``."""
+    value = setting(cache)
+    matrices = list(matrix) if isinstance(matrix, (list, tuple)) else [matrix]
+    if value is False:
+        return CacheFacts(value, (), ())
+    held = tuple(in_memory(m) for m in matrices)
+    stored = tuple(m for m, h in zip(matrices, held) if h is None)
+    if not stored:
+        return CacheFacts(value, held, stored)
+    device = on_device(stored[0])
+    machine = machine_memory()
+    threads = worker_resources()[0] if machine.workers is not None else machine.threads
+    return CacheFacts(value, held, stored, device, None if device is NUMPY else device.memory(), threads,
+                      sum(len(m.chunks[0]) * len(m.chunks[1]) for m in stored), machine)
+
+
 def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_seconds: float = 0.0,
-           read_seconds: float | None = None, fit_reads: int | None = None) -> CacheChoice:
+           read_seconds: float | None = None, fit_reads: int | None = None, facts: CacheFacts | None = None) -> CacheChoice:
     """The pass cache for a job that reads ``matrix`` ``reads`` times (see the module notes).
 
     ``working_bytes``: the largest task of a pass (the plan's estimate); ``flop_seconds`` and
     ``read_seconds``: a pass's predicted flops time and source-read time (the plan's), for the
     predicted time of a pass served by the cache; ``fit_reads``: the reads of the fit itself
-    (default ``reads``), whose time the plan predicts. Reads no data.
+    (default ``reads``), whose time the plan predicts; ``facts``: ``matrix``'s and the machine's
+    (:func:`gather`, made once by a planner that prices the cache for every solver; None: gathered
+    here). Reads no data.
     """
-    value = setting(cache)
-    matrices = list(matrix) if isinstance(matrix, (list, tuple)) else [matrix]
+    facts = gather(matrix, cache) if facts is None else facts
+    value = facts.value
     choice = CacheChoice(None, 0, "", reads if fit_reads is None else fit_reads, None, read_seconds)
     if value is False:
         return replace(choice, reason="cache=False" if cache is False else f"dask config {CONFIG_KEY!r} is False")
     if reads <= 1:
         return replace(choice, reason="the job reads the input once: nothing to reuse")
-    held = [in_memory(m) for m in matrices]
+    held = facts.held
     if all(h is not None for h in held):
         return replace(choice, reason=f"the input is already in memory ({held[0]}): used as it is")
-    stored = [m for m, h in zip(matrices, held) if h is None]
+    stored = list(facts.stored)
     nbytes = int(sum(m.nbytes for m in stored))
     choice = replace(choice, sources=tuple(stored))
     room, where = memory_room(working_bytes)
-    device = on_device(stored[0])
+    device = facts.device
     if device is not NUMPY:  # blocks kept where the passes use them: the device's memory
-        room, where = device_memory_room(device, working_bytes)
-    tasks = sum(len(m.chunks[0]) * len(m.chunks[1]) for m in stored)
-    task_seconds = 0.9e-3 * tasks / max(worker_resources()[0], 1)
+        room, where = device_memory_room(device, working_bytes, facts.device_memory)
+    task_seconds = 0.9e-3 * facts.tasks / max(facts.threads, 1)
     memory = replace(choice, kind="memory", nbytes=nbytes, pass_seconds=flop_seconds + task_seconds,
                      keep_seconds=nbytes / MEMORY_KEEP_BYTES_PER_SECOND)
     if value == "memory":
@@ -302,7 +369,7 @@ def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_sec
         return replace(choice, reason=f"{format_bytes(nbytes)} exceeds the memory room ({format_bytes(room)}) and {shared}")
     free = free_bytes()
     disk = replace(choice, kind="disk", nbytes=nbytes, keep_seconds=nbytes / DISK_WRITE_BYTES_PER_SECOND,
-                   pass_seconds=nbytes / DISK_READ_BYTES_PER_SECOND / max(1, min(2, worker_resources()[0])) + flop_seconds + task_seconds)
+                   pass_seconds=nbytes / DISK_READ_BYTES_PER_SECOND / max(1, min(2, facts.threads)) + flop_seconds + task_seconds)
     if free >= nbytes * (1 + DISK_HEADROOM):
         why = "asked for (cache='disk')" if value == "disk" else \
             f"{format_bytes(nbytes)} exceeds the memory room ({format_bytes(room)}, {where})"
@@ -311,6 +378,17 @@ def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_sec
               f"the scratch folder {scratch_root()} ({format_bytes(free)}); set $DASKPCA_SCRATCH to a local disk with room")
     return replace(choice, reason=reason, warning=f"{reason}. No pass cache: the fit reads its source on every pass."
                    if value == "disk" else None)
+
+
+def choose_each(matrix, cache, questions, facts: CacheFacts) -> list[CacheChoice]:
+    """:func:`choose` for each of ``questions`` (its keywords, one dict per solver a planner
+    weighs) on the same ``matrix`` and ``facts``: one visit for all of them, the memory room
+    priced from the machine's facts gathered with them."""
+    token = _machine.set(facts.machine)
+    try:
+        return [choose(matrix, cache, facts=facts, **question) for question in questions]
+    finally:
+        _machine.reset(token)
 
 
 # ----------------------------------------------------------------------------------------- running

@@ -63,7 +63,7 @@ CASES = {
 def make(case, monkeypatch) -> _plan.Plan:
     shape, chunks, dtype, params, per_thread, device = CASES[case]
     monkeypatch.setattr(_plan, "worker_resources", lambda: (16, per_thread, "16 threads (the test's)"))
-    monkeypatch.setattr(_cache, "memory_room", lambda working: (64 * GiB, "the test's 64 GiB"))
+    monkeypatch.setattr(_cache, "memory_room", lambda working, machine=None: (64 * GiB, "the test's 64 GiB"))
     if device is not None:
         standin.use_as_cuda(monkeypatch)
         monkeypatch.setattr(standin.StandInBackend, "memory", lambda self: (140 * GiB, 140 * GiB))
@@ -143,7 +143,7 @@ def make_estimator_plan(case, monkeypatch) -> dict:
 
     estimator, params, x, y, per_thread = ESTIMATOR_CASES[case]
     monkeypatch.setattr(_plan, "worker_resources", lambda: (16, per_thread, "16 threads (the test's)"))
-    monkeypatch.setattr(_cache, "memory_room", lambda working: (64 * GiB, "the test's 64 GiB"))
+    monkeypatch.setattr(_cache, "memory_room", lambda working, machine=None: (64 * GiB, "the test's 64 GiB"))
     arrays = [da.zeros(shape, chunks=chunks, dtype="f4") for shape, chunks in ((x,) if y is None else (x, y))]
     if estimator != "CCA":  # CCA keeps no pass cache
         params = {"cache": False, **params}

@@ -213,17 +213,12 @@ def machine_memory() -> MachineMemory:
     return MachineMemory(None, available=psutil.virtual_memory().available, threads=worker_resources()[0])
 
 
-#: The machine's memory facts while a planner prices the cache for all its solvers
-#: (:func:`choose_each`), read by :func:`memory_room`; None: asked at each call.
-_machine: ContextVar[MachineMemory | None] = ContextVar("daskpca_cache_machine", default=None)
-
-
-def memory_room(working_bytes: int) -> tuple[int, str]:
+def memory_room(working_bytes: int, machine: MachineMemory | None = None) -> tuple[int, str]:
     """``(bytes the cache may hold in memory, where from)`` beside ``working_bytes`` per thread.
 
-    The machine's part is the same for every solver a plan weighs: inside :func:`choose_each` it
-    comes from the facts gathered once for the plan; elsewhere from :func:`machine_memory`."""
-    machine = _machine.get() or machine_memory()
+    ``machine``: the memory facts, the same for every solver a plan weighs (gathered once for the
+    plan, :func:`gather`); None: asked now (:func:`machine_memory`)."""
+    machine = machine or machine_memory()
     if machine.workers is not None:
         target = machine.target
         room = 0
@@ -338,7 +333,7 @@ def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_sec
     stored = list(facts.stored)
     nbytes = int(sum(m.nbytes for m in stored))
     choice = replace(choice, sources=tuple(stored))
-    room, where = memory_room(working_bytes)
+    room, where = memory_room(working_bytes, facts.machine)
     device = facts.device
     if device is not NUMPY:  # blocks kept where the passes use them: the device's memory
         room, where = device_memory_room(device, working_bytes, facts.device_memory)
@@ -384,11 +379,7 @@ def choose_each(matrix, cache, questions, facts: CacheFacts) -> list[CacheChoice
     """:func:`choose` for each of ``questions`` (its keywords, one dict per solver a planner
     weighs) on the same ``matrix`` and ``facts``: one visit for all of them, the memory room
     priced from the machine's facts gathered with them."""
-    token = _machine.set(facts.machine)
-    try:
-        return [choose(matrix, cache, facts=facts, **question) for question in questions]
-    finally:
-        _machine.reset(token)
+    return [choose(matrix, cache, facts=facts, **question) for question in questions]
 
 
 # ----------------------------------------------------------------------------------------- running

@@ -668,12 +668,9 @@ class Run:
         if self.roads is not None and case.exact_road not in self.roads:
             return
         row = self.record.row(case.name, "transform")
-        model = self.models.get((case.name, case.exact_road, "gpu"))
+        model, done = self.transform_with(case, row, gpu=True)
         if model is None:
-            row.gpu_error = f"no GPU model of {case.exact_road} to transform with"
             return
-        done = self.attempt(row, "GPU", f"{case.exact_road} model, .compute()",
-                            lambda: model.transform(self.matrix(case, gpu=True)).compute())
         if done:
             scores, row.gpu_s = done
             row.extra["gpu_scores_type"] = type(scores).__module__.split(".")[0]
@@ -684,6 +681,17 @@ class Run:
                                 lambda: transform_floor(xp, X, model.mean_, model.components_, case.chunks))
             if done:
                 row.floor_s = done[1]
+
+    def transform_with(self, case: Case, row, *, gpu: bool):
+        """``(model, attempt)``: the case's exact model of that side transforming its data, timed
+        into ``row`` (the model None, with the row's error said, when that fit gave none)."""
+        side = "GPU" if gpu else "CPU"
+        model = self.models.get((case.name, case.exact_road, side.lower()))
+        if model is None:
+            setattr(row, f"{side.lower()}_error", f"no {side} model of {case.exact_road} to transform with")
+            return None, None
+        return model, self.attempt(row, side, f"{case.exact_road} model, .compute()",
+                                   lambda: model.transform(self.matrix(case, gpu=gpu)).compute())
 
     # -- the CPU phase -------------------------------------------------------------------------
 
@@ -744,12 +752,7 @@ class Run:
                 self.record.save()
                 return
         if road == "transform":
-            model = self.models.get((case.name, case.exact_road, "cpu"))
-            if model is None:
-                row.cpu_error = f"no CPU model of {case.exact_road} to transform with"
-                return
-            done = self.attempt(row, "CPU", f"{case.exact_road} model, .compute()",
-                                lambda: model.transform(self.matrix(case, gpu=False)).compute())
+            _, done = self.transform_with(case, row, gpu=False)
             if done:
                 scores, row.cpu_s = done
                 gpu_scores = self.gpu_scores.get(case.name)

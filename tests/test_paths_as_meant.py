@@ -26,7 +26,7 @@ from _helpers import low_rank_data, write_zarr
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     """``$HOME`` and the working directory are two different folders of ``tmp_path``."""
-    home, work = tmp_path / "home", tmp_path / "work"
+    home, work = tmp_path / "home", tmp_path / "jobs"
     home.mkdir()
     work.mkdir()
     monkeypatch.setenv("HOME", str(home))
@@ -88,7 +88,7 @@ def test_tilde_out_writes_a_readable_model_in_home(home, capsys):
     np.testing.assert_allclose(daskpca.load(home_dir / "new.zarr").explained_variance_,
                                PCA(2).fit(X).explained_variance_, rtol=1e-10)
     assert _run(capsys, "inspect", "~/new.zarr")[0] == 0
-    assert _run(capsys, "transform", "~/new.zarr", "~/../work/in.zarr", "--out", "~/s.zarr")[0] == 0
+    assert _run(capsys, "transform", "~/new.zarr", "~/../jobs/in.zarr", "--out", "~/s.zarr")[0] == 0
     assert (home_dir / "s.zarr").is_dir() and not (work / "~").exists()
 
 
@@ -102,14 +102,14 @@ def test_tilde_in_a_job_file(home, capsys):
 
 def test_the_overlap_check_sees_the_path_the_writer_would(home, capsys):
     home_dir, work, _ = home
-    code, _, err = _run(capsys, "fit", "~/../work/in.zarr", "-k", "2", "--out", f"file://localhost{work}/in.zarr",
+    code, _, err = _run(capsys, "fit", "~/../jobs/in.zarr", "-k", "2", "--out", f"file://localhost{work}/in.zarr",
                         "--overwrite")
     assert code == 2 and "is the same store as the input SOURCE" in err
 
 
 def test_save_load_and_io_expand_tilde(home):
     home_dir, work, X = home
-    pca = PCA(2).fit("~/../work/in.zarr")  # an input path, too
+    pca = PCA(2).fit("~/../jobs/in.zarr")  # an input path, too
     pca.save("~/api.zarr")
     assert not (work / "~").exists() and (home_dir / "api.zarr").is_dir()
     np.testing.assert_array_equal(PCA.load("~/api.zarr").components_, pca.components_)

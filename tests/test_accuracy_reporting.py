@@ -27,7 +27,7 @@ def _noise_continuum(n=1600, d=1500, k=6, seed=0):
 @pytest.fixture
 def small_tasks(monkeypatch):
     """30 MB per task: no exact solver's d², n² or R factors fit, a sketching pass does."""
-    monkeypatch.setattr(_plan, "task_memory_budget", lambda: (30 * 2**20, "a test's budget"))
+    monkeypatch.setattr(_plan, "task_memory_budget", lambda resources=None: (30 * 2**20, "a test's budget"))
 
 
 def test_auto_without_tol_certifies_the_default_accuracy_quietly(small_tasks):
@@ -80,7 +80,7 @@ def test_default_road_bound_is_never_below_the_truth_on_hard_spectra(monkeypatch
     from test_solver_krylov import hard_spectrum
     from _helpers import write_zarr
 
-    monkeypatch.setattr(_plan, "task_memory_budget", lambda: (8 * 2**20, "a test's budget"))  # no n², d², R fits
+    monkeypatch.setattr(_plan, "task_memory_budget", lambda resources=None: (8 * 2**20, "a test's budget"))  # no n², d², R fits
     X = hard_spectrum(600, 800, 4, ratio, seed=5, dtype=np.float32)
     array, _ = write_zarr(tmp_path / "x.zarr", X, (1, 800))
     with warnings.catch_warnings(record=True) as caught:

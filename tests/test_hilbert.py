@@ -201,12 +201,12 @@ def test_the_plan_names_the_rechunk_and_a_strip_too_wide_for_the_budget(monkeypa
     # A budget below the one-strip task: refused before any read, with the strip width that fits.
     wide = da.from_array(np.random.default_rng(0).standard_normal((64, 4_000)), chunks=(64, 2_000))
     need = HilbertPCA(2).plan(wide).estimate("hilbert").task_bytes
-    monkeypatch.setattr(_plan, "task_memory_budget", lambda: (int(0.8 * need), "test"))
+    monkeypatch.setattr(_plan, "task_memory_budget", lambda resources=None: (int(0.8 * need), "test"))
     with pytest.raises(ValueError, match=r"widest column strip of X holds 2000 features.*at most ~1024 features"):
         HilbertPCA(2).fit(wide)
     # Where the Gram matrices' merge alone is over the budget, narrower strips are not the fix:
     # solver="gram" says so and names Krylov, which "auto" then runs (n×ℓ blocks, not n×n).
-    monkeypatch.setattr(_plan, "task_memory_budget", lambda: (2 * 16 * 240 * 240, "test"))
+    monkeypatch.setattr(_plan, "task_memory_budget", lambda resources=None: (2 * 16 * 240 * 240, "test"))
     narrow = X.rechunk((240, 12))
     with pytest.raises(ValueError, match=r"even one feature per strip does not fit: merging the 240-row blocks.*"
                                          r"Use solver='krylov'"):

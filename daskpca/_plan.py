@@ -164,9 +164,9 @@ def device_task_budget(device: DevicePricing) -> tuple[int, str] | None:
         return None
     threads = worker_resources()[0]
     if current_client() is not None:  # GPU workers: each its own device, its own threads
-        from .solvers._geometry import _workers
+        from .solvers._geometry import worker_infos  # each worker: its own device and threads
 
-        threads = max((max(w.get("nthreads", 1), 1) for w in _workers(current_client())), default=1)
+        threads = max((max(w.get("nthreads", 1), 1) for w in worker_infos(current_client())), default=1)
     return (int(TASK_MEMORY_FRACTION * device.memory / max(threads, 1)),
             f"from the device's memory ({format_bytes(device.memory)}) per thread")
 

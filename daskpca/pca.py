@@ -37,7 +37,7 @@ from .models._base import Estimator, model_matrix, positions, project_matrix, re
 from .models._constraints import ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Interval, Options, Predicate
 from .solvers import SOLVERS, _cache, _device, covariance
 from .solvers._base import ComponentRequest, SolverResult
-from .solvers._decode import local_root
+from .solvers._decode import local_root, zarr_arrays
 from .solvers._geometry import geometry_of, regroup
 from .solvers._linalg import flip_signs, tuned_for_tasks
 from .solvers._moments import Moments, combine_moments
@@ -80,21 +80,7 @@ def _zarr_arrays(X) -> list:
     data = X.data if labeled.is_labeled(X) else X
     if not hasattr(data, "__dask_graph__"):
         return []
-    from dask._task_spec import DataNode, GraphNode
-
-    from .solvers._decode import _bottom
-
-    found = []
-    for node in dict(data.__dask_graph__()).values():
-        if isinstance(node, GraphNode) and not isinstance(node, DataNode):
-            continue
-        value = node.value if isinstance(node, DataNode) else node
-        if type(value).__name__ == "ZarrsRead":
-            value = value.source
-        array = _bottom(value)
-        if isinstance(array, zarr.Array) and all(array is not other for other in found):
-            found.append(array)
-    return found
+    return [array for array in zarr_arrays(data) if isinstance(array, zarr.Array)]
 
 
 def refuse_unwritten_store(X, action: str = "a model fitted on it would describe nothing") -> None:

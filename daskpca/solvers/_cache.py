@@ -76,7 +76,7 @@ import numpy as np
 from ..exceptions import CacheWarning, InvalidParameterError, ScratchError
 from ._copies import _read_block, _write_block
 from ._decode import stored_paths
-from ._geometry import WORKER_FOOTPRINT, _workers, current_client, worker_resources
+from ._geometry import WORKER_FOOTPRINT, current_client, worker_infos, worker_resources
 from ._device import NUMPY, backend_of, on_device
 from ._graph import unwrap_scheduler
 
@@ -207,7 +207,7 @@ def machine_memory() -> MachineMemory:
     client = current_client()
     if client is not None:
         target = dask.config.get("distributed.worker.memory.target", 0.6) or 0.6
-        return MachineMemory(tuple((w.get("memory_limit"), max(w.get("nthreads", 1), 1)) for w in _workers(client)), target)
+        return MachineMemory(tuple((w.get("memory_limit"), max(w.get("nthreads", 1), 1)) for w in worker_infos(client)), target)
     import psutil
 
     return MachineMemory(None, available=psutil.virtual_memory().available, threads=worker_resources()[0])
@@ -262,7 +262,7 @@ def disk_unshared() -> str | None:
         here.add(socket.gethostbyname(socket.gethostname()))
     except OSError:
         pass
-    hosts = {w.get("host") for w in _workers(client)}
+    hosts = {w.get("host") for w in worker_infos(client)}
     if hosts <= here:
         return None
     return (f"workers run on other hosts ({', '.join(sorted(map(str, hosts - here)))}) and ${SCRATCH_ENV} is unset: "

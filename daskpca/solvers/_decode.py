@@ -162,31 +162,36 @@ class ZarrsRead:
         return f"ZarrsRead({self.source!r})"
 
 
-def stored_paths(matrices) -> dict:
-    """``{label: path}`` of the local zarr stores that ``matrices`` read — the job's inputs as far
-    as the library knows them — for :func:`daskpca.store.scratch.check_apart`.
-
-    Found in each graph's data: a ``zarr.Array`` on a local store, also under xarray's lazy
-    backend wrappers or :class:`ZarrsRead`. Labelled ``X`` (and ``Y`` for a second
-    matrix). Other sources (NumPy, object stores, data computed by dask) add nothing. Reads no
-    data.
-    """
+def zarr_arrays(matrix) -> list:
+    """The ``zarr.Array``\ s that the graph of ``matrix`` (a dask array) reads, each once: found in
+    the graph's data, also under xarray's lazy backend wrappers or :class:`ZarrsRead`. Reads no
+    data."""
     from dask._task_spec import DataNode, GraphNode
 
+    found = []
+    for node in dict(matrix.__dask_graph__()).values():
+        if isinstance(node, GraphNode) and not isinstance(node, DataNode):
+            continue
+        value = node.value if isinstance(node, DataNode) else node
+        if type(value).__name__ == "ZarrsRead":
+            value = value.source
+        array = _bottom(value)
+        if array is not None and hasattr(array, "store") and all(array is not other for other in found):
+            found.append(array)
+    return found
+
+
+def stored_paths(matrices) -> dict:
+    """``{label: path}`` of the local zarr stores that ``matrices`` read (:func:`zarr_arrays`) —
+    the job's inputs as far as the library knows them — for
+    :func:`daskpca.store.scratch.check_apart`. Labelled ``X`` (and ``Y`` for a second matrix).
+    Other sources (NumPy, object stores, data computed by dask) add nothing. Reads no data.
+    """
     found = {}
     for index, matrix in enumerate(matrices):
         label = "XY"[index] if index < 2 else f"#{index + 1}"
-        for node in dict(matrix.__dask_graph__()).values():
-            if isinstance(node, DataNode):
-                value = node.value
-            elif isinstance(node, GraphNode):
-                continue
-            else:
-                value = node
-            if type(value).__name__ == "ZarrsRead":
-                value = value.source
-            array = _bottom(value)
-            root = local_root(getattr(array, "store", None))
+        for array in zarr_arrays(matrix):
+            root = local_root(array.store)
             if root is None:
                 continue
             path = os.path.join(root, array.path) if array.path else root

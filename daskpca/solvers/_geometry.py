@@ -117,7 +117,7 @@ def current_client():
         return None
 
 
-def _workers(client) -> list[dict]:
+def worker_infos(client) -> list[dict]:
     try:  # n_workers=-1: every worker, not the first few that recent versions list by default
         return list(client.scheduler_info(n_workers=-1)["workers"].values())
     except TypeError:  # distributed before the n_workers argument lists them all
@@ -133,7 +133,7 @@ def worker_resources() -> tuple[int, float | None, str]:
     """
     client = current_client()
     if client is not None:
-        workers = _workers(client)
+        workers = worker_infos(client)
         threads = sum(max(w.get("nthreads", 1), 1) for w in workers) or 1
         per_thread = [w["memory_limit"] / max(w.get("nthreads", 1), 1) for w in workers if w.get("memory_limit")]
         if per_thread:
@@ -203,7 +203,7 @@ def task_read_bytes() -> int:
     client = current_client()
     if client is not None:
         free = []
-        for worker in _workers(client):
+        for worker in worker_infos(client):
             limit, metrics = worker.get("memory_limit"), worker.get("metrics", {})
             if limit:
                 own = max(metrics.get("memory", 0) - metrics.get("managed_bytes", 0), WORKER_FOOTPRINT)

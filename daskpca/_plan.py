@@ -50,14 +50,11 @@ import numpy as np
 
 from .solvers import SOLVERS
 from .solvers._base import DENSE_FLOPS_PER_SECOND, PlanInput
-from .solvers._geometry import Geometry, current_client, worker_resources
+from .solvers._geometry import TASK_MEMORY_FRACTION, Geometry, current_client, device_task_bytes, worker_resources
 from .exceptions import InputError
 
 logger = logging.getLogger("daskpca")
 
-#: A task may use at most this fraction of a worker's memory limit (the rest is headroom for
-#: dask's own buffers and the input blocks in flight).
-TASK_MEMORY_FRACTION = 0.5
 #: The accuracy (bound on sin θ of the kept subspace) that ``solver="auto"`` certifies when no
 #: ``tol`` is given and an exact solver would cost more (see the module notes for the argument).
 DEFAULT_TOL = 1e-6
@@ -137,6 +134,13 @@ class DevicePricing:
         host = flops / self.rate(f"host-{kind}-flops") + FLOAT64_BYTES * float(size) ** 2 / self.rate("transfer-bytes")
         return min(host, self.rate("solve-seconds") + flops / self.rate(f"{kind}-flops"))
 
+    @property
+    def task_bytes(self) -> int | None:
+        """Bytes one task may hold on the device (None: its memory unknown):
+        :func:`~daskpca.solvers._geometry.device_task_bytes`, the figure the device's merge trees are
+        sized to at run time."""
+        return None if self.memory is None else device_task_bytes(self.memory)
+
     def describe(self) -> str:
         memory = f", {format_bytes(self.memory)} of device memory" if self.memory else ""
         moved = f"; each pass moves the blocks up at {self.rate('transfer-bytes') / 1e9:.3g} GB/s" if self.moved else ""
@@ -159,16 +163,10 @@ def device_pricing(matrix, moved: bool = False) -> DevicePricing | None:
 
 def device_task_budget(device: DevicePricing) -> tuple[int, str] | None:
     """``(bytes, where from)`` one task may hold on the device: TASK_MEMORY_FRACTION of its memory
-    shared by the threads that run tasks on it (a worker's threads; the local scheduler's cores)."""
+    shared by the threads that run tasks on it (:attr:`DevicePricing.task_bytes`)."""
     if device.memory is None:
         return None
-    threads = worker_resources()[0]
-    if current_client() is not None:  # GPU workers: each its own device, its own threads
-        from .solvers._geometry import worker_infos  # each worker: its own device and threads
-
-        threads = max((max(w.get("nthreads", 1), 1) for w in worker_infos(current_client())), default=1)
-    return (int(TASK_MEMORY_FRACTION * device.memory / max(threads, 1)),
-            f"from the device's memory ({format_bytes(device.memory)}) per thread")
+    return device.task_bytes, f"from the device's memory ({format_bytes(device.memory)}) per thread"
 
 
 @dataclass(frozen=True)

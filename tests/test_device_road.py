@@ -20,7 +20,7 @@ import xarray as xr
 
 from daskpca import PCA, _plan, load
 from daskpca.exceptions import InputError, InvalidParameterError
-from daskpca.solvers import _device, covariance, tsqr
+from daskpca.solvers import _device, _geometry, covariance, tsqr
 
 import _device_standin as standin
 from _helpers import low_rank_data, sin_theta, write_zarr
@@ -386,3 +386,26 @@ def test_the_plan_prices_the_device(monkeypatch):
     assert chosen.local_seconds < cpu.estimate("covariance").flops / 60e9 / 10
     with dask.config.set({"daskpca.device.flops": 60e9}):  # a "device" no faster than the host
         assert PCA(10, device="cuda").plan(X).solver == "krylov"
+
+
+def test_device_merges_are_sized_to_the_task_budget_the_plan_checks(monkeypatch):
+    """TSQR's 8000-wide R factors merged 8 at a time would hold 12 GiB in one task, more than an
+    H200's share per thread under 16 threads (4.4 GiB): the plan narrows the merges to what a task
+    may hold, so it is feasible rather than refused, and the graph's merge trees use the same
+    fan-in (one rule, :func:`~daskpca.solvers._device.device_task_bytes`)."""
+    standin.use_as_cuda(monkeypatch)
+    h200 = 141 * 10**9
+    monkeypatch.setattr(standin.StandInBackend, "memory", lambda self: (h200, h200))
+    monkeypatch.setattr(_plan, "worker_resources", lambda: (16, 8 * 2**30, "16 cores, 8 GiB each (the test's)"))
+    monkeypatch.setattr(_geometry, "device_threads", lambda: 16)
+    X = da.zeros((200_000, 8000), chunks=(12_500, 8000), dtype=np.float32)
+    plan = PCA(10, solver="tsqr", device="cuda").plan(X)
+    budget = plan.task_memory_budget
+    assert budget == int(0.5 * h200 / 16) and plan.estimate("tsqr").feasible
+    part = 8000 * 8000 * 8  # one R factor, float64
+    on_device = X.map_blocks(standin.to_standin)
+    fan_in = _geometry.device_merge_fan_in(_device.on_device(on_device), 2, part, copies=3)
+    assert fan_in == 2 and (3 * fan_in + 1) * part <= budget < (3 * 4 + 1) * part
+    # A small d keeps the device's wide merges.
+    narrow = _device.on_device(on_device[:, :1000])
+    assert _geometry.device_merge_fan_in(narrow, 2, 1000 * 1000 * 8, copies=3) == _device.DEVICE_SPLIT_EVERY

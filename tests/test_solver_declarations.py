@@ -25,7 +25,7 @@ import pytest
 
 from daskpca import PCA
 from daskpca import _plan
-from daskpca.solvers import _cache
+from daskpca.solvers import _cache, _geometry
 
 import _device_standin as standin
 
@@ -67,6 +67,7 @@ def make(case, monkeypatch) -> _plan.Plan:
     if device is not None:
         standin.use_as_cuda(monkeypatch)
         monkeypatch.setattr(standin.StandInBackend, "memory", lambda self: (140 * GiB, 140 * GiB))
+        monkeypatch.setattr(_geometry, "device_threads", lambda: 16)  # the device shared by 16 threads
     params = {"cache": False, **params}
     X = da.zeros(shape, chunks=chunks, dtype=dtype)
     if device == "resident":

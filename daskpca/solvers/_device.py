@@ -11,8 +11,9 @@ results (d×d, n×n, d×ℓ, k×k) move to the host, once, at the root of the me
 partials run on the device too. The final d×d eigenproblem (covariance) or SVD of R (TSQR) runs
 on the device too, in the root task, where that is cheaper than moving the matrix and solving it
 on the host (:func:`solve_on_device`, a cost rule from :data:`RATES`); only its k leading pairs
-then move. Partials of device blocks are merged in wider trees (:func:`merge_fan_in`): a device
-adds d×d matrices at hundreds of GB/s, so fewer, wider merges save tasks, not memory.
+then move. Partials of device blocks are merged in wider trees
+(:func:`~daskpca.solvers._geometry.device_merge_fan_in`): a device adds d×d matrices at hundreds
+of GB/s, so fewer, wider merges save tasks — as wide as one task's share of the device allows.
 
 The host backend keeps NumPy's fast paths (LAPACK in place on Fortran-ordered copies, BLAS
 ``dger``, the sketch's cache-sized slabs): for NumPy blocks every result is what it was before
@@ -283,18 +284,6 @@ FLOAT64_BYTES = 8
 #: matrices there costs microseconds, so fewer, wider merges (8 at a time: a 16-block fit has 3
 #: merge tasks instead of 15) save the per-task costs (scheduling, a synchronisation each).
 DEVICE_SPLIT_EVERY = 8
-#: Most of the device's memory one merge task may hold (its parts, their stack and its result).
-DEVICE_MERGE_MEMORY_FRACTION = 0.25
-
-
-def merge_fan_in(matrix, host_fan_in: int, part_bytes: int, copies: int = 2) -> int:
-    """The fan-in of a merge tree over ``matrix``'s row blocks: ``host_fan_in`` for host blocks,
-    else :func:`device_fan_in` on the device's memory."""
-    backend = on_device(matrix)
-    if backend.on_host:
-        return host_fan_in
-    memory = device_memory(backend)
-    return device_fan_in(None if memory is None else memory[1], host_fan_in, part_bytes, copies)
 
 
 def device_memory(backend: ArrayBackend) -> tuple[int, int] | None:
@@ -306,11 +295,14 @@ def device_memory(backend: ArrayBackend) -> tuple[int, int] | None:
         return None
 
 
-def device_fan_in(device_memory: int | None, host_fan_in: int, part_bytes: int, copies: int = 2) -> int:
-    """:data:`DEVICE_SPLIT_EVERY`, halved (to ``host_fan_in`` at least) while ``copies``·fan-in + 1
-    partials of ``part_bytes`` exceed :data:`DEVICE_MERGE_MEMORY_FRACTION` of ``device_memory``
-    (bytes; None: unknown, no limit)."""
-    room = DEVICE_MERGE_MEMORY_FRACTION * device_memory if device_memory else float("inf")
+def device_fan_in(task_bytes: int | None, host_fan_in: int, part_bytes: int, copies: int = 2) -> int:
+    """:data:`DEVICE_SPLIT_EVERY`, halved (to ``host_fan_in`` at least) while a merge's
+    ``copies``·fan-in + 1 partials of ``part_bytes`` exceed ``task_bytes`` (one task's share of
+    the device, :func:`~daskpca.solvers._geometry.device_task_bytes`; None: unknown, no limit).
+    Sized from the task budget, not the whole device: merges run side by side, one a thread
+    (TSQR's 8000-wide R factors merged 8 at a time need 12 GiB a task, more than an H200's
+    4.4 GiB a thread; 2 at a time, 3.5 GiB)."""
+    room = task_bytes if task_bytes else float("inf")
     fan_in = DEVICE_SPLIT_EVERY
     while fan_in > host_fan_in and (copies * fan_in + 1) * part_bytes > room:
         fan_in //= 2

@@ -43,6 +43,8 @@ from dataclasses import dataclass, replace
 import dask
 import numpy as np
 
+from ._device import device_fan_in, device_memory
+
 logger = logging.getLogger("daskpca")
 
 #: Bytes of input one task of a pass reads: large enough that per-task and per-request costs
@@ -54,8 +56,12 @@ MIN_READ_BYTES = 16 * 2**20
 #: Tasks per worker thread a pass should have at least, so every thread has work and stragglers
 #: are short: the row groups are made smaller for that (still whole chunks).
 TASKS_PER_THREAD = 2
+#: A task may use at most this fraction of a worker's memory limit per thread (of a device's memory
+#: per thread, for device chunks): the rest is headroom for dask's own buffers and the input blocks
+#: in flight.
+TASK_MEMORY_FRACTION = 0.5
 #: Fraction of a worker thread's memory one task's input block may take: a quarter of the task
-#: budget (``_plan.TASK_MEMORY_FRACTION`` = ½), the rest for its float64 slab and partial results.
+#: budget (:data:`TASK_MEMORY_FRACTION` = ½), the rest for its float64 slab and partial results.
 BLOCK_MEMORY_FRACTION = 0.125
 #: Resident bytes of a worker process before any task runs (interpreter, NumPy, dask, distributed,
 #: zarr, daskpca: 150–350 MiB measured across environments). Not available to tasks: on a worker
@@ -143,6 +149,30 @@ def worker_resources() -> tuple[int, float | None, str]:
 
     cores = max(os.cpu_count() or 1, 1)
     return cores, psutil.virtual_memory().total / cores, "from this machine's memory per core"
+
+
+def device_threads() -> int:
+    """Threads whose tasks share one device's memory: a GPU worker's threads (one worker a device,
+    the largest of them), or this machine's cores under the threaded scheduler."""
+    client = current_client()
+    if client is not None:
+        return max((max(w.get("nthreads", 1), 1) for w in worker_infos(client)), default=1)
+    return max(worker_resources()[0], 1)
+
+
+def device_task_bytes(device_memory: int) -> int:
+    """Bytes one task may hold on a device of ``device_memory`` bytes: ``TASK_MEMORY_FRACTION`` of
+    it shared by :func:`device_threads` (an H200 under 16 threads: 4.4 GiB)."""
+    return int(TASK_MEMORY_FRACTION * device_memory / device_threads())
+
+
+def device_merge_fan_in(backend, host_fan_in: int, part_bytes: int, copies: int = 2) -> int:
+    """The fan-in of a merge tree over row blocks on ``backend``'s device
+    (:func:`~daskpca.solvers._device.on_device` of the matrix; host blocks merge ``host_fan_in``
+    at a time): :func:`~daskpca.solvers._device.device_fan_in` within one task's share of the
+    device's memory (:func:`device_task_bytes`), the figure the planner checked the plan against."""
+    memory = device_memory(backend)
+    return device_fan_in(None if memory is None else device_task_bytes(memory[1]), host_fan_in, part_bytes, copies)
 
 
 #: dask config key: False leaves the workers' memory allocator as their nanny set it.

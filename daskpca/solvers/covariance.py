@@ -28,7 +28,8 @@ from functools import partial
 import dask
 import numpy as np
 
-from ._device import backend_of, device_fan_in, merge_fan_in, on_device, solve_on_device, to_host
+from ._device import backend_of, device_fan_in, on_device, solve_on_device, to_host
+from ._geometry import device_merge_fan_in
 from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from ._linalg import eigh_descending, eigh_descending_on_device
 from ._moments import MERGE_SPLIT_EVERY, Moments, chunk_moments, combine_moments, combine_moments_pooled
@@ -48,13 +49,16 @@ def moments_graph(X, finish=None):
 
     Pairwise merges (``MERGE_SPLIT_EVERY``): a merge task holds 3·d² float64, a leaf its block,
     one float64 copy and d² — so d ≈ 10⁴ fits a 6 GiB task (8-way merges needed 9·d²). Device
-    blocks: wider merges, all parts at once (:func:`~daskpca.solvers._device.merge_fan_in`).
+    blocks: wider merges, all parts at once (:func:`~daskpca.solvers._geometry.device_merge_fan_in`).
     ``finish``: run in the root task on the merged moments (see :func:`solved_at_root`).
     """
     leaves = map_row_blocks(X, chunk_moments, "covariance-chunk")
     d = X.shape[1]
-    fan_in = merge_fan_in(X, MERGE_SPLIT_EVERY, d * d * 8, copies=1)
-    combine = combine_moments if on_device(X).on_host else combine_moments_pooled
+    backend = on_device(X)
+    if backend.on_host:
+        fan_in, combine = MERGE_SPLIT_EVERY, combine_moments
+    else:
+        fan_in, combine = device_merge_fan_in(backend, MERGE_SPLIT_EVERY, d * d * 8, copies=1), combine_moments_pooled
     return tree_reduce(leaves, combine, "covariance-merge", split_every=fan_in, finish=finish)
 
 
@@ -203,7 +207,7 @@ def device_cost(shape: PlanInput, flops: float, task: int, device) -> DeviceCost
     not in the host's flops; the device's merges are wider (``device_fan_in``)."""
     d = shape.d
     flops, local = flops - 4 / 3 * d**3, device.local_seconds(d, "eigh")
-    fan_in = device_fan_in(device.memory, MERGE_SPLIT_EVERY, d * d * FLOAT64, copies=1)
+    fan_in = device_fan_in(device.task_bytes, MERGE_SPLIT_EVERY, d * d * FLOAT64, copies=1)
     return DeviceCost(flops, local, max(task, (fan_in + 1) * d * d * FLOAT64 + fan_in * d * FLOAT64))
 
 

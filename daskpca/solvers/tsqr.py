@@ -87,7 +87,8 @@ from scipy.linalg import get_lapack_funcs, svd
 
 from functools import partial
 
-from ._device import NUMPY, backend_of, device_fan_in, merge_fan_in, on_device, solve_on_device
+from ._device import NUMPY, backend_of, device_fan_in, on_device, solve_on_device
+from ._geometry import device_merge_fan_in
 from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from ._linalg import client_blas_threads
 from ._moments import merge_shifted_means, row_shift
@@ -264,8 +265,12 @@ def r_graph(X, finish=None):
     """
     leaves = map_row_blocks(X, _block_r, "tsqr-chunk")
     d = X.shape[1]
-    fan_in = merge_fan_in(X, MERGE_SPLIT_EVERY, min(X.shape[0], d) * d * 8, copies=3)
-    merge = _merge_r if on_device(X).on_host else _merge_r_stacked
+    backend = on_device(X)
+    if backend.on_host:
+        fan_in, merge = MERGE_SPLIT_EVERY, _merge_r
+    else:
+        part = min(X.shape[0], d) * d * 8  # one R factor
+        fan_in, merge = device_merge_fan_in(backend, MERGE_SPLIT_EVERY, part, copies=3), _merge_r_stacked
     return tree_reduce(leaves, merge, "tsqr-merge", split_every=fan_in, finish=finish)
 
 
@@ -383,7 +388,7 @@ def device_cost(shape: PlanInput, flops: float, task: int, device) -> DeviceCost
     """On a device the SVD of R is solved where the cost rule puts it; the device's merges are
     wider (three partials a merge)."""
     size = min(shape.n, shape.d)
-    fan_in = device_fan_in(device.memory, MERGE_SPLIT_EVERY, size * shape.d * FLOAT64, copies=3)
+    fan_in = device_fan_in(device.task_bytes, MERGE_SPLIT_EVERY, size * shape.d * FLOAT64, copies=3)
     return DeviceCost(flops, device.local_seconds(size, "svd"), max(task, (3 * fan_in + 1) * size * shape.d * FLOAT64))
 
 

@@ -148,11 +148,25 @@ def make_estimator_plan(case, monkeypatch) -> dict:
     if estimator != "CCA":  # CCA keeps no pass cache
         params = {"cache": False, **params}
     plan = getattr(daskpca, estimator)(**params).plan(*arrays)
+    if estimator in ("MCA", "CCA"):  # the one planner's plan, read for the figures frozen before it was
+        return coupled_record(estimator, plan)
     if isinstance(plan, _plan.Plan):
         return record(plan)
     row = dataclasses.asdict(plan)
     cache = row.pop("cache", None)
     row["cache_kind"] = None if cache is None else cache.get("kind")
+    return row
+
+
+def coupled_record(estimator: str, plan: _plan.Plan) -> dict:
+    """MCA's and CCA's plans as their own planners recorded them (path, reason, passes, the chosen
+    path's largest task against the budget), read from the one planner's :class:`~daskpca._plan.Plan`."""
+    assert isinstance(plan, _plan.Plan) and plan.fields is not None
+    row = {"path": plan.path, "reason": plan.reason, "n_passes": plan.n_passes,
+           "task_bytes": plan.estimate(plan.solver).task_bytes, "budget": plan.task_memory_budget,
+           "cache_kind": None if plan.cache is None else plan.cache.kind}
+    if estimator == "MCA":
+        row.update(budget_source=plan.memory_source, shape=[plan.n_samples, *plan.fields])
     return row
 
 

@@ -43,7 +43,7 @@ from .solvers._device import like, meta_of, namespace
 from .solvers._graph import SizedByArrays, map_row_blocks, share, tree_reduce
 from .solvers._base import ComponentRequest, SolverResult
 from .solvers._progress import Passes
-from .solvers._iterative import ColumnMoments, column_moments, column_stats_graph, combine_column_moments
+from .solvers._iterative import column_stats_graph
 from .store.checkpoint import CheckpointFile
 
 

@@ -43,7 +43,7 @@ from .solvers._device import like, meta_of, namespace
 from .solvers._graph import SizedByArrays, map_row_blocks, share, tree_reduce
 from .solvers._base import ComponentRequest, SolverResult
 from .solvers._progress import Passes
-from .solvers._iterative import ColumnMoments, column_moments, combine_column_moments
+from .solvers._iterative import column_stats_graph
 from .store.checkpoint import CheckpointFile
 
 
@@ -295,19 +295,6 @@ def _checked(module, X, request, **kwargs) -> SolverResult:
             f"the data's variance underflowed to 0 in solver {name!r}: its values (|mean| ≈ {mean_scale:.1g}) are "
             f"so small that float64 squares round to zero. {rescale}")
     return result
-
-
-def column_stats_graph(X):
-    """Delayed :class:`~daskpca.solvers._iterative.ColumnMoments` of ``X``, NaN/±inf as missing."""
-    parts = map_row_blocks(X, _column_stats_block, "feature-stats-chunk")
-    return tree_reduce(parts, combine_column_moments, "feature-stats-merge")
-
-
-def _column_stats_block(block: np.ndarray, row_offset: int) -> ColumnMoments:
-    xp = namespace(block)
-    x = xp.asarray(block, dtype=xp.float64)
-    # ±inf counts as missing too: such a feature is dropped if it is never finite.
-    return column_moments(xp.where(xp.isfinite(x), x, xp.nan), row_offset, missing=True)
 
 
 def locate_nonfinite(matrix) -> NonFinite:

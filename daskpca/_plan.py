@@ -38,6 +38,9 @@ about — exact, the exact road for a tall or a wide shape (``exact_for``), cert
 within its read budget (``certifies``), tried where no exact solver fits (``fallback``), takes
 missing values (``accepts_missing``). The planner loops over the registered declarations
 (:data:`daskpca.solvers.SOLVERS`); a solver registered there is priced and chosen like the others.
+An estimator with roads of its own passes their declarations (``make_plan(declarations=...)``):
+MCA and CCA plan two fields read together (``fields=(dx, dy)``) through the same rules — their
+exact road where its task fits, else the one road they have ``instead``.
 """
 
 from __future__ import annotations
@@ -211,8 +214,9 @@ class SolverEstimate:
         note = (self.note + "; " if self.note else "") + f"+{extra} read: the feature stage" if extra else self.note
         return replace(self, passes=passes, most_passes=most, note=note)
 
-    def with_seconds(self, n: int, d: int, itemsize: int, threads: int = 1, distributed: bool = False) -> "SolverEstimate":
-        return replace(self, seconds=predicted_seconds(self, n, d, itemsize, threads, distributed))
+    def with_seconds(self, n: int, d: int, itemsize: int, threads: int = 1, distributed: bool = False,
+                     registry=None) -> "SolverEstimate":
+        return replace(self, seconds=predicted_seconds(self, n, d, itemsize, threads, distributed, registry))
 
 
 @dataclass(frozen=True)
@@ -238,6 +242,18 @@ class Plan:
     default_tol: float | None = None
     #: The device the chunks live on and its rates (:class:`DevicePricing`), or None (the CPU plan).
     device: DevicePricing | None = None
+    #: ``(dx, dy)``: two fields read together (MCA, CCA; ``n_features`` is dx + dy), else None.
+    fields: tuple | None = None
+
+    @property
+    def path(self) -> str:
+        """The chosen road (``solver``), by the name the coupled estimators give their roads."""
+        return self.solver
+
+    @property
+    def n_passes(self) -> str:
+        """The chosen road's passes as a text (``"1"``, or how an iterative road counts them)."""
+        return str(self.passes)
 
     @property
     def seconds(self) -> float | None:
@@ -267,8 +283,10 @@ class Plan:
     def __str__(self) -> str:
         chosen = self.estimate(self.solver)
         width = max(11, *(len(e.name) for e in self.estimates))
+        data = f"X of shape ({self.n_samples}, {self.n_features})" if self.fields is None else \
+            f"X ({self.n_samples} × {self.fields[0]}) and Y ({self.n_samples} × {self.fields[1]}), read together"
         lines = [
-            f"daskpca plan for X of shape ({self.n_samples}, {self.n_features}), k = {self.n_components}",
+            f"daskpca plan for {data}, k = {self.n_components}",
             f"  solver: {self.solver!r} — {self.reason}",
             f"  passes over the data: {chosen.passes}"
             + (f" predicted, at most {chosen.most_passes}" if isinstance(chosen.passes, int) and chosen.most_passes else "")
@@ -326,13 +344,16 @@ def task_memory_budget(resources: tuple | None = None) -> tuple[int, str]:
 
 
 def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=None, max_iter=None, budget=None, available=(),
-                     tol=None, max_passes=None, device: DevicePricing | None = None, declarations=None, options=None):
+                     tol=None, max_passes=None, device: DevicePricing | None = None, declarations=None, options=None,
+                     fields=None):
     """Cost estimates of every solver in ``available`` (see :class:`SolverEstimate`), from each
     one's declaration (``SolverDeclaration.cost``; a name without one is skipped) in
     ``declarations`` (None: :data:`daskpca.solvers.SOLVERS`, PCA's; HilbertPCA passes its own),
-    ``options`` the further estimator options their cost models read; priced on the device with
-    ``device`` (:func:`on_the_device`)."""
-    shape = PlanInput(n, d, k, tuple(chunks), itemsize, n_oversamples, n_power_iter, tol, max_passes, dict(options or {}))
+    ``options`` the further estimator options their cost models read, ``fields`` the two fields'
+    widths of a coupled input (:attr:`PlanInput.fields`); priced on the device with ``device``
+    (:func:`on_the_device`)."""
+    shape = PlanInput(n, d, k, tuple(chunks), itemsize, n_oversamples, n_power_iter, tol, max_passes, dict(options or {}),
+                      fields)
     registry = SOLVERS if declarations is None else declarations
     declared = [(name, registry[name]) for name in available if getattr(registry.get(name), "cost", None) is not None]
     # Every cost model first, then the estimates: each model reads the plain ``shape`` and returns
@@ -367,7 +388,7 @@ def on_the_device(estimate: SolverEstimate, declaration, shape: PlanInput, devic
 
 
 def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, threads: int = 1,
-                      distributed: bool = False) -> float | None:
+                      distributed: bool = False, registry=None) -> float | None:
     """The time model: per pass, the bytes at READ_BYTES_PER_SECOND and TASK_SECONDS per task
     (on a ``distributed`` cluster also each task's result at TRANSFER_BYTES_PER_SECOND); the
     flops at the solver's rate (its declaration's ``flop_rate``); all on the share of the ``threads`` that a
@@ -382,28 +403,32 @@ def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, t
         per_pass += estimate.tasks * estimate.result_bytes / TRANSFER_BYTES_PER_SECOND
     per_pass += estimate.move_seconds
     copy = estimate.copy_passes * size / COPY_READ_BYTES_PER_SECOND + size / WRITE_BYTES_PER_SECOND if estimate.copy_passes else 0.0
-    flops = estimate.flops / flop_rate(estimate)
+    flops = estimate.flops / flop_rate(estimate, registry)
     return ((estimate.passes * per_pass + copy + flops) / busy + estimate.client_flops / CLIENT_FLOPS_PER_SECOND
             + estimate.local_seconds)
 
 
-def flop_rate(estimate: SolverEstimate) -> float:
+def flop_rate(estimate: SolverEstimate, registry=None) -> float:
     """The rate of ``estimate``'s pass flops: the device's when a device plan set it, else the host's
-    (its declaration's ``flop_rate``; FLOPS_PER_SECOND for an estimate no declaration made)."""
-    return estimate.flop_rate or getattr(SOLVERS.get(estimate.name), "flop_rate", FLOPS_PER_SECOND)
+    (its declaration's ``flop_rate`` in ``registry``, None: SOLVERS; FLOPS_PER_SECOND for an
+    estimate no declaration made)."""
+    registry = SOLVERS if registry is None else registry
+    return estimate.flop_rate or getattr(registry.get(estimate.name), "flop_rate", FLOPS_PER_SECOND)
 
 
-def _roles(available) -> dict:
-    """The registered declarations in ``available`` the rules ask for by role: the exact road of a
-    tall and of a wide shape, the approximate solver tried first where none fits (one that
-    certifies a ``tol``, else the first fallback), the last resort, the one for missing values."""
-    declared = [SOLVERS[name] for name in available if getattr(SOLVERS.get(name), "cost", None) is not None]
+def _roles(available, registry) -> dict:
+    """The declarations in ``available`` (of ``registry``) the rules ask for by role: the exact road
+    of a tall and of a wide shape, the approximate solver tried first where none fits (one that
+    certifies a ``tol``, else the first fallback), the last resort, the road taken instead of the
+    exact one where that does not fit, the one for missing values."""
+    declared = [registry[name] for name in available if getattr(registry.get(name), "cost", None) is not None]
     first = lambda test: next((s for s in declared if test(s)), None)  # noqa: E731
     return {
-        "tall": first(lambda s: s.exact_for == "tall"), "wide": first(lambda s: s.exact_for == "wide"),
+        "tall": first(lambda s: s.exact_for in ("tall", "any")), "wide": first(lambda s: s.exact_for in ("wide", "any")),
         "approximate": first(lambda s: s.fallback == "approximate" and s.certifies is not None)
         or first(lambda s: s.fallback == "approximate"),
-        "last-resort": first(lambda s: s.fallback == "last-resort"), "missing": first(lambda s: s.accepts_missing),
+        "last-resort": first(lambda s: s.fallback == "last-resort"), "instead": first(lambda s: s.fallback == "instead"),
+        "missing": first(lambda s: s.accepts_missing),
     }
 
 
@@ -411,27 +436,28 @@ def _name(declaration) -> str | None:
     return None if declaration is None else declaration.name
 
 
-def _certifies(name: str, tol: float, max_passes) -> bool:
+def _certifies(name: str, tol: float, max_passes, registry=None) -> bool:
     """Whether solver ``name`` is approximate but guarantees ``tol`` within its read budget."""
-    certifies = getattr(SOLVERS.get(name), "certifies", None)
+    certifies = getattr((SOLVERS if registry is None else registry).get(name), "certifies", None)
     return certifies is not None and certifies(tol, max_passes)
 
 
-def _read_budget(name: str, tol, max_passes):
+def _read_budget(name: str, tol, max_passes, registry=None):
     """The most reads solver ``name`` makes for ``tol`` and ``max_passes`` (its declaration's
     ``most_passes``; ``max_passes`` for one that declares none)."""
-    most = getattr(SOLVERS.get(name), "most_passes", None)
+    most = getattr((SOLVERS if registry is None else registry).get(name), "most_passes", None)
     return max_passes if most is None else most({"tol": tol, "max_passes": max_passes})
 
 
-def _only_for_missing(name: str) -> bool:
+def _only_for_missing(name: str, registry=None) -> bool:
     """A solver for missing values (NaN) is no alternative on complete data."""
-    return getattr(SOLVERS.get(name), "accepts_missing", False)
+    return getattr((SOLVERS if registry is None else registry).get(name), "accepts_missing", False)
 
 
 def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=False, available, n_oversamples=10,
               n_power_iter="auto", tol=None, max_passes=None, geometry: Geometry | None = None, requested=None,
-              reads=None, cache_for=None, device: DevicePricing | None = None) -> Plan:
+              reads=None, cache_for=None, device: DevicePricing | None = None, declarations=None, fields=None,
+              options=None) -> Plan:
     """Choose a solver with ordered rules; see the module docstring.
 
     ``tol`` is the accuracy asked for (a bound on the sine of the largest principal angle; None:
@@ -444,7 +470,10 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     its later passes served by it, so the choice between an exact road and an iterative one weighs
     what each really costs (the cache makes a Krylov pass its flops, not a decode). ``device``
     (:func:`device_pricing`): the chunks live on a device, and every solver is priced there
-    (:func:`on_the_device`; the task budget from the device's memory).
+    (:func:`on_the_device`; the task budget from the device's memory). ``declarations``: the
+    roads the estimator may take, name → declaration (None: :data:`daskpca.solvers.SOLVERS`,
+    PCA's); ``fields``: ``(dx, dy)`` for two fields read together (:attr:`PlanInput.fields`);
+    ``options``: further estimator options their cost models read.
     """
     # What runs the tasks is asked once for the whole plan: none of it depends on the solver.
     resources, distributed = worker_resources(), current_client() is not None
@@ -453,18 +482,21 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
         budget, source = device_budget
     threads = resources[0]
     reads = dict(reads or {})
-    roles = _roles(available)
+    registry = SOLVERS if declarations is None else declarations
+    roles = _roles(available, registry)
     # Without a tol, solver="auto" weighs the exact roads against the certified one (block
-    # Krylov) run to DEFAULT_TOL.
-    default_road = tol is None and requested is None and not needs_spectrum and not has_missing
+    # Krylov) run to DEFAULT_TOL — where one of the roads available certifies it.
+    certifying = any(getattr(registry.get(name), "certifies", None) is not None for name in available)
+    default_road = tol is None and requested is None and not needs_spectrum and not has_missing and certifying
     road_tol = DEFAULT_TOL if default_road else tol
     for name in reads if default_road else ():  # a certifying solver will get DEFAULT_TOL, hence its budget
-        if getattr(SOLVERS.get(name), "certifies", None) is not None:
-            reads[name] = (reads[name][0], _read_budget(name, road_tol, max_passes))
+        if getattr(registry.get(name), "certifies", None) is not None:
+            reads[name] = (reads[name][0], _read_budget(name, road_tol, max_passes, registry))
     estimates = [
-        e.with_reads(*reads.get(e.name, (0, None))).with_seconds(n, d, itemsize, threads, distributed)
+        e.with_reads(*reads.get(e.name, (0, None))).with_seconds(n, d, itemsize, threads, distributed, registry)
         for e in estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget,
-                                  available=available, tol=road_tol, max_passes=max_passes, device=device)
+                                  available=available, tol=road_tol, max_passes=max_passes, device=device,
+                                  declarations=registry, options=options, fields=fields)
     ]
     caches = cache_for(estimates) if cache_for is not None else {}
     saved = {name: choice.saved_seconds() for name, choice in caches.items() if choice is not None}
@@ -473,6 +505,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     fits = lambda name: name in by_name and by_name[name].feasible  # noqa: E731
     exact_small = _name(roles["tall" if d <= n else "wide"])
     approximate = _name(roles["approximate"])
+    dims = (n, d) if fields is None else (n, *fields)  # what a declaration's reason is told of the shape
     warnings = []
 
     default_tol = None
@@ -485,10 +518,10 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
         reason = f"the data has missing values (NaN): {roles['missing'].summary} handles them without imputing"
     # 2. A variance fraction or 'mle' needs every eigenvalue: exact solvers only.
     elif needs_spectrum and fits(exact_small):
-        solver, reason = exact_small, "n_components needs the full spectrum; " + _shape_reason(exact_small, n, d)
+        solver, reason = exact_small, "n_components needs the full spectrum; " + _shape_reason(exact_small, dims, registry)
     # 3. An accuracy asked for: the fastest solver (time model) that guarantees it — an exact one,
     #    or one that certifies it (block Krylov) when its predicted passes fit the read budget.
-    elif tol is not None and (candidates := _guaranteeing(by_name, tol, max_passes)):
+    elif tol is not None and (candidates := _guaranteeing(by_name, tol, max_passes, registry)):
         best = min(candidates, key=lambda e: e.seconds)
         solver = best.name
         others = ", ".join(f"{e.name} ≈ {e.seconds:.3g} s" for e in candidates if e is not best)
@@ -496,30 +529,36 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
                   f"in {best.passes} pass{'es' if best.passes != 1 else ''}" + (f" (vs {others})" if others else ""))
     # 4. No accuracy asked: an exact road where it costs about what the certified one does (tall
     #    data: the covariance's one pass), else block Krylov certified to DEFAULT_TOL.
-    elif default_road and (choice := _default_road(by_name, max_passes, exact_small)) is not None:
+    elif default_road and (choice := _default_road(by_name, max_passes, exact_small, registry)) is not None:
         solver, reason = choice
-        default_tol = DEFAULT_TOL if _certifies(solver, DEFAULT_TOL, max_passes) else None
+        default_tol = DEFAULT_TOL if _certifies(solver, DEFAULT_TOL, max_passes, registry) else None
     # 5. The exact one-pass (covariance) or two-pass (Gram) solver, when its matrix fits a task.
     elif fits(exact_small):
-        solver, reason = exact_small, _shape_reason(exact_small, n, d)
+        solver, reason = exact_small, _shape_reason(exact_small, dims, registry)
     # 6. Otherwise whatever fits, cheapest first: block Krylov (or randomized), then ALS.
     elif fits(approximate):
-        solver, reason = approximate, _no_exact_reason(by_name, exact_small, budget)
+        solver, reason = approximate, _no_exact_reason(by_name, exact_small, budget, dims, registry)
     elif fits(last := _name(roles["last-resort"])):
         solver, reason = last, f"only {roles['last-resort'].summary} fits the per-task memory budget"
+    # 7. An estimator with one other road (MCA's Krylov, CCA's PCA first) takes it, fitting or not.
+    elif (instead := _name(roles["instead"])) is not None:
+        solver, reason = instead, _no_exact_reason(by_name, exact_small, budget, dims, registry)
+        if not fits(instead):
+            warnings.append(f"estimated task memory {format_bytes(by_name[instead].task_bytes)} exceeds the budget "
+                            f"{format_bytes(budget)}: use smaller chunks or workers with more memory")
     else:
         solver, reason = exact_small, "nothing fits the per-task memory budget; the exact solver is tried anyway"
         warnings.append(f"estimated task memory {format_bytes(by_name[exact_small].task_bytes)} exceeds the budget {format_bytes(budget)}: "
                         "use smaller chunks or workers with more memory")
-    if tol is not None and solver == approximate and not _certifies(solver, tol, max_passes):
-        warnings.append(f"tol = {tol:g} may not be reached within the read budget of {_read_budget(solver, tol, max_passes)} passes "
+    if tol is not None and solver == approximate and not _certifies(solver, tol, max_passes, registry):
+        warnings.append(f"tol = {tol:g} may not be reached within the read budget of {_read_budget(solver, tol, max_passes, registry)} passes "
                         "(predicted for λ_k/λ_{ℓ+1} ≈ 2); the fit reports the bound it reaches")
     if tol is None and solver == approximate and default_tol is None:
         warnings.append("no tol given and an approximate solver chosen: the fit reports its error bound "
                         "(solver_info_['error_bound']); pass tol= to ask for an accuracy")
     runner_up = next(
         (e.name for e in sorted(estimates, key=lambda e: (not e.feasible, _pass_count(e), e.flops))
-         if e.name != solver and e.feasible and (e.exact or not needs_spectrum) and not _only_for_missing(e.name)),
+         if e.name != solver and e.feasible and (e.exact or not needs_spectrum) and not _only_for_missing(e.name, registry)),
         None,
     )
     if solver in by_name and by_name[solver].copy_passes:  # the re-layout is part of the road: say so
@@ -527,29 +566,29 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     if device is not None and requested is None:
         reason += f" (priced on the device, {device.name})"
     plan = Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, tol, geometry, threads,
-                cache=caches.get(solver), default_tol=default_tol, device=device)
+                cache=caches.get(solver), default_tol=default_tol, device=device, fields=fields)
     if requested is not None:
-        check_requested(requested, plan)
+        check_requested(requested, plan, registry)
     logger.info("daskpca: solver=%r (%s)", solver, reason)
     return plan
 
 
-def _default_road(by_name: dict, max_passes, exact_small: str) -> tuple[str, str] | None:
+def _default_road(by_name: dict, max_passes, exact_small: str, registry) -> tuple[str, str] | None:
     """``(solver, reason)`` without a tol: the exact road for the shape (``exact_small``; else the
     fastest exact one that fits) when it costs at most EXACT_PREMIUM × the certified road's
     (block Krylov's) predicted time for DEFAULT_TOL, else that road; None when neither fits (the
     later rules then decide)."""
-    candidates = _guaranteeing(by_name, DEFAULT_TOL, max_passes)
+    candidates = _guaranteeing(by_name, DEFAULT_TOL, max_passes, registry)
     exact = [e for e in candidates if e.exact]
     krylov = next((e for e in candidates if not e.exact), None)
     best = next((e for e in exact if e.name == exact_small), None) or min(exact, key=lambda e: e.seconds, default=None)
     if best is None and krylov is None:
         return None
     if krylov is None:
-        return best.name, f"exact: {_shape_reason_of(best)} (≈ {best.seconds:.3g} s); block Krylov does not fit or " \
+        return best.name, f"exact: {_shape_reason_of(best, registry)} (≈ {best.seconds:.3g} s); block Krylov does not fit or " \
                           f"cannot certify the default accuracy {DEFAULT_TOL:g} within its read budget"
     if best is not None and best.seconds <= EXACT_PREMIUM * krylov.seconds:
-        return best.name, (f"exact at about the cost of a certified answer: {_shape_reason_of(best)}, ≈ {best.seconds:.3g} s "
+        return best.name, (f"exact at about the cost of a certified answer: {_shape_reason_of(best, registry)}, ≈ {best.seconds:.3g} s "
                            f"against ≈ {krylov.seconds:.3g} s for block Krylov to sin θ ≤ {DEFAULT_TOL:g}")
     against = f" against ≈ {best.seconds:.3g} s for the exact {best.name!r}" if best is not None else ""
     return krylov.name, (f"no tol given: block Krylov certified to the default accuracy sin θ ≤ {DEFAULT_TOL:g} "
@@ -557,15 +596,15 @@ def _default_road(by_name: dict, max_passes, exact_small: str) -> tuple[str, str
                       "error_bound_ reports the bound reached; pass tol= or an exact solver= to change it)")
 
 
-def _shape_reason_of(estimate: SolverEstimate) -> str:
-    return getattr(SOLVERS.get(estimate.name), "summary", "") or estimate.name
+def _shape_reason_of(estimate: SolverEstimate, registry) -> str:
+    return getattr(registry.get(estimate.name), "summary", "") or estimate.name
 
 
-def _guaranteeing(by_name: dict, tol: float, max_passes) -> list[SolverEstimate]:
+def _guaranteeing(by_name: dict, tol: float, max_passes, registry) -> list[SolverEstimate]:
     """Feasible solvers that meet ``tol``: exact ones, then those that certify it within their
     read budget (block Krylov)."""
     exact = [e for e in by_name.values() if e.exact and e.feasible]
-    exact += [e for name, e in by_name.items() if not e.exact and e.feasible and _certifies(name, tol, max_passes)]
+    exact += [e for name, e in by_name.items() if not e.exact and e.feasible and _certifies(name, tol, max_passes, registry)]
     return [e for e in exact if e.seconds is not None]
 
 
@@ -573,30 +612,35 @@ def _pass_count(estimate: SolverEstimate) -> float:
     return estimate.passes if isinstance(estimate.passes, int) else 10.0
 
 
-def _no_exact_reason(by_name: dict, exact_small: str, budget: int) -> str:
+def _no_exact_reason(by_name: dict, exact_small: str, budget: int, dims: tuple, registry) -> str:
     """Why no exact solver fits a task, naming the real limit (a strip too wide for this
-    chunking is not the n² matrix)."""
+    chunking is not the n² matrix; the exact road's own words where it declares them,
+    ``too_large``)."""
     estimate = by_name[exact_small]
+    too_large = getattr(registry.get(exact_small), "too_large", None)
+    if too_large is not None:
+        return too_large(*dims, estimate.task_bytes)
     if estimate.note:
         return f"no exact solver fits a task: {exact_small} needs {format_bytes(estimate.task_bytes)} " \
                f"(budget {format_bytes(budget)}) because {estimate.note}"
     return f"no exact solver fits a task: {exact_small} needs {format_bytes(estimate.task_bytes)} (budget {format_bytes(budget)})"
 
 
-def _shape_reason(name: str, n: int, d: int) -> str:
-    """Why the exact road ``name`` suits this shape (its declaration's ``reason``)."""
-    reason = getattr(SOLVERS.get(name), "reason", None)
-    return reason(n, d) if reason is not None else f"the exact {name!r} for this shape"
+def _shape_reason(name: str, dims: tuple, registry) -> str:
+    """Why the exact road ``name`` suits this shape (its declaration's ``reason``, told ``dims``:
+    ``(n, d)``, or ``(n, dx, dy)`` for two fields)."""
+    reason = getattr(registry.get(name), "reason", None)
+    return reason(*dims) if reason is not None else f"the exact {name!r} for this shape"
 
 
-def check_requested(name: str, plan: Plan) -> None:
+def check_requested(name: str, plan: Plan, registry=None) -> None:
     """Raise when an explicitly requested solver cannot fit in memory, naming one that does."""
     if name not in {e.name for e in plan.estimates}:
         return
     estimate = plan.estimate(name)
     if estimate.feasible:
         return
-    alternatives = [e.name for e in plan.estimates if e.feasible and not _only_for_missing(e.name)]
+    alternatives = [e.name for e in plan.estimates if e.feasible and not _only_for_missing(e.name, registry)]
     raise InputError(
         f"solver={name!r} needs about {format_bytes(estimate.task_bytes)} in one task for X of shape "
         f"({plan.n_samples}, {plan.n_features}), more than the budget of "

@@ -244,7 +244,7 @@ def test_plan_reads_nothing_and_krylov_is_chosen_when_the_cross_covariance_does_
     array_y, store_y = write_zarr(tmp_path / "y.zarr", Y, (50, 20))
     plan = MCA(3).plan(array_x, array_y)
     assert plan.path == "exact" and plan.n_passes == "1" and "fits a task" in str(plan)
-    monkeypatch.setattr("daskpca._plan.task_memory_budget", lambda: (1000, "a test budget"))
+    monkeypatch.setattr("daskpca._plan.task_memory_budget", lambda resources=None: (1000, "a test budget"))
     plan = MCA(3, tol=1e-6).plan(array_x, array_y)
     assert plan.path == "krylov" and "more than the budget" in plan.reason and "1e-06" in plan.n_passes
     assert not store_x.chunk_reads() and not store_y.chunk_reads()

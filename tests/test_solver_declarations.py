@@ -149,11 +149,25 @@ def make_estimator_plan(case, monkeypatch) -> dict:
     if estimator != "CCA":  # CCA keeps no pass cache
         params = {"cache": False, **params}
     plan = getattr(daskpca, estimator)(**params).plan(*arrays)
+    if estimator in ("MCA", "CCA"):  # the one planner's plan, read for the figures frozen before it was
+        return coupled_record(estimator, plan)
     if isinstance(plan, _plan.Plan):
         return record(plan)
     row = dataclasses.asdict(plan)
     cache = row.pop("cache", None)
     row["cache_kind"] = None if cache is None else cache.get("kind")
+    return row
+
+
+def coupled_record(estimator: str, plan: _plan.Plan) -> dict:
+    """MCA's and CCA's plans as their own planners recorded them (path, reason, passes, the chosen
+    path's largest task against the budget), read from the one planner's :class:`~daskpca._plan.Plan`."""
+    assert isinstance(plan, _plan.Plan) and plan.fields is not None
+    row = {"path": plan.path, "reason": plan.reason, "n_passes": plan.n_passes,
+           "task_bytes": plan.estimate(plan.solver).task_bytes, "budget": plan.task_memory_budget,
+           "cache_kind": None if plan.cache is None else plan.cache.kind}
+    if estimator == "MCA":
+        row.update(budget_source=plan.memory_source, shape=[plan.n_samples, *plan.fields])
     return row
 
 
@@ -189,13 +203,16 @@ def test_the_frozen_plans_cover_every_choice():
 
 def test_the_planner_names_no_solver():
     """Every solver's costs and capabilities are in its declaration: the planner's source names none
-    (no quoted name, no import of a solver module)."""
+    (no quoted name, no import of a solver module) — nor the coupled estimators' paths."""
     import re
 
     from daskpca.solvers import SOLVERS
+    from daskpca.solvers.canonical import CCA_PATHS
+    from daskpca.solvers.cross_covariance import MCA_PATHS
 
     source = Path(_plan.__file__).read_text()
-    for name in SOLVERS:
+    coupled = {*MCA_PATHS, *CCA_PATHS} - {"exact"}  # 'exact' is also the plan table's column
+    for name in [*SOLVERS, *sorted(coupled), "canonical", "cross_covariance"]:
         assert not re.search(rf"""['"]{name}['"]|solvers\\.{name}\\b|import .*\\b{name}\\b""", source), name
 
 
@@ -315,3 +332,76 @@ def test_the_error_bounds_live_behind_one_module_that_the_solvers_call():
     assert _bounds.wedin(sigma, np.full(3, 1e-9), np.full(3, 1e-9), 1, full=False) == pytest.approx(np.sqrt(2) * 1e-9 / 0.999999999)
     assert _bounds.wedin(sigma[:2], np.full(2, 1e-12), np.full(2, 1e-12), 2, full=True) < 1e-11
     assert _bounds.tangent_bound(1.0) == 1.0 and _bounds.tangent_bound(0.6) == pytest.approx(0.75)
+
+
+# ------------------------------------------------------------- MCA and CCA: the one planner too
+
+
+def _toy_cross_cost(shape):
+    """One read of both fields, a row block of both in float64 per task."""
+    from daskpca.solvers._base import Cost
+
+    dx, dy = shape.fields
+    return Cost(1, 2 * shape.n * dx * dy, shape.row_block * (dx + dy) * 8, "dense NumPy cross product")
+
+
+def _toy_cross_solve(X, Y, *, resolve, choose_k, random_state=None):
+    """A toy path: both fields in memory, NumPy's SVD of their cross-covariance (no missing values)."""
+    from daskpca.solvers.cross_covariance import CrossSolution
+
+    x, y = (np.asarray(M.compute(), dtype=np.float64) for M in (X, Y))
+    n = x.shape[0]
+    stages = (resolve[0](np.full(x.shape[1], n), n, x.var(axis=0, ddof=1)),
+              resolve[1](np.full(y.shape[1], n), n, y.var(axis=0, ddof=1)))
+    k = choose_k(n, *stages)
+    left, values, right_t = np.linalg.svd((x - x.mean(0)).T @ (y - y.mean(0)) / (n - 1), full_matrices=False)
+    return CrossSolution(left[:, :k].T, right_t[:k], values[:k], n, x.mean(0), y.mean(0), stages, n_passes=1,
+                         error_bound=0.0, total_squared=float(np.sum(values**2)), sum_values=float(np.sum(values)), info={})
+
+
+def test_mca_and_cca_plan_through_the_one_planner_with_the_paths_they_are_given(monkeypatch):
+    """A path declared for MCA (or CCA) is priced from its cost model by the one planner, chosen by
+    its rules (here: the road taken instead of an exact one that does not fit, with that road's own
+    words) and run through its declaration; the planner is not told which estimator asks."""
+    import daskpca
+    from daskpca.solvers import canonical, cross_covariance
+    from daskpca.solvers._base import SolverDeclaration
+
+    toy = SolverDeclaration("toy", _toy_cross_solve, cost=_toy_cross_cost, summary="dense NumPy", fallback="instead")
+    rng = np.random.default_rng(2)
+    signals = rng.standard_normal((300, 3)) * [3.0, 2.0, 1.0]
+    X = signals @ rng.standard_normal((3, 12)) + 0.4 * rng.standard_normal((300, 12))
+    Y = signals @ rng.standard_normal((3, 8)) + 0.4 * rng.standard_normal((300, 8))
+    x, y = da.from_array(X, chunks=(100, 12)), da.from_array(Y, chunks=(60, 8))
+    for estimator, paths, params in (("MCA", cross_covariance.MCA_PATHS, {}),
+                                     ("CCA", canonical.CCA_PATHS, dict(n_pca_modes=(4, 4)))):
+        with monkeypatch.context() as patch:
+            patch.setitem(paths, "toy", toy)
+            plan = getattr(daskpca, estimator)(3, **params).plan(x, y)
+            estimate = plan.estimate("toy")
+            assert plan.fields == (12, 8) and plan.path == "exact" and isinstance(plan, _plan.Plan)
+            assert estimate.passes == 1 and estimate.flops == 2 * 300 * 12 * 8 and estimate.seconds is not None
+            assert estimate.task_bytes == 100 * 20 * 8 and "toy" in str(plan)
+    # MCA with the toy as its only other road and a budget the exact path does not fit: the toy
+    # is chosen for the exact path's reason, and the fit runs it.
+    monkeypatch.setitem(cross_covariance.MCA_PATHS, "toy", toy)
+    monkeypatch.delitem(cross_covariance.MCA_PATHS, "krylov")
+    exact_bytes = daskpca.MCA(3).plan(x, y).estimate("exact").task_bytes
+    reference = daskpca.MCA(3).fit(x, y)
+    monkeypatch.setattr(_plan, "task_memory_budget", lambda resources=None: (exact_bytes - 1, "a test's budget"))
+    plan = daskpca.MCA(3).plan(x, y)
+    assert plan.path == "toy" and plan.reason.startswith("the 12×8 cross-covariance needs") and not plan.warnings
+    fitted = daskpca.MCA(3).fit(x, y)
+    assert reference.solver_ == "exact" and fitted.solver_ == "toy" and fitted.n_passes_ == 1
+    np.testing.assert_allclose(fitted.singular_values_, reference.singular_values_, rtol=1e-10)
+
+
+def test_the_coupled_estimators_hold_no_cost_formula_of_their_own():
+    """MCA's and CCA's costs are in their paths' declarations: the estimators ask no budget, price
+    no cache, count no bytes."""
+    import daskpca.coupled
+
+    for path in Path(daskpca.coupled.__file__).parent.glob("*.py"):
+        source = path.read_text()
+        for pattern in (r"task_memory_budget", r"_cache\.choose", r"_task_bytes", r"format_bytes", r"\*\s*(8|16)\b"):
+            assert not re.search(pattern, source), (path.name, pattern)

@@ -7,7 +7,9 @@ and standardisation through the one feature stage (:mod:`daskpca._features`) and
 layout (:mod:`daskpca.labeled`), aligned by sample coordinate (:mod:`.fields`);
 :class:`~daskpca.coupled.cca.CCA` (:mod:`.cca`): CCA on each field's leading PCs. The pass kernels (exact
 cross-moments, the cross operator of the block Krylov path, correlation patterns) live in
-:mod:`daskpca.solvers.cross_covariance`. The public names are re-exported by :mod:`daskpca`.
+:mod:`daskpca.solvers.cross_covariance`, with MCA's paths declared (solve, cost model,
+capabilities); CCA's are declared in :mod:`daskpca.solvers.canonical`. Both estimators plan
+through the one planner (:func:`daskpca._plan.make_plan`). The public names are re-exported by :mod:`daskpca`.
 
 What it may import: the PCA family (:mod:`daskpca.pca`: CCA's per-field PCA), the estimator
 layer (:mod:`daskpca.models`: the base, constraints, projections, the saved model), the fit

@@ -25,14 +25,17 @@ like (kx + ky)/n). Also kx ≤ min(n − 1, dx) and ky ≤ min(n − 1, dy), and
   stages at once; everything else on the client. Needs the (dx + dy)² covariance in a task.
 - ``"pca"`` — otherwise: each field's PCA by :class:`daskpca.PCA` (its planner and passes, each
   reading its own field), then 1 pass reading both for the covariances of the PC scores.
+
+Both paths are declared where they are solved (:data:`daskpca.solvers.canonical.CCA_PATHS`), and
+CCA plans through the one planner (:func:`daskpca._plan.make_plan`, the two fields read together):
+``"auto"`` takes the exact path where its task fits, else the PCA-first one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 from numbers import Integral
 
-import dask
 import numpy as np
 from scipy.linalg import svd
 
@@ -42,25 +45,9 @@ from ..models import _format
 from ..models._base import Estimator
 from ..models._constraints import BOOL, WEIGHTS, Interval, Options, PerField
 from ..pca import PCA
-from ..solvers._linalg import eigh_descending, flip_signs, tuned_for_tasks
-from ..solvers.covariance import moments_graph
-from ..solvers.cross_covariance import joint_rows
+from ..solvers._linalg import flip_signs, tuned_for_tasks
+from ..solvers.canonical import CCA_PATHS
 from .fields import Field, fields, pair, project_field, resolve
-
-
-@dataclass(frozen=True)
-class CCAPlan:
-    """What :meth:`CCA.fit` would do, from metadata only."""
-
-    path: str
-    reason: str
-    n_passes: str
-    task_bytes: int
-    budget: int
-
-    def __str__(self) -> str:
-        return (f"CCA path {self.path!r} — {self.reason}\npasses: {self.n_passes}\nlargest task: "
-                f"{_plan.format_bytes(self.task_bytes)} of a {_plan.format_bytes(self.budget)} budget")
 
 
 class CCA(Estimator):
@@ -96,7 +83,7 @@ class CCA(Estimator):
         "n_pca_modes": [PerField((Interval(Integral, 1, None),))],
         "weights": [PerField((WEIGHTS,))],
         "standardize": [PerField((BOOL,))],
-        "solver": [Options(("auto", "exact", "pca"))],
+        "solver": [Options(("auto", *CCA_PATHS))],
         "device": PCA._parameter_constraints["device"],  # one declaration, PCA's
     }
     _fitted_attribute = "weights_x_"
@@ -122,9 +109,11 @@ class CCA(Estimator):
         x, y = self._fields(X, Y, sample_dims)
         plan = self._plan(x, y)
         with tuned_for_tasks():
-            fitted = self._fit_exact(x, y) if plan.path == "exact" else self._fit_pca(x, y)
-        eofs, means, covariances, stages, n, passes = fitted
-        rho, a, b = canonical(*covariances, self.n_components)
+            reduced = CCA_PATHS[plan.path].solve(x.matrix, y.matrix, resolve=(partial(resolve, x), partial(resolve, y)),
+                                                 modes=self._modes, fit_pca=partial(self._field_pca, (x, y)))
+        eofs, means, stages = reduced.eofs, reduced.means, reduced.stages
+        n, passes = reduced.n_samples, reduced.n_passes
+        rho, a, b = canonical(*reduced.covariances, self.n_components)
         self.canonical_correlations_ = rho
         weights_x, weights_y = (eofs[0] @ a).T, (eofs[1] @ b).T
         signs = flip_signs(weights_x)  # a pair flips together: ρ stays positive
@@ -157,47 +146,27 @@ class CCA(Estimator):
         self._modes = (kx, ky)
         return x, y
 
-    def plan(self, X, Y, *, sample_dims=None) -> CCAPlan:
+    def plan(self, X, Y, *, sample_dims=None) -> _plan.Plan:
         """The path, passes and largest task of :meth:`fit`, reading nothing."""
         return self._plan(*self._fields(X, Y, sample_dims))
 
-    def _plan(self, x: Field, y: Field) -> CCAPlan:
-        d = x.matrix.shape[1] + y.matrix.shape[1]
-        rows = max(x.matrix.chunks[0])
-        budget, _ = _plan.task_memory_budget()
-        exact = max(rows * d * 16 + d * d * 8, 3 * d * d * 8)
-        if self.solver == "exact" or (self.solver == "auto" and exact <= budget):
-            why = "requested by the caller" if self.solver == "exact" else f"the ({d})² joint covariance fits a task"
-            return CCAPlan("exact", why, "1", exact, budget)
-        why = "requested by the caller" if self.solver == "pca" else f"the ({d})² joint covariance does not fit a task"
-        return CCAPlan("pca", why, "each field's PCA passes (its own field), then 1 reading both",
-                       rows * d * 16, budget)
+    def _plan(self, x: Field, y: Field) -> _plan.Plan:
+        """The one planner's plan (:func:`daskpca._plan.make_plan`) of the two fields read together,
+        among CCA's paths (no pass cache: the PCA-first path's per-field fits keep their own)."""
+        (n, dx), dy = x.matrix.shape, y.matrix.shape[1]
+        itemsize = max(x.matrix.dtype.itemsize, y.matrix.dtype.itemsize)
+        plan = _plan.make_plan(
+            n, dx + dy, self.n_components, (x.matrix.chunks[0], x.matrix.chunks[1] + y.matrix.chunks[1]), itemsize,
+            available=tuple(CCA_PATHS), requested=None if self.solver == "auto" else self.solver,
+            declarations=CCA_PATHS, fields=(dx, dy), options={"n_pca_modes": self._modes})
+        self.refuse_ignored_knobs(plan.path, CCA_PATHS)
+        return plan
 
-    def _fit_exact(self, x: Field, y: Field):
-        (moments,) = dask.compute(moments_graph(joint_rows(x.matrix, y.matrix)))
-        n, dx = moments.count, x.matrix.shape[1]
-        scatter = moments.symmetric_scatter() / max(n - 1, 1)
-        parts = (slice(0, dx), slice(dx, None))
-        stages = tuple(resolve(f, moments.finite_counts()[p], n, np.diag(scatter)[p]) for f, p in zip((x, y), parts))
-        index = [np.flatnonzero(stage.keep) + p.start for stage, p in zip(stages, parts)]
-        blocks = [[scatter[np.ix_(i, j)] * np.outer(si.factor, sj.factor) for j, sj in zip(index, stages)]
-                  for i, si in zip(index, stages)]
-        eofs, variances = zip(*(_leading(blocks[i][i], m) for i, m in enumerate(self._modes)))
-        cross = eofs[0].T @ blocks[0][1] @ eofs[1]
-        means = tuple(moments.mean[i] * s.factor for i, s in zip(index, stages))
-        return eofs, means, (np.diag(variances[0]), np.diag(variances[1]), cross), stages, n, 1
-
-    def _fit_pca(self, x: Field, y: Field):
-        models = [PCA(m, weights=f.spec.weights, standardize=f.spec.standardize).fit(f.matrix)
-                  for f, m in zip((x, y), self._modes)]
-        scores = [model.transform(f.matrix) for model, f in zip(models, (x, y))]
-        (moments,) = dask.compute(moments_graph(joint_rows(*scores)))
-        kx, n = self._modes[0], moments.count
-        cov = moments.symmetric_scatter() / max(n - 1, 1)
-        covariances = (cov[:kx, :kx], cov[kx:, kx:], cov[:kx, kx:])
-        passes = sum(model.n_passes_ for model in models) + 1
-        return (tuple(m.components_.T for m in models), tuple(m.mean_ for m in models), covariances,
-                tuple(m.feature_stage_ for m in models), n, passes)
+    def _field_pca(self, fields_, which: int, matrix, m: int):
+        """The PCA-first path's per-field fit: field ``which``'s ``m`` leading PCs through its own
+        feature stage (its planner and passes)."""
+        spec = fields_[which].spec
+        return PCA(m, weights=spec.weights, standardize=spec.standardize).fit(matrix)
 
     def transform(self, X, Y, *, nan="raise"):
         """Canonical variates of each field: ``(z − mean)·weightsᵀ`` (unit variance on the fitting
@@ -262,12 +231,6 @@ class CCA(Estimator):
         if not np.all(np.isfinite(rho)) or np.any(rho < 0) or np.any(rho > 1) or np.any(np.diff(rho) > 1e-12):
             return "the canonical correlations are not in [0, 1] and decreasing"
         return None
-
-
-def _leading(covariance: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``m`` leading eigenvectors (d × m) and eigenvalues of a covariance."""
-    values, vectors = eigh_descending(covariance, m)
-    return vectors[:, :m], values[:m]
 
 
 def canonical(cov_x: np.ndarray, cov_y: np.ndarray, cross: np.ndarray, k: int):

@@ -26,24 +26,26 @@ correlation patterns (:meth:`MCA.patterns`).
   (:func:`daskpca.solvers.cross_covariance.krylov_svd` states the bound). ‖C‖_F and the sum of all
   singular values are not known there: both fractions are NaN.
 
-``"auto"`` takes the exact path when its largest task fits the task memory budget
-(:func:`daskpca._plan.task_memory_budget`). :meth:`MCA.plan` says which, and why, reading nothing.
+Both paths are declared where they are solved (:data:`daskpca.solvers.cross_covariance.MCA_PATHS`:
+solve, cost model, capabilities), and MCA plans through the one planner
+(:func:`daskpca._plan.make_plan`, the two fields read together): ``"auto"`` takes the exact path
+when its largest task fits the task memory budget, else the Krylov path (n_components given).
+:meth:`MCA.plan` says which, and why, reading nothing.
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from functools import partial
 from numbers import Integral, Real
-from types import SimpleNamespace
 
 import dask
 import numpy as np
-from scipy.linalg import svd
 
 from .. import _plan, labeled
 from ..solvers import _cache
-from .._features import FeatureStage, column_stats_graph
+from .._features import FeatureStage
 from ..exceptions import AccuracyWarning, InputError, InvalidParameterError
 from ..models import _format
 from ..models._base import Estimator
@@ -54,45 +56,13 @@ from ..solvers.krylov import check_accuracy_options
 from ..pca import PCA
 from .fields import Field, fields, model_field, project_field, resolve
 
-PATHS = ("auto", "exact", "krylov")
-#: Each path's declarations, as a solver module makes them: the knobs it takes (``OPTIONS``; the
-#: others would be ignored there, so they are refused) and whether it is exact (meets any ``tol``).
-PATH_DECLARATIONS = {"exact": SimpleNamespace(OPTIONS=(), EXACT=True),
-                     "krylov": SimpleNamespace(OPTIONS=("tol", "max_passes", "n_oversamples"), EXACT=False)}
-
-
-def _check_varies(variance_x, variance_y) -> None:
-    """A field constant over the samples has no covariance with anything: refuse it by name (its
-    singular values would be 0 and their fractions 0/0), after the statistics pass that shows it."""
-    for name, variance in (("X", variance_x), ("Y", variance_y)):
-        if not np.any(np.asarray(variance) > 0):
-            raise InputError(f"field {name} is constant over the samples (every analysed feature has zero variance): "
-                             "it covaries with nothing, so MCA has no modes. Pass a field that varies.")
+#: Each path's declaration (solve, cost model, the knobs it takes — the others would be ignored
+#: there, so they are refused — and whether it is exact), by name.
+PATH_DECLARATIONS = cc.MCA_PATHS
+PATHS = ("auto", *PATH_DECLARATIONS)
 #: Passes the Krylov path makes (its statistics pass included) when neither ``tol`` nor
 #: ``max_passes`` is given.
-DEFAULT_MAX_PASSES = 20
-
-
-@dataclass(frozen=True)
-class CoupledPlan:
-    """What :meth:`MCA.fit` would do, from metadata only."""
-
-    path: str
-    reason: str
-    n_passes: str
-    task_bytes: int
-    budget: int
-    budget_source: str
-    shape: tuple
-    cache: object = None  # the pass cache (daskpca.solvers._cache.CacheChoice)
-
-    def __str__(self) -> str:
-        n, dx, dy = self.shape
-        return (f"MCA of X ({n} × {dx}) and Y ({n} × {dy}): path {self.path!r} — {self.reason}\n"
-                f"passes (each reads both fields): {self.n_passes}\n"
-                f"largest task: {_plan.format_bytes(self.task_bytes)} of a "
-                f"{_plan.format_bytes(self.budget)} budget ({self.budget_source})"
-                + (f"\npass cache: {self.cache.describe()}" if self.cache is not None else ""))
+DEFAULT_MAX_PASSES = cc.DEFAULT_MAX_PASSES
 
 
 class MCA(Estimator):
@@ -220,12 +190,15 @@ class MCA(Estimator):
         fields = self._fields(X, Y, sample_dims)
         plan = self._plan(fields)
         x, y = fields
+        declaration = PATH_DECLARATIONS[plan.path]
+        options = {option: getattr(self, option) for option in declaration.options}
         with tuned_for_tasks(), _cache.for_fit([x.matrix, y.matrix], plan.cache) as cache:
             x, y = (replace(f, matrix=cache.input(f.matrix)) for f in (x, y))
-            if plan.path == "exact":
-                self._fit_exact(x, y, plan)
-            else:
-                self._fit_krylov(x, y, plan)
+            solution = declaration.solve(x.matrix, y.matrix, resolve=(partial(resolve, x), partial(resolve, y)),
+                                         choose_k=self._narrowed_k, random_state=self.random_state, **options)
+        self._set_fitted(solution, (x.layout, y.layout), plan.path, plan.reason)
+        if self.tol is not None and solution.error_bound > self.tol:  # the Krylov path's bound, above tol
+            self._warn_bound_missed(solution)
         self.cache_ = cache.summary
         self.__dict__.pop("_loaded_from", None)
         return self
@@ -255,109 +228,44 @@ class MCA(Estimator):
         if self.solver == "krylov" and self.n_components is None:
             raise InvalidParameterError("solver='krylov' computes the leading modes only: give n_components.")
 
-    def plan(self, X, Y, *, sample_dims=None) -> CoupledPlan:
+    def plan(self, X, Y, *, sample_dims=None) -> _plan.Plan:
         """What :meth:`fit` would do — path, passes, largest task against the budget — reading nothing.
         Raises what ``fit`` raises before any read (a knob the path ignores, e.g. ``max_passes``
         with ``solver="exact"``: :meth:`~daskpca.models.Estimator.refuse_ignored_knobs`)."""
         return self._plan(self._fields(X, Y, sample_dims))
 
-    def _plan(self, fields) -> CoupledPlan:
-        plan = self._choose_path(fields)
-        self.refuse_ignored_knobs(plan.path, PATH_DECLARATIONS)
-        return plan
-
-    def _choose_path(self, fields) -> CoupledPlan:
+    def _plan(self, fields) -> _plan.Plan:
+        """The one planner's plan (:func:`daskpca._plan.make_plan`) of the two fields read together,
+        among the paths these parameters allow (the Krylov path finds the leading modes only: it
+        needs n_components); the pass cache priced for both fields; the knobs refused."""
         x, y = fields
         (n, dx), dy = x.matrix.shape, y.matrix.shape[1]
         itemsize = max(x.matrix.dtype.itemsize, y.matrix.dtype.itemsize)
-        rows = max(x.matrix.chunks[0])
-        budget, source = _plan.task_memory_budget()
-        exact = cc.exact_task_bytes(rows, dx, dy, itemsize)
-        ell = (self.n_components or 1) + self.n_oversamples
-        krylov = rows * (dx + dy) * (itemsize + 8) + 2 * (dx + dy) * ell * 8
-        fits = exact <= budget
-        if self.solver == "krylov" or (self.solver == "auto" and not fits and self.n_components is not None):
-            why = "requested by the caller" if self.solver == "krylov" else (
-                f"the {dx}×{dy} cross-covariance needs {_plan.format_bytes(exact)} per task, more than the budget")
-            most = self.max_passes or DEFAULT_MAX_PASSES
-            if most < 2:
-                raise InvalidParameterError(
-                    f"max_passes={most}: MCA's Krylov path reads both fields once for their statistics, then at "
-                    "least once more for the cross products: give max_passes >= 2 (--max-passes 2), or the exact "
-                    "path (solver='exact') when dx×dy fits a task.")
-            passes = f"1 (statistics) + block Krylov until the bound ≤ {self.tol} (at most {most} in all)" \
-                if self.tol is not None else f"{most} (1 for statistics, then block Krylov)"
-            reads = 1 + (self.max_passes or DEFAULT_MAX_PASSES) if self.tol is None else 2  # the statistics pass, then ≥ 1
-            choice = _cache.choose([x.matrix, y.matrix], self.cache, reads=reads + _cache.later_reads(),
-                                   working_bytes=krylov, fit_reads=reads)
-            return CoupledPlan("krylov", why, passes, krylov, budget, source, (n, dx, dy), choice)
-        why = "requested by the caller" if self.solver == "exact" else (
-            f"the {dx}×{dy} cross-covariance fits a task" if fits else
-            "n_components=None needs every singular value (only the exact path gives them); it does not fit the budget")
-        choice = _cache.choose([x.matrix, y.matrix], self.cache, reads=1 + _cache.later_reads(), working_bytes=exact)
-        return CoupledPlan("exact", why, "1", exact, budget, source, (n, dx, dy), choice)
+        available = tuple(name for name, path in PATH_DECLARATIONS.items() if self.n_components is not None or path.exact)
+        plan = _plan.make_plan(
+            n, dx + dy, self._rank_bound(n, dx, dy) if self.n_components is None else int(self.n_components),
+            (x.matrix.chunks[0], x.matrix.chunks[1] + y.matrix.chunks[1]), itemsize,
+            needs_spectrum=self.n_components is None, available=available, n_oversamples=self.n_oversamples,
+            tol=self.tol, max_passes=self.max_passes, requested=None if self.solver == "auto" else self.solver,
+            cache_for=_plan.cache_pricing([x.matrix, y.matrix], self.cache), declarations=PATH_DECLARATIONS,
+            fields=(dx, dy))
+        if plan.path == cc.KRYLOV.name:
+            cc.check_read_budget(self.max_passes)
+        self.refuse_ignored_knobs(plan.path, PATH_DECLARATIONS)
+        return plan
 
-    def _fit_exact(self, x: Field, y: Field, plan: CoupledPlan) -> None:
-        (moments,) = dask.compute(cc.cross_moments_graph(x.matrix, y.matrix))
-        n = moments.count
-        stage_x = resolve(x, moments.finite_x, n, moments.m2_x / max(n - 1, 1))
-        stage_y = resolve(y, moments.finite_y, n, moments.m2_y / max(n - 1, 1))
-        _check_varies(moments.m2_x[stage_x.keep] * stage_x.factor**2, moments.m2_y[stage_y.keep] * stage_y.factor**2)
-        k = self._narrowed_k(n, stage_x, stage_y)
-        cross = moments.cross[np.ix_(stage_x.keep, stage_y.keep)] * np.outer(stage_x.factor, stage_y.factor)
-        cross /= max(n - 1, 1)
-        left, values, right_t = svd(cross, full_matrices=False, check_finite=False)
-        total = float(np.sum(values**2))
-        self._set_fitted(
-            left[:, :k].T, right_t[:k], values[:k], n,
-            moments.mean_x[stage_x.keep] * stage_x.factor, moments.mean_y[stage_y.keep] * stage_y.factor,
-            (stage_x, stage_y), (x.layout, y.layout), plan, n_passes=1, error_bound=0.0,
-            total_squared=total, sum_values=float(np.sum(values)),
-            info={"total_variance_x": float(np.sum(moments.m2_x[stage_x.keep] * stage_x.factor**2)) / max(n - 1, 1),
-                  "total_variance_y": float(np.sum(moments.m2_y[stage_y.keep] * stage_y.factor**2)) / max(n - 1, 1)},
-        )
-
-    def _fit_krylov(self, x: Field, y: Field, plan: CoupledPlan) -> None:
-        (stats,) = dask.compute(column_stats_graph(cc.joint_rows(x.matrix, y.matrix)))
-        n, dx = x.matrix.shape[0], x.matrix.shape[1]
-        part_x = slice(0, dx)
-        part_y = slice(dx, None)
-        variance = stats.variance()
-        stage_x = resolve(x, stats.count[part_x], n, variance[part_x])
-        stage_y = resolve(y, stats.count[part_y], n, variance[part_y])
-        _check_varies(variance[part_x][stage_x.keep] * stage_x.factor**2, variance[part_y][stage_y.keep] * stage_y.factor**2)
-        k = self._narrowed_k(n, stage_x, stage_y)
-        mean_x = stats.mean[part_x][stage_x.keep] * stage_x.factor
-        mean_y = stats.mean[part_y][stage_y.keep] * stage_y.factor
-        budget = (self.max_passes or DEFAULT_MAX_PASSES) - 1
-
-        def apply(V, U):
-            (products,) = dask.compute(cc.cross_products_graph(x.matrix, y.matrix, stage_x, stage_y, mean_x, mean_y, V, U))
-            return products
-
-        rng = np.random.default_rng(self.random_state)
-        block = min(k + self.n_oversamples, stage_x.n_kept, stage_y.n_kept)
-        found = cc.krylov_svd(apply, stage_x.n_kept, stage_y.n_kept, k, block=block, tol=self.tol,
-                              max_passes=max(budget, 1), n_samples=n, rng=rng)
-        scale = max(n - 1, 1)
-        self._set_fitted(
-            found.left.T, found.right.T, found.singular_values / scale, n, mean_x, mean_y,
-            (stage_x, stage_y), (x.layout, y.layout), plan, n_passes=1 + found.n_passes,
-            error_bound=found.error_bound, total_squared=np.nan, sum_values=np.nan,
-            info={"bounds": found.bounds, "stats_pass": "one read of both fields for the per-feature "
-                  "finite counts, means and variances before the Krylov passes"},
-        )
-        if self.tol is not None and found.error_bound > self.tol:
-            exact = "or use the exact path (solver='exact'; --solver exact) if dx×dy fits a task"
-            if found.stopped == "invariant":
-                why = (f"stopped after {self.n_passes_} reads because its Krylov spaces became invariant: more passes "
-                       "cannot lower the bound. What is left is round-off, or kept modes not separated from the next "
-                       f"(equal or zero singular values: then they are not unique). Keep fewer modes, loosen tol, {exact}.")
-            else:
-                why = (f"spent its read budget, max_passes={self.max_passes or DEFAULT_MAX_PASSES} (--max-passes), "
-                       f"in {self.n_passes_} reads. Raise max_passes or n_oversamples, {exact}.")
-            warnings.warn(f"MCA's Krylov path ended with a bound of {found.error_bound:.2g} on the subspaces' sin θ, "
-                          f"above tol={self.tol}: it {why}", AccuracyWarning, stacklevel=3)
+    def _warn_bound_missed(self, solution) -> None:
+        """The Krylov path's bound stayed above ``tol``: say why it stopped and what to change."""
+        exact = "or use the exact path (solver='exact'; --solver exact) if dx×dy fits a task"
+        if solution.stopped == "invariant":
+            why = (f"stopped after {self.n_passes_} reads because its Krylov spaces became invariant: more passes "
+                   "cannot lower the bound. What is left is round-off, or kept modes not separated from the next "
+                   f"(equal or zero singular values: then they are not unique). Keep fewer modes, loosen tol, {exact}.")
+        else:
+            why = (f"spent its read budget, max_passes={self.max_passes or DEFAULT_MAX_PASSES} (--max-passes), "
+                   f"in {self.n_passes_} reads. Raise max_passes or n_oversamples, {exact}.")
+        warnings.warn(f"MCA's Krylov path ended with a bound of {solution.error_bound:.2g} on the subspaces' sin θ, "
+                      f"above tol={self.tol}: it {why}", AccuracyWarning, stacklevel=3)
 
     def _narrowed_k(self, n, stage_x: FeatureStage, stage_y: FeatureStage) -> int:
         bound = self._rank_bound(n, stage_x.n_kept, stage_y.n_kept)
@@ -368,30 +276,31 @@ class MCA(Estimator):
                 f"{bound} modes.")
         return bound if self.n_components is None else int(self.n_components)
 
-    def _set_fitted(self, components_x, components_y, values, n, mean_x, mean_y, stages, layouts, plan, *,
-                    n_passes, error_bound, total_squared, sum_values, info) -> None:
-        signs = flip_signs(components_x)
+    def _set_fitted(self, solution: cc.CrossSolution, layouts, solver: str, reason: str) -> None:
+        """Fitted attributes from a path's :class:`~daskpca.solvers.cross_covariance.CrossSolution`."""
+        values, total_squared, sum_values = solution.singular_values, solution.total_squared, solution.sum_values
+        signs = flip_signs(solution.components_x)
         # C order, as a loaded model's: BLAS may round a product differently for another layout,
         # and a reloaded model's scores must be bit-identical.
-        self.components_x_ = np.ascontiguousarray(components_x * signs[:, None])
-        self.components_y_ = np.ascontiguousarray(components_y * signs[:, None])
+        self.components_x_ = np.ascontiguousarray(solution.components_x * signs[:, None])
+        self.components_y_ = np.ascontiguousarray(solution.components_y * signs[:, None])
         self.singular_values_ = np.asarray(values, dtype=np.float64)
         self.total_squared_covariance_ = float(total_squared)
         self.squared_covariance_fraction_ = self.singular_values_**2 / total_squared if total_squared > 0 else \
             np.full(len(values), np.nan)
         self.covariance_fraction_ = self.singular_values_ / sum_values if sum_values > 0 else \
             np.full(len(values), np.nan)
-        self.mean_x_, self.mean_y_ = mean_x, mean_y
+        self.mean_x_, self.mean_y_ = solution.mean_x, solution.mean_y
         self.n_components_ = len(values)
-        self.n_samples_ = int(n)
+        self.n_samples_ = int(solution.n_samples)
+        stages = solution.stages
         self.feature_stage_x_, self.feature_stage_y_ = stages
         self.n_features_x_, self.n_features_y_ = stages[0].n_input, stages[1].n_input
         self.layout_x_, self.layout_y_ = layouts
-        self.solver_, self.solver_reason_ = plan.path, plan.reason
-        self.n_passes_ = int(n_passes)
-        self.error_bound_ = float(error_bound)
-        self.solver_info_ = dict(info)
-
+        self.solver_, self.solver_reason_ = solver, reason
+        self.n_passes_ = int(solution.n_passes)
+        self.error_bound_ = float(solution.error_bound)
+        self.solver_info_ = dict(solution.info)
     # ------------------------------------------------------------------ projecting
 
     def transform(self, X, Y, *, nan="raise"):
@@ -523,12 +432,12 @@ class MCA(Estimator):
         model = cls(**_format.stored_params(cls, ds))
         (stage_x, layout_x), (stage_y, layout_y) = (_format.read_field(ds, tag) for tag in ("x", "y"))
         attrs = ds.attrs
-        plan = CoupledPlan(str(attrs["solver"]), str(attrs["solver_reason"]), "", 0, 0, "", ())
-        model._set_fitted(
+        stored = cc.CrossSolution(
             ds["model_components_x"].values, ds["model_components_y"].values, ds["model_singular_values"].values,
             int(attrs["n_samples"]), ds["model_mean_x"].values, ds["model_mean_y"].values, (stage_x, stage_y),
-            (layout_x, layout_y), plan, n_passes=int(attrs["n_passes"]), error_bound=float(attrs["error_bound"]),
+            n_passes=int(attrs["n_passes"]), error_bound=float(attrs["error_bound"]),
             total_squared=float(attrs["total_squared_covariance"]), sum_values=np.nan, info={})
+        model._set_fitted(stored, (layout_x, layout_y), str(attrs["solver"]), str(attrs["solver_reason"]))
         # The fractions are stored, not re-derived: bit-identical to the saved model's.
         model.squared_covariance_fraction_ = ds["model_squared_covariance_fraction"].values
         model.covariance_fraction_ = ds["model_covariance_fraction"].values

@@ -14,8 +14,9 @@ X̃ᵀ·orth(X̃Ω) the randomized and block Krylov solvers share), :mod:`._mome
 count / mean / scatter), :mod:`._linalg` (the small local eigen- and singular-value solves, BLAS
 threads) and :mod:`._base` (the solver contract). :mod:`.cross_covariance` holds the passes of two
 fields read together (exact cross-moments, the cross operator and its block Krylov SVD, correlation
-patterns) for the coupled estimators (:mod:`daskpca.coupled`); it is no PCA solver, so it is not in
-``SOLVERS``. Nor is :mod:`._resampling`, the moving-block bootstrap's client-side statistics
+patterns) for the coupled estimators (:mod:`daskpca.coupled`), and declares MCA's paths
+(``MCA_PATHS``); :mod:`.canonical` declares CCA's (``CCA_PATHS``). They are no PCA solvers, so they
+are not in ``SOLVERS``: each estimator hands its own to the planner. Nor is :mod:`._resampling`, the moving-block bootstrap's client-side statistics
 (block lengths, replicate weights, intervals, and what a resampling must have to vary and fit),
 which :mod:`daskpca.significance` builds on.
 

@@ -286,6 +286,9 @@ class PlanInput:
     tol: float | None = None
     max_passes: int | None = None
     options: dict = field(default_factory=dict)  # further estimator options a cost model reads (Hilbert's padding)
+    #: ``(dx, dy)`` when the input is two fields read together, ``[X | Y]`` with ``d = dx + dy``
+    #: (MCA's cross product, CCA's joint covariance); None for one matrix.
+    fields: tuple | None = None
 
     # Derived once (plain attributes, not properties: the cost models read them many times).
     row_block: int = field(init=False)  # rows of the largest row block (all columns after regrouping)
@@ -353,13 +356,20 @@ class SolverDeclaration:
     name : str
         The public name (``PCA(solver=name)``).
     solve : callable
-        ``solve(X, request, *, random_state=None, **options) -> SolverResult`` (the module notes).
+        ``solve(X, request, *, random_state=None, **options) -> SolverResult`` (the module notes);
+        a coupled path's takes both fields (:mod:`daskpca.solvers.cross_covariance`,
+        :mod:`daskpca.solvers.canonical`).
     cost : callable
         ``cost(PlanInput) -> Cost``: passes, flops, task memory, result size. Required.
     summary : str
         A few words for plans and reasons ("one pass building the d×d covariance").
     reason : callable or None
-        ``reason(n, d) -> str``: why the planner takes it for this shape (``exact_for`` solvers).
+        ``reason(n, d) -> str``: why the planner takes it for this shape (``exact_for`` solvers);
+        ``reason(n, dx, dy)`` for two fields read together (``PlanInput.fields``).
+    too_large : callable or None
+        ``too_large(n, d, task_bytes) -> str`` (``too_large(n, dx, dy, task_bytes)`` for two
+        fields): why the planner passes this exact road over where its task does not fit (None:
+        the planner's own sentence, naming the budget).
     flop_rate : float
         The host's rate for its pass flops (flops/s; the time model's).
     device_rate : str
@@ -373,14 +383,16 @@ class SolverDeclaration:
         and refuses the others: :meth:`daskpca.models.Estimator.refuse_ignored_knobs`).
     exact : bool
         Its answer is exact to round-off: it meets any ``tol``.
-    exact_for : {"tall", "wide"} or None
-        The exact road the planner takes for that shape (tall: n ≥ d; wide: n < d).
+    exact_for : {"tall", "wide", "any"} or None
+        The exact road the planner takes for that shape (tall: n ≥ d; wide: n < d; any: both).
     certifies : callable or None
         ``certifies(tol, max_passes) -> bool``: an approximate solver that guarantees ``tol``
         within the read budget (block Krylov); the planner weighs it against the exact roads.
-    fallback : {"approximate", "last-resort"} or None
+    fallback : {"approximate", "last-resort", "instead"} or None
         Where no exact solver fits a task: "approximate" ones are tried first (a certifying one
-        before the others), then the "last-resort".
+        before the others), then the "last-resort"; "instead": the one other road, taken whether
+        its own task fits or not (the coupled estimators' second paths, whose tasks hold a block
+        and thin matrices where the exact road holds a dx×dy or d² one).
     accepts_missing : bool
         NaN is a missing value, not an error (the planner's choice for data with NaN).
     squares_the_data : bool
@@ -397,6 +409,7 @@ class SolverDeclaration:
     cost: object
     summary: str = ""
     reason: object = None
+    too_large: object = None
     flop_rate: float = DENSE_FLOPS_PER_SECOND
     device_rate: str = "sketch-flops"
     on_device: object = None
@@ -423,11 +436,12 @@ class SolverDeclaration:
                    if not ok]
         if not isinstance(self.name, str) or not self.name:
             missing.insert(0, "a name")
-        if self.exact_for not in (None, "tall", "wide"):
-            raise MissingDeclaration(f"solver {self.name!r}: exact_for={self.exact_for!r}; expected 'tall', 'wide' or None.")
-        if self.fallback not in (None, "approximate", "last-resort"):
+        if self.exact_for not in (None, "tall", "wide", "any"):
+            raise MissingDeclaration(f"solver {self.name!r}: exact_for={self.exact_for!r}; expected 'tall', 'wide', "
+                                     "'any' or None.")
+        if self.fallback not in (None, "approximate", "last-resort", "instead"):
             raise MissingDeclaration(f"solver {self.name!r}: fallback={self.fallback!r}; expected 'approximate', "
-                                     "'last-resort' or None.")
+                                     "'last-resort', 'instead' or None.")
         if missing:
             raise MissingDeclaration(
                 f"solver {self.name!r} cannot be registered without {' and '.join(missing)}: the planner prices every "

@@ -16,7 +16,7 @@ import numpy as np
 
 from ._base import open_checkpoint
 from ._device import namespace
-from ._graph import SizedByArrays
+from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from ._linalg import tall_norm2, tall_qr
 from ._moments import merge_shifted_means, row_shift
 from .._validation import NonFinite, find_nonfinite
@@ -115,6 +115,20 @@ def _merge_columns(a: ColumnMoments, b: ColumnMoments) -> ColumnMoments:
 def combine_column_moments(parts) -> ColumnMoments:
     """Merge :class:`ColumnMoments` exactly (Chan–Golub–LeVeque, column by column)."""
     return reduce(_merge_columns, list(parts))
+
+
+def column_stats_graph(X):
+    """Delayed :class:`ColumnMoments` of ``X``, NaN/±inf as missing: the feature stage's statistics
+    pass (:mod:`daskpca._features`), also MCA's Krylov path's first read (:mod:`.cross_covariance`)."""
+    parts = map_row_blocks(X, _column_stats_block, "feature-stats-chunk")
+    return tree_reduce(parts, combine_column_moments, "feature-stats-merge")
+
+
+def _column_stats_block(block: np.ndarray, row_offset: int) -> ColumnMoments:
+    xp = namespace(block)
+    x = xp.asarray(block, dtype=xp.float64)
+    # ±inf counts as missing too: such a feature is dropped if it is never finite.
+    return column_moments(xp.where(xp.isfinite(x), x, xp.nan), row_offset, missing=True)
 
 
 def orthonormal_columns(matrix: np.ndarray) -> np.ndarray:

@@ -24,6 +24,16 @@ correlation of every feature of each field with the scores of both fields.
 Device blocks (CuPy chunks): every leaf and merge runs in the block's array library
 (:mod:`daskpca.solvers._device`), the small operands (means, factors, masks, V, U) moved to the
 block's device in the task; the merge tree's root hands its dx×dy, d×ℓ or d×2k result to the host.
+
+**MCA's paths, declared** (:data:`MCA_PATHS`: ``"exact"``, :data:`EXACT`; ``"krylov"``,
+:data:`KRYLOV`): each a :class:`~daskpca.solvers._base.SolverDeclaration` with its solve
+(:func:`solve_exact`, :func:`solve_krylov`: both fields in, a :class:`CrossSolution` out), its
+cost model on the two fields read together (``PlanInput.fields = (dx, dy)``) and its
+capabilities. :class:`daskpca.MCA` plans through the one planner (:func:`daskpca._plan.make_plan`)
+with them: the exact path where its task fits, the Krylov path instead (``fallback="instead"``).
+A solve takes the estimator's feature stage as ``resolve = (resolve_x, resolve_y)``, each
+``(finite_count, n, variance) -> FeatureStage``, and its choice of k as ``choose_k(n, stage_x,
+stage_y) -> int`` (the solvers import no estimator).
 """
 
 from __future__ import annotations
@@ -34,12 +44,15 @@ from functools import reduce
 import numpy as np
 from scipy.linalg import blas, svd
 
+from ._base import Cost, PlanInput, SolverDeclaration
+from ._cache import format_bytes
 from ._device import backend_of, like, namespace
 from ._graph import SizedByArrays, map_row_blocks, tree_reduce
 from ._moments import MERGE_SPLIT_EVERY, center_block
 from ._linalg import orthonormal_extension
 from ._bounds import ROUNDOFF_RESIDUAL, wedin
 from .._validation import NonFinite
+from ..exceptions import InputError, InvalidParameterError
 
 
 def joint_rows(X, Y):
@@ -311,3 +324,172 @@ def correlations(sums) -> tuple[np.ndarray, np.ndarray]:
 
     return corr(sum_x, sq_x, cross_x), corr(sum_y, sq_y, cross_y)
 
+
+
+# ---------------------------------------------------------------------------- MCA's paths: solves
+
+
+#: Reads the Krylov path makes (its statistics pass included) when neither ``tol`` nor
+#: ``max_passes`` is given.
+DEFAULT_MAX_PASSES = 20
+
+
+@dataclass(frozen=True)
+class CrossSolution:
+    """What a path of MCA hands back to the estimator (all NumPy, float64).
+
+    ``components_x``, ``components_y`` (k × dx_kept, k × dy_kept): the singular vectors as rows,
+    signs not fixed yet; ``singular_values`` (k,): of the cross-covariance (ddof=1);
+    ``total_squared`` (‖C‖²_F) and ``sum_values`` (Σσ) NaN where not known (Krylov);
+    ``stopped``: why the Krylov path stopped (None on the exact path).
+    """
+
+    components_x: np.ndarray
+    components_y: np.ndarray
+    singular_values: np.ndarray
+    n_samples: int
+    mean_x: np.ndarray
+    mean_y: np.ndarray
+    stages: tuple
+    n_passes: int
+    error_bound: float
+    total_squared: float
+    sum_values: float
+    info: dict
+    stopped: str | None = None
+
+
+def check_varies(variance_x, variance_y) -> None:
+    """A field constant over the samples has no covariance with anything: refuse it by name (its
+    singular values would be 0 and their fractions 0/0), after the statistics pass that shows it."""
+    for name, variance in (("X", variance_x), ("Y", variance_y)):
+        if not np.any(np.asarray(variance) > 0):
+            raise InputError(f"field {name} is constant over the samples (every analysed feature has zero variance): "
+                             "it covaries with nothing, so MCA has no modes. Pass a field that varies.")
+
+
+def solve_exact(X, Y, *, resolve, choose_k, random_state=None) -> CrossSolution:
+    """The exact path: one pass (:func:`cross_moments_graph`), the feature stages from its
+    statistics, the dx×dy SVD of the weighted cross-covariance on the client. Every singular
+    value is computed, so ‖C‖²_F and Σσ are exact."""
+    import dask
+
+    (moments,) = dask.compute(cross_moments_graph(X, Y))
+    n = moments.count
+    stage_x = resolve[0](moments.finite_x, n, moments.m2_x / max(n - 1, 1))
+    stage_y = resolve[1](moments.finite_y, n, moments.m2_y / max(n - 1, 1))
+    check_varies(moments.m2_x[stage_x.keep] * stage_x.factor**2, moments.m2_y[stage_y.keep] * stage_y.factor**2)
+    k = choose_k(n, stage_x, stage_y)
+    cross = moments.cross[np.ix_(stage_x.keep, stage_y.keep)] * np.outer(stage_x.factor, stage_y.factor)
+    cross /= max(n - 1, 1)
+    left, values, right_t = svd(cross, full_matrices=False, check_finite=False)
+    total = float(np.sum(values**2))
+    return CrossSolution(
+        left[:, :k].T, right_t[:k], values[:k], n,
+        moments.mean_x[stage_x.keep] * stage_x.factor, moments.mean_y[stage_y.keep] * stage_y.factor,
+        (stage_x, stage_y), n_passes=1, error_bound=0.0, total_squared=total, sum_values=float(np.sum(values)),
+        info={"total_variance_x": float(np.sum(moments.m2_x[stage_x.keep] * stage_x.factor**2)) / max(n - 1, 1),
+              "total_variance_y": float(np.sum(moments.m2_y[stage_y.keep] * stage_y.factor**2)) / max(n - 1, 1)},
+    )
+
+
+def solve_krylov(X, Y, *, resolve, choose_k, random_state=None, tol=None, max_passes=None, n_oversamples=10) -> CrossSolution:
+    """The Krylov path: one pass for both fields' per-feature statistics (masks, weights, means),
+    then :func:`krylov_svd` on the cross operator (:func:`cross_products_graph`), one pass per
+    block, until its bound is ≤ ``tol`` or ``max_passes`` reads (the statistics pass included;
+    default :data:`DEFAULT_MAX_PASSES`) are spent. ‖C‖_F and Σσ are not known: NaN."""
+    import dask
+
+    from ._iterative import column_stats_graph
+
+    (stats,) = dask.compute(column_stats_graph(joint_rows(X, Y)))
+    n, dx = X.shape[0], X.shape[1]
+    part_x = slice(0, dx)
+    part_y = slice(dx, None)
+    variance = stats.variance()
+    stage_x = resolve[0](stats.count[part_x], n, variance[part_x])
+    stage_y = resolve[1](stats.count[part_y], n, variance[part_y])
+    check_varies(variance[part_x][stage_x.keep] * stage_x.factor**2, variance[part_y][stage_y.keep] * stage_y.factor**2)
+    k = choose_k(n, stage_x, stage_y)
+    mean_x = stats.mean[part_x][stage_x.keep] * stage_x.factor
+    mean_y = stats.mean[part_y][stage_y.keep] * stage_y.factor
+    budget = (max_passes or DEFAULT_MAX_PASSES) - 1
+
+    def apply(V, U):
+        (products,) = dask.compute(cross_products_graph(X, Y, stage_x, stage_y, mean_x, mean_y, V, U))
+        return products
+
+    rng = np.random.default_rng(random_state)
+    block = min(k + n_oversamples, stage_x.n_kept, stage_y.n_kept)
+    found = krylov_svd(apply, stage_x.n_kept, stage_y.n_kept, k, block=block, tol=tol,
+                       max_passes=max(budget, 1), n_samples=n, rng=rng)
+    scale = max(n - 1, 1)
+    return CrossSolution(
+        found.left.T, found.right.T, found.singular_values / scale, n, mean_x, mean_y, (stage_x, stage_y),
+        n_passes=1 + found.n_passes, error_bound=found.error_bound, total_squared=np.nan, sum_values=np.nan,
+        info={"bounds": found.bounds, "stats_pass": "one read of both fields for the per-feature "
+              "finite counts, means and variances before the Krylov passes"},
+        stopped=found.stopped,
+    )
+
+
+def check_read_budget(max_passes) -> None:
+    """The Krylov path reads both fields once for their statistics, then at least once more:
+    refuse a smaller read budget before any read."""
+    most = max_passes or DEFAULT_MAX_PASSES
+    if most < 2:
+        raise InvalidParameterError(
+            f"max_passes={most}: MCA's Krylov path reads both fields once for their statistics, then at "
+            "least once more for the cross products: give max_passes >= 2 (--max-passes 2), or the exact "
+            "path (solver='exact') when dx×dy fits a task.")
+
+
+# ---------------------------------------------------------------------------- MCA's paths: costs
+
+
+def exact_cost(shape: PlanInput) -> Cost:
+    """One pass reading both fields. Its largest task (:func:`exact_task_bytes`): a leaf holds its
+    block, a float64 copy and the dx×dy product; a pairwise merge three dx×dy matrices. Flops: the
+    cross-scatter's 2·n·dx·dy and the dx×dy SVD on the client (≈ 4·m·s² + 22·s³ for s = min(dx,
+    dy), m = max: Golub & Van Loan's R-SVD with both sets of vectors). Each task returns its
+    dx×dy cross-scatter and its per-feature means, sums of squares and finite counts."""
+    dx, dy = shape.fields
+    small, large = min(dx, dy), max(dx, dy)
+    task = exact_task_bytes(shape.row_block, dx, dy, shape.itemsize)
+    return Cost(1, 2 * shape.n * dx * dy + 4 * large * small**2 + 22 * small**3, task,
+                result_size=dx * dy + 3 * (dx + dy))
+
+
+def krylov_cost(shape: PlanInput) -> Cost:
+    """The statistics pass, then one pass per block: with ``tol`` until the bound is met (at most
+    the read budget: how many is not predicted — a text, so the plan gives no time), without it
+    the whole read budget (``max_passes``, default :data:`DEFAULT_MAX_PASSES`). A task holds its
+    block of both fields (as stored and in float64) and, with its result, the d×ℓ operands V, U
+    and their images, ℓ = k + n_oversamples. Flops: 4·n·(dx + dy)·ℓ a Krylov pass, at most the
+    budget's. Each task returns C·V and Cᵀ·U: (dx + dy)·ℓ."""
+    dx, dy = shape.fields
+    most = shape.max_passes or DEFAULT_MAX_PASSES
+    ell = shape.k + shape.n_oversamples
+    task = shape.row_block * (dx + dy) * (shape.itemsize + 8) + 2 * (dx + dy) * ell * 8
+    passes = f"1 (statistics) + block Krylov until the bound ≤ {shape.tol} (at most {most} in all)" \
+        if shape.tol is not None else f"{most} (1 for statistics, then block Krylov)"
+    return Cost(passes, 4 * shape.n * (dx + dy) * ell * max(most - 1, 1), task, result_size=(dx + dy) * ell)
+
+
+#: The exact path: one pass, the dx×dy cross-covariance's SVD.
+EXACT = SolverDeclaration(
+    "exact", solve_exact, cost=exact_cost, summary="one pass building the dx×dy cross-covariance",
+    reason=lambda n, dx, dy: f"the {dx}×{dy} cross-covariance fits a task",
+    too_large=lambda n, dx, dy, task: f"the {dx}×{dy} cross-covariance needs {format_bytes(task)} per task, more than "
+                                      "the budget",
+    exact=True, exact_for="any",
+)
+#: The block Krylov path on the cross products, with Wedin's bound; taken where the exact one
+#: does not fit (and n_components is given: it finds the leading modes only).
+KRYLOV = SolverDeclaration(
+    "krylov", solve_krylov, cost=krylov_cost, summary="block Krylov on the cross products (Wedin's bound)",
+    options=("tol", "max_passes", "n_oversamples"), fallback="instead",
+    most_passes=lambda options: options.get("max_passes") or DEFAULT_MAX_PASSES,
+)
+#: MCA's paths by name (``MCA(solver=...)``), in the order plans list them.
+MCA_PATHS = {declaration.name: declaration for declaration in (EXACT, KRYLOV)}

@@ -20,7 +20,8 @@ import xarray as xr
 
 from daskpca import PCA, _plan, load
 from daskpca.exceptions import InputError, InvalidParameterError
-from daskpca.solvers import _device, covariance, tsqr
+from daskpca.passes import _device
+from daskpca.solvers import covariance, tsqr
 
 import _device_standin as standin
 from _helpers import low_rank_data, sin_theta, write_zarr

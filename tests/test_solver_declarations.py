@@ -25,7 +25,7 @@ import pytest
 
 from daskpca import PCA
 from daskpca import _plan
-from daskpca.solvers import _cache
+from daskpca.passes import _cache
 
 import _device_standin as standin
 

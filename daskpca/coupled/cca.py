@@ -42,7 +42,7 @@ from ..models import _format
 from ..models._base import Estimator
 from ..models._constraints import BOOL, WEIGHTS, Interval, Options, PerField
 from ..pca import PCA
-from ..solvers._linalg import eigh_descending, flip_signs, tuned_for_tasks
+from ..passes import eigh_descending, flip_signs, tuned_for_tasks
 from ..solvers.covariance import moments_graph
 from ..solvers.cross_covariance import joint_rows
 from .fields import Field, fields, pair, project_field, resolve

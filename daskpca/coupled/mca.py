@@ -42,14 +42,13 @@ import numpy as np
 from scipy.linalg import svd
 
 from .. import _plan, labeled
-from ..solvers import _cache
 from .._features import FeatureStage, column_stats_graph
 from ..exceptions import AccuracyWarning, InputError, InvalidParameterError
 from ..models import _format
 from ..models._base import Estimator
 from ..models._constraints import BOOL, NONE, RANDOM_STATE, WEIGHTS, Interval, Options, PerField, Predicate
 from ..solvers import cross_covariance as cc
-from ..solvers._linalg import flip_signs, tuned_for_tasks
+from ..passes import choose, flip_signs, for_fit, later_reads, tuned_for_tasks
 from ..solvers.krylov import check_accuracy_options
 from ..pca import PCA
 from .fields import Field, fields, model_field, project_field, resolve
@@ -84,7 +83,7 @@ class CoupledPlan:
     budget: int
     budget_source: str
     shape: tuple
-    cache: object = None  # the pass cache (daskpca.solvers._cache.CacheChoice)
+    cache: object = None  # the pass cache (daskpca.passes._cache.CacheChoice)
 
     def __str__(self) -> str:
         n, dx, dy = self.shape
@@ -122,7 +121,7 @@ class MCA(Estimator):
     random_state : int, numpy.random.Generator or None
         Krylov path: the Gaussian starting blocks.
     cache : {"auto", "memory", "disk", False}, default="auto"
-        The pass cache (:mod:`daskpca.solvers._cache`), as for :class:`daskpca.PCA`: on the Krylov path
+        The pass cache (:mod:`daskpca.passes._cache`), as for :class:`daskpca.PCA`: on the Krylov path
         the statistics pass keeps both fields' blocks and the Krylov passes read those.
         ``cache_`` says what was kept and where.
     device : {None, "cpu", "cuda"}, default=None
@@ -220,7 +219,7 @@ class MCA(Estimator):
         fields = self._fields(X, Y, sample_dims)
         plan = self._plan(fields)
         x, y = fields
-        with tuned_for_tasks(), _cache.for_fit([x.matrix, y.matrix], plan.cache) as cache:
+        with tuned_for_tasks(), for_fit([x.matrix, y.matrix], plan.cache) as cache:
             x, y = (replace(f, matrix=cache.input(f.matrix)) for f in (x, y))
             if plan.path == "exact":
                 self._fit_exact(x, y, plan)
@@ -288,13 +287,13 @@ class MCA(Estimator):
             passes = f"1 (statistics) + block Krylov until the bound ≤ {self.tol} (at most {most} in all)" \
                 if self.tol is not None else f"{most} (1 for statistics, then block Krylov)"
             reads = 1 + (self.max_passes or DEFAULT_MAX_PASSES) if self.tol is None else 2  # the statistics pass, then ≥ 1
-            choice = _cache.choose([x.matrix, y.matrix], self.cache, reads=reads + _cache.later_reads(),
+            choice = choose([x.matrix, y.matrix], self.cache, reads=reads + later_reads(),
                                    working_bytes=krylov, fit_reads=reads)
             return CoupledPlan("krylov", why, passes, krylov, budget, source, (n, dx, dy), choice)
         why = "requested by the caller" if self.solver == "exact" else (
             f"the {dx}×{dy} cross-covariance fits a task" if fits else
             "n_components=None needs every singular value (only the exact path gives them); it does not fit the budget")
-        choice = _cache.choose([x.matrix, y.matrix], self.cache, reads=1 + _cache.later_reads(), working_bytes=exact)
+        choice = choose([x.matrix, y.matrix], self.cache, reads=1 + later_reads(), working_bytes=exact)
         return CoupledPlan("exact", why, "1", exact, budget, source, (n, dx, dy), choice)
 
     def _fit_exact(self, x: Field, y: Field, plan: CoupledPlan) -> None:

@@ -46,8 +46,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from ..solvers._device import like, meta_of
-from ..solvers._linalg import flip_signs
+from ..passes import flip_signs, like, meta_of
 from ..models._base import Estimator
 from ..models._constraints import BOOL, NONE, Interval
 from ..exceptions import ConvergenceWarning, InputTypeError, InvalidParameterError, NotFittedError

@@ -10,7 +10,7 @@ registry and one save / load path for PCA, HilbertPCA, MCA, CCA and rotations). 
 ``daskpca.load``.
 
 What it may import: the fit stages (:mod:`daskpca._features`, :mod:`daskpca._plan`,
-:mod:`daskpca._probabilistic`), the labeled layer, the solvers' kernels, :mod:`daskpca.io` (which
+:mod:`daskpca._probabilistic`), the labeled layer, the solvers and the pass machinery, :mod:`daskpca.io` (which
 writes and reads the bytes) and the layers below. What must not import it: nothing below the
 estimators; the estimators (:mod:`daskpca.pca`, :mod:`daskpca.eof`, :mod:`daskpca.coupled`), the
 public faces and the CLI do.

@@ -7,7 +7,7 @@ stand-in) plus the handful of operations the libraries provide differently (a pr
 copy, an R factor, a thin QR, a rank-one update, the move to and from the host) — and never
 branch on a library's name. Blocks never leave the device during a pass; only the reduced
 results (d×d, n×n, d×ℓ, k×k) move to the host, once, at the root of the merge tree
-(:func:`daskpca.solvers._graph.tree_reduce` calls :func:`to_host`), so the merges of large
+(:func:`daskpca.passes._graph.tree_reduce` calls :func:`to_host`), so the merges of large
 partials run on the device too. The final d×d eigenproblem (covariance) or SVD of R (TSQR) runs
 on the device too, in the root task, where that is cheaper than moving the matrix and solving it
 on the host (:func:`solve_on_device`, a cost rule from :data:`RATES`); only its k leading pairs

@@ -40,8 +40,7 @@ import numpy as np
 from ._validation import NonFinite
 from .exceptions import InputError, InputTypeError, NonFiniteInputError
 from .passes import Passes, SizedByArrays, like, map_row_blocks, meta_of, namespace, share, tree_reduce
-from .solvers._base import ComponentRequest, SolverResult
-from .solvers._iterative import ColumnMoments, column_moments, combine_column_moments
+from .solvers import ColumnMoments, ComponentRequest, SolverResult, column_moments, combine_column_moments
 from .store.checkpoint import CheckpointFile
 
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .solvers import SOLVERS
-from .solvers._base import DENSE_FLOPS_PER_SECOND, PlanInput
+from .solvers import DENSE_FLOPS_PER_SECOND, PlanInput
 from .passes import Geometry, current_client, worker_resources
 from .exceptions import InputError
 

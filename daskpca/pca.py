@@ -32,11 +32,9 @@ from ._features import FeatureSpec, FeatureStage, matrix_weights
 from ._probabilistic import ProbabilisticMixin
 from ._validation import NonFinite, as_dask_matrix, check_nan_policy
 from .exceptions import AccuracyWarning, InputError, InputTypeError, NonFiniteInputError
-from .models import _format
-from .models._base import Estimator, model_matrix, positions, project_matrix, reconstruct, scores_out
-from .models._constraints import ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Interval, Options, Predicate
-from .solvers import SOLVERS, covariance
-from .solvers._base import ComponentRequest, SolverResult
+from .models import (ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Estimator, Interval, Options, Predicate, is_json,
+                     listed, model_matrix, positions, project_matrix, reconstruct, scores_out, stored_params)
+from .solvers import SOLVERS, ComponentRequest, SolverResult, covariance
 from .passes import (DEVICE_NAMES, Moments, PassClock, combine_moments, flip_signs, for_fit, geometry_of, local_root,
                      moved_from_host, regroup, to_device, tuned_for_tasks, zarr_arrays)
 
@@ -646,8 +644,8 @@ class BasePCA(Estimator):
             ds["moments_scatter"] = xr.DataArray(moments.symmetric_scatter(), dims=("feature_kept", "feature_kept_2"))
             ds.attrs["moments_count"] = int(moments.count)
         ds.attrs.update({name: convert(getattr(self, name)) for name, convert in self._MODEL_SCALARS.items()})
-        ds.attrs["solver_info"] = json.dumps({k: v for k, v in _format.listed(self.solver_info_).items()
-                                              if _format.is_json(v)})
+        ds.attrs["solver_info"] = json.dumps({k: v for k, v in listed(self.solver_info_).items()
+                                              if is_json(v)})
         if self.layout_ is not None:
             ds.attrs["layout"] = json.dumps(self.layout_.to_json())
         return ds
@@ -660,7 +658,7 @@ class BasePCA(Estimator):
     @classmethod
     def _format_read(cls, ds):
         attrs = ds.attrs
-        pca = cls(**_format.stored_params(cls, ds))
+        pca = cls(**stored_params(cls, ds))
         for name in cls._MODEL_ARRAYS:
             setattr(pca, name, ds[f"model_{name.rstrip('_')}"].values)
         for name, convert in cls._MODEL_SCALARS.items():

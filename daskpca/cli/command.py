@@ -123,7 +123,7 @@ def _load_model(path, *, coupled: bool = False, verify: bool = True):
     ``coupled``: an MCA/CCA store loads as its own class (else PCA's reader refuses it by name).
     Through the one load path (``load_as``): the model is tied to the version it read, so
     ``update``'s save refuses to drop a model another job saved there meanwhile."""
-    from ..models._format import load_as
+    from ..models import load_as
     from ..pca import BasePCA
 
     return load_as(path, None if coupled else BasePCA, verify, keep_rotation=True)

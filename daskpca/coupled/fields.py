@@ -19,7 +19,7 @@ import numpy as np
 from .. import labeled
 from .._features import FeatureSpec, FeatureStage, matrix_weights
 from .._validation import as_dask_matrix, check_nan_policy
-from ..models._base import model_matrix, positions, project_matrix, scores_out
+from ..models import model_matrix, positions, project_matrix, scores_out
 from ..passes import regroup, to_device
 from ..exceptions import InputError, InputTypeError, InvalidParameterError, NonFiniteInputError
 

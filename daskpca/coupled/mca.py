@@ -44,9 +44,8 @@ from scipy.linalg import svd
 from .. import _plan, labeled
 from .._features import FeatureStage, column_stats_graph
 from ..exceptions import AccuracyWarning, InputError, InvalidParameterError
-from ..models import _format
-from ..models._base import Estimator
-from ..models._constraints import BOOL, NONE, RANDOM_STATE, WEIGHTS, Interval, Options, PerField, Predicate
+from ..models import (BOOL, NONE, RANDOM_STATE, WEIGHTS, Estimator, Interval, Options, PerField, Predicate, read_field,
+                      stored_params, write_field)
 from ..solvers import cross_covariance as cc
 from ..passes import choose, flip_signs, for_fit, later_reads, tuned_for_tasks
 from ..solvers.krylov import check_accuracy_options
@@ -505,7 +504,7 @@ class MCA(Estimator):
             tag = name.lower()
             ds[f"model_components_{tag}"] = xr.DataArray(components, dims=("mode", f"feature_kept_{tag}"))
             ds[f"model_mean_{tag}"] = xr.DataArray(mean, dims=(f"feature_kept_{tag}",))
-            ds = _format.write_field(ds, tag, stage, layout)
+            ds = write_field(ds, tag, stage, layout)
         ds.attrs.update({
             "n_samples": self.n_samples_, "solver": self.solver_, "solver_reason": self.solver_reason_,
             "n_passes": self.n_passes_, "error_bound": self.error_bound_,
@@ -519,8 +518,8 @@ class MCA(Estimator):
 
     @classmethod
     def _format_read(cls, ds):
-        model = cls(**_format.stored_params(cls, ds))
-        (stage_x, layout_x), (stage_y, layout_y) = (_format.read_field(ds, tag) for tag in ("x", "y"))
+        model = cls(**stored_params(cls, ds))
+        (stage_x, layout_x), (stage_y, layout_y) = (read_field(ds, tag) for tag in ("x", "y"))
         attrs = ds.attrs
         plan = CoupledPlan(str(attrs["solver"]), str(attrs["solver_reason"]), "", 0, 0, "", ())
         model._set_fitted(

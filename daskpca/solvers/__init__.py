@@ -28,7 +28,13 @@ labeled layer or the CLI.
 """
 
 from . import als, covariance, gram, krylov, ppca, randomized, tsqr
-from ._base import SolverDeclaration
+from ._base import DENSE_FLOPS_PER_SECOND, ComponentRequest, PlanInput, SolverDeclaration, SolverResult
+from ._iterative import ColumnMoments, column_moments, combine_column_moments
+# The moving-block bootstrap's client-side statistics, for daskpca.significance (which re-exports
+# the public ones).
+from ._resampling import (CLIENT_BYTES, INTERVALS, MAX_FLOPS, MIN_BLOCKS, MIN_TAIL, SLAB_BYTES, block_length_cap,
+                          block_weights, carlstein_block_length, check_cost, check_resampling, interval_bounds,
+                          lag1_autocorrelation, min_replicates, overlapping_blocks_dof)
 
 #: The registered solvers, by public name, in the order the planner lists them.
 SOLVERS: dict[str, SolverDeclaration] = {}
@@ -50,4 +56,14 @@ def register(declaration: SolverDeclaration) -> SolverDeclaration:
 for _module in (covariance, gram, tsqr, randomized, krylov, als, ppca):
     register(_module.DECLARATION)
 
-__all__ = ["SOLVERS", "SolverDeclaration", "register"]
+__all__ = [
+    "SOLVERS", "SolverDeclaration", "register",
+    # the solver contract: what the planner gives a cost model and what a solve hands back
+    "DENSE_FLOPS_PER_SECOND", "ComponentRequest", "PlanInput", "SolverResult",
+    # the per-feature moments of the iterative solvers' first pass (the feature stage's too)
+    "ColumnMoments", "column_moments", "combine_column_moments",
+    # the moving-block bootstrap's statistics
+    "CLIENT_BYTES", "INTERVALS", "MAX_FLOPS", "MIN_BLOCKS", "MIN_TAIL", "SLAB_BYTES", "block_length_cap",
+    "block_weights", "carlstein_block_length", "check_cost", "check_resampling", "interval_bounds",
+    "lag1_autocorrelation", "min_replicates", "overlapping_blocks_dof",
+]

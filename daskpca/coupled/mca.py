@@ -287,7 +287,7 @@ class MCA(Estimator):
                 if self.tol is not None else f"{most} (1 for statistics, then block Krylov)"
             reads = 1 + (self.max_passes or DEFAULT_MAX_PASSES) if self.tol is None else 2  # the statistics pass, then ≥ 1
             choice = choose([x.matrix, y.matrix], self.cache, reads=reads + later_reads(),
-                                   working_bytes=krylov, fit_reads=reads)
+                            working_bytes=krylov, fit_reads=reads)
             return CoupledPlan("krylov", why, passes, krylov, budget, source, (n, dx, dy), choice)
         why = "requested by the caller" if self.solver == "exact" else (
             f"the {dx}×{dy} cross-covariance fits a task" if fits else

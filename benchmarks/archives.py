@@ -92,7 +92,7 @@ def exact_answer(path: Path) -> np.ndarray:
         return np.load(cache)
     import zarr
 
-    from daskpca.solvers._linalg import top_eigenpairs
+    from daskpca.passes._linalg import top_eigenpairs
 
     array = zarr.open_array(str(path / "t2m"), mode="r")
     n = array.shape[0]
@@ -132,7 +132,7 @@ def rows_for(path: Path, which: set[str]) -> list[list[str]]:
     import xarray as xr
 
     from daskpca import PCA
-    from daskpca.solvers._geometry import geometry_of, regroup
+    from daskpca.passes._geometry import geometry_of, regroup
 
     warnings.simplefilter("ignore")
     exact = exact_answer(path)
@@ -236,7 +236,7 @@ def gram_floor_rows(row, opened):
     read of the store, one write of the copy) and NumPy's float64 X̃·X̃ᵀ, timed on a tenth of the
     columns and scaled by 10 (the flops are linear in d)."""
     from daskpca import labeled
-    from daskpca.solvers._geometry import ColumnStrips
+    from daskpca.passes._geometry import ColumnStrips
 
     source = labeled.from_xarray(opened(), "time", "coslat")
     _, wall, other = timed(lambda: ColumnStrips(source.matrix).__enter__().__exit__(None, None, None))
@@ -287,7 +287,7 @@ def object_store_rows(path: Path) -> list[list[str]]:
     from moto.server import ThreadedMotoServer
 
     from daskpca import PCA
-    from daskpca.solvers._geometry import regroup
+    from daskpca.passes._geometry import regroup
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)

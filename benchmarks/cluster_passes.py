@@ -6,7 +6,7 @@ Krylov passes (``max_passes`` of them, fixed seed):
 - ``threads``: the threaded scheduler in this process (2 threads);
 - ``cluster``: a separately started ``dask scheduler`` and two ``dask worker`` processes (one
   thread each) on loopback, with the basis scattered to the workers ahead of each pass (today's
-  :func:`daskpca.solvers._graph.share`);
+  :func:`daskpca.passes._graph.share`);
 - ``cluster-embedded``: the same cluster with the basis embedded in each pass's graph, as before
   issue 25 (``SCATTER_BYTES`` set above any array's size), for comparison.
 
@@ -100,7 +100,7 @@ def main(argv=None) -> None:
         results["threads"] = fit(store, args.k, args.passes)
 
 
-    from daskpca.solvers import _graph
+    from daskpca.passes import _graph
 
     scheduler_file = args.dir / "scheduler.json"
     scheduler_file.unlink(missing_ok=True)

@@ -54,7 +54,7 @@ def kernels(args):
         "float32 ssyrk-equivalent: f32.T @ f32 (accuracy loss!)": (lambda: block @ block.T) if args.wide else (lambda: block.T @ block),
     }
     if not args.wide:
-        from daskpca.solvers._moments import chunk_moments
+        from daskpca.passes._moments import chunk_moments
 
         steps["daskpca chunk_moments (whole kernel)"] = lambda: chunk_moments(block)
     else:

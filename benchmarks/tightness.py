@@ -57,7 +57,7 @@ def row(folder: Path, name: str, layout: str, tol: float, n: int, d: int) -> lis
     import zarr
 
     from daskpca import PCA
-    from daskpca.solvers._progress import listen
+    from daskpca.passes._progress import listen
     from daskpca.solvers.krylov import INFORMATIVE_BOUND, predicted_pass_range
 
     X, k = spectrum(name, n, d)

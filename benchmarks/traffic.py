@@ -6,7 +6,7 @@ Every solver builds one dask graph per step and hands it to the scheduler. This 
 (who depends on whom), the pickled size of every task's output (what a worker would send) and
 of every task's spec (what the scheduler sends with the task) are recorded while the graph runs
 on the synchronous scheduler. Data the client puts in the graph as keys of their own (the zarr
-handle; Ω, the basis, the mean: ``daskpca.solvers._graph.shared``) are recorded apart: such a key is sent
+handle; Ω, the basis, the mean: ``daskpca.passes._graph.shared``) are recorded apart: such a key is sent
 to each worker that runs a task needing it, once.
 
 :func:`benchmarks.traffic_place.simulate` then places a recording on W workers the way a balanced ``distributed``
@@ -23,7 +23,7 @@ To reach 10 TB without running anything big, two things are measured and then co
   d_j (all given distinct values), so a node's bytes become a polynomial such as
   ``8·d² + 8·d + 306`` (a covariance merge); a proxy of other sizes checks the polynomials.
 - **the tree** (:func:`benchmarks.traffic_model.tree_step`): the structure of a pass is rebuilt at any number of blocks
-  with the solvers' own :func:`daskpca.solvers._graph.tree_reduce`, weighted with the node polynomials
+  with the solvers' own :func:`daskpca.passes._graph.tree_reduce`, weighted with the node polynomials
   and placed by the same :func:`simulate`. The ``check`` table compares this formula with the
   simulation of the real recorded graph, pass by pass and per W.
 

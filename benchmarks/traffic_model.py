@@ -2,7 +2,7 @@
 
 Part of :mod:`benchmarks.traffic`. :func:`size_formulas` turns every recorded node's bytes into a
 polynomial in the proxy's symbols (:class:`SizeFormula`); :func:`tree_step` rebuilds a pass
-(:class:`PassShape`) at any number of blocks with ``daskpca.solvers._graph.tree_reduce`` and weighs it
+(:class:`PassShape`) at any number of blocks with ``daskpca.passes._graph.tree_reduce`` and weighs it
 with the formulas; :func:`build_models` records every solver into a :class:`SolverModel` and
 :func:`predicted_step` places a scaled pass with :func:`benchmarks.traffic_place.simulate`.
 """
@@ -18,7 +18,7 @@ from dask._task_spec import convert_legacy_graph
 from dask.delayed import Delayed
 from dask.utils import key_split
 
-from daskpca.solvers import _graph
+from daskpca.passes import _graph
 
 from .traffic_place import StepTraffic, simulate
 from .traffic_record import ITERATIVE, PROXIES, SOLVERS, Recording, Step, TaskRecord, pass_counts, record_solver
@@ -164,7 +164,7 @@ def tree_structure(n_blocks: int, merged: bool, split_every: int = _graph.SPLIT_
     """(deps, coverage, outputs, order) of one pass at ``n_blocks`` blocks, keys read/leaf/merge.
 
     Block i is read by ``("read", i)`` and summarised by ``("leaf", i)``; the merges are built
-    by :func:`daskpca.solvers._graph.tree_reduce`, the helper every solver's pass uses, on placeholder
+    by :func:`daskpca.passes._graph.tree_reduce`, the helper every solver's pass uses, on placeholder
     leaves (no data), with the fan-in ``split_every`` the recorded pass had. A pass without a
     merge gathers every leaf to the client. Cached: dask takes ~15 s here to build the merges
     of 40 000 blocks.

@@ -48,8 +48,8 @@ def measure_throughputs(folder: Path, side: int = 1_000) -> dict:
     from scipy.linalg import qr, svd
     from threadpoolctl import threadpool_limits
 
-    from daskpca.solvers._linalg import eigh_descending
-    from daskpca.solvers._moments import Moments
+    from daskpca.passes._linalg import eigh_descending
+    from daskpca.passes._moments import Moments
     from daskpca._validation import NonFinite
     from daskpca.solvers import covariance, tsqr
     from daskpca.solvers._base import ComponentRequest

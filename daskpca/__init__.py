@@ -20,7 +20,7 @@ from .eof.lagged import lag_embed
 from .pca import PCA
 from .eof.rotation import Rotator
 from .solvers import SOLVERS
-from .solvers._progress import progress
+from .passes import progress
 from .models import load
 
 __all__ = ["CCA", "FeatureStage", "HilbertPCA", "MCA", "PCA", "NotFittedError", "Plan", "Rotator", "SOLVERS",

@@ -26,7 +26,7 @@ Passes: covariance 1 (counts and variances come from its moments), Gram 2 (count
 with ``standardize`` it needs the variances before pass 1, so it takes the extra read),
 randomized and Krylov their own passes (counts from the first sketch pass, which reads the
 weighted columns; with ``standardize`` the extra read, see
-:func:`daskpca.solvers._sketch.run_first_pass` for why), every other solver its own passes + 1.
+:func:`daskpca.passes._sketch.run_first_pass` for why), every other solver its own passes + 1.
 """
 
 from __future__ import annotations
@@ -39,11 +39,8 @@ import numpy as np
 
 from ._validation import NonFinite
 from .exceptions import InputError, InputTypeError, NonFiniteInputError
-from .solvers._device import like, meta_of, namespace
-from .solvers._graph import SizedByArrays, map_row_blocks, share, tree_reduce
-from .solvers._base import ComponentRequest, SolverResult
-from .solvers._progress import Passes
-from .solvers._iterative import column_stats_graph
+from .passes import Passes, SizedByArrays, like, map_row_blocks, meta_of, namespace, share, tree_reduce
+from .solvers import ComponentRequest, SolverResult, column_stats_graph
 from .store.checkpoint import CheckpointFile
 
 

@@ -13,7 +13,7 @@ passes within the read budget). Time
 rate, TASK_SECONDS per task and, on a ``distributed`` cluster, each task's result moved between
 processes at TRANSFER_BYTES_PER_SECOND, spread over the threads a pass can use: a pass of fewer
 tasks than threads (one Gram strip holding the whole field) runs on fewer cores. The task geometry — how many
-storage chunks one task reads (:mod:`daskpca.solvers._geometry`) — is part of the plan and printed
+storage chunks one task reads (:mod:`daskpca.passes._geometry`) — is part of the plan and printed
 with it.
 Without ``tol`` (and with ``solver="auto"``) the planner compares the same two roads for the
 default accuracy :data:`DEFAULT_TOL` (sin θ ≤ 1e-6, argued below): an exact solver when it costs
@@ -52,8 +52,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .solvers import SOLVERS
-from .solvers._base import DENSE_FLOPS_PER_SECOND, PlanInput
-from .solvers._geometry import TASK_MEMORY_FRACTION, Geometry, current_client, device_task_bytes, worker_resources
+from .solvers import DENSE_FLOPS_PER_SECOND, PlanInput
+from .passes import TASK_MEMORY_FRACTION, Geometry, current_client, device_task_bytes, worker_resources
 from .exceptions import InputError
 
 logger = logging.getLogger("daskpca")
@@ -97,7 +97,7 @@ TASK_SECONDS = 0.9e-3
 TRANSFER_BYTES_PER_SECOND = 0.35e9
 
 
-#: Device rates beyond :data:`daskpca.solvers._device.RATES`, also overridable through dask config
+#: Device rates beyond :data:`daskpca.passes._device.RATES`, also overridable through dask config
 #: (``daskpca.device.<key>``). TSQR on a device runs cuSOLVER's dense QRs (leaves, stacked merges):
 #: the table of issue 40 gives 0.59 s at 400 000 × 1000 for its 2·n·d² = 8e11 flops, ~1.4 TFLOP/s
 #: with its final SVD.
@@ -108,9 +108,9 @@ DEVICE_QR_FLOPS_PER_SECOND = 1.4e12
 class DevicePricing:
     """What the planner charges when the chunks live on a device (or ``device="cuda"`` moves them).
 
-    Rates from :data:`daskpca.solvers._device.RATES` (and the dask config's ``daskpca.device.*``):
+    Rates from :data:`daskpca.passes._device.RATES` (and the dask config's ``daskpca.device.*``):
     the pass kernels' flops (dense products, QRs, sketches), the final eigenproblem or SVD where
-    the cost rule of :func:`~daskpca.solvers._device.solve_on_device` puts it, each pass's blocks
+    the cost rule of :func:`~daskpca.passes._device.solve_on_device` puts it, each pass's blocks
     moved up at ``transfer-bytes`` when the input is on the host (``moved``), and the task budget
     from the device's memory.
     """
@@ -120,18 +120,18 @@ class DevicePricing:
     memory: int | None  # the device's total memory (bytes), None when unknown
 
     def rate(self, key: str) -> float:
-        from .solvers import _device
+        from .passes import rate as device_rate
 
         if key == "qr-flops":
             import dask
 
             return float(dask.config.get("daskpca.device.qr-flops", DEVICE_QR_FLOPS_PER_SECOND))
-        return _device.rate(key)
+        return device_rate(key)
 
     def local_seconds(self, size: int, kind: str) -> float:
         """The final m×m eigenproblem ("eigh") or SVD ("svd") where the root solves it: on the
         device or moved to the host, whichever the cost rule picks (the cheaper)."""
-        from .solvers._device import EIGH_FLOPS, FLOAT64_BYTES, SVD_FLOPS
+        from .passes import EIGH_FLOPS, FLOAT64_BYTES, SVD_FLOPS
 
         flops = (EIGH_FLOPS if kind == "eigh" else SVD_FLOPS) * float(size) ** 3
         host = flops / self.rate(f"host-{kind}-flops") + FLOAT64_BYTES * float(size) ** 2 / self.rate("transfer-bytes")
@@ -140,7 +140,7 @@ class DevicePricing:
     @property
     def task_bytes(self) -> int | None:
         """Bytes one task may hold on the device (None: its memory unknown):
-        :func:`~daskpca.solvers._geometry.device_task_bytes`, the figure the device's merge trees are
+        :func:`~daskpca.passes._geometry.device_task_bytes`, the figure the device's merge trees are
         sized to at run time."""
         return None if self.memory is None else device_task_bytes(self.memory)
 
@@ -155,7 +155,7 @@ class DevicePricing:
 def device_pricing(matrix, moved: bool = False) -> DevicePricing | None:
     """The device costs of ``matrix``'s chunks (None for host chunks: the CPU plan). ``moved``:
     the chunks are host data moved up by the read tasks (``device="cuda"`` on host input)."""
-    from .solvers._device import device_memory, on_device
+    from .passes import device_memory, on_device
 
     backend = on_device(matrix)
     if backend.on_host:
@@ -236,7 +236,7 @@ class Plan:
     tol: float | None = None
     geometry: Geometry | None = None  # how a pass's tasks read the storage chunks
     threads: int = 1
-    cache: object = None  # the pass cache (daskpca.solvers._cache.CacheChoice), set by the estimator
+    cache: object = None  # the pass cache (daskpca.passes._cache.CacheChoice), set by the estimator
     #: The accuracy the chosen road certifies without a ``tol`` asked (DEFAULT_TOL when
     #: ``solver="auto"`` chose block Krylov for it; ``fit`` passes it to the solver), else None.
     default_tol: float | None = None
@@ -333,7 +333,7 @@ def task_memory_budget(resources: tuple | None = None) -> tuple[int, str]:
     With a ``distributed`` client: ``TASK_MEMORY_FRACTION`` × the smallest worker memory limit
     divided by that worker's threads. Otherwise the same fraction of this machine's memory
     divided by its cores (the threaded scheduler runs one task per core). ``resources``:
-    :func:`~daskpca.solvers._geometry.worker_resources` when the planner already asked it.
+    :func:`~daskpca.passes._geometry.worker_resources` when the planner already asked it.
     """
     _, per_thread, source = worker_resources() if resources is None else resources
     if per_thread is None:  # workers without limits: this machine's figure is the best guess
@@ -731,16 +731,16 @@ ILL_CONDITIONED_RATIO = 1e-10
 
 
 def cache_choice(chosen: SolverEstimate | None, matrix, cache="auto"):
-    """The pass cache (:func:`daskpca.solvers._cache.choose`) a fit with the solver of ``chosen``
+    """The pass cache (:func:`daskpca.passes._cache.choose`) a fit with the solver of ``chosen``
     would keep (:func:`cache_question`). Reads no data."""
-    from .solvers import _cache
+    from .passes import choose, later_reads
 
-    return _cache.choose(matrix, cache, **cache_question(chosen, _cache.later_reads(), current_client() is not None))
+    return choose(matrix, cache, **cache_question(chosen, later_reads(), current_client() is not None))
 
 
 def cache_question(chosen: SolverEstimate | None, later_reads: int, distributed: bool) -> dict:
     """What pricing the pass cache of a fit with the solver of ``chosen`` asks
-    (:func:`daskpca.solvers._cache.choose`'s keywords): its reads of the source are its passes
+    (:func:`daskpca.passes._cache.choose`'s keywords): its reads of the source are its passes
     (the most, for one that stops on convergence; one for a road that re-lays the input out into
     a copy of its own; at least 2 for a solver the planner has no row for) plus the job's
     ``later_reads`` (the CLI's scores), and the time of each pass it serves (on a
@@ -770,14 +770,14 @@ def cache_pricing(matrix, cache="auto"):
     cache (:func:`cache_question`). The input's and the machine's facts (in memory already? on a
     device? the threads, a cluster, the job's later reads) are gathered here once, as none of
     them is the solver's, and the cache module prices every solver in one visit."""
-    from .solvers import _cache
+    from .passes import choose_each, gather, later_reads
 
     distributed = current_client() is not None
-    later, facts = _cache.later_reads(), _cache.gather(matrix, cache)
+    later, facts = later_reads(), gather(matrix, cache)
 
     def price(estimates) -> dict:
         questions = [cache_question(e, later, distributed) for e in estimates]
-        return dict(zip([e.name for e in estimates], _cache.choose_each(matrix, cache, questions, facts)))
+        return dict(zip([e.name for e in estimates], choose_each(matrix, cache, questions, facts)))
 
     return price
 

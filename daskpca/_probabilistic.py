@@ -32,8 +32,7 @@ import math
 
 import numpy as np
 
-from .solvers._device import like, meta_of, namespace
-from .solvers._graph import shared
+from .passes import like, meta_of, namespace, shared
 from ._validation import Positions, check_finite_rows, check_nan_policy
 from .exceptions import InputError
 

@@ -32,16 +32,11 @@ from ._features import FeatureSpec, FeatureStage, matrix_weights
 from ._probabilistic import ProbabilisticMixin
 from ._validation import NonFinite, as_dask_matrix, check_nan_policy
 from .exceptions import AccuracyWarning, InputError, InputTypeError, NonFiniteInputError
-from .models import _format
-from .models._base import Estimator, model_matrix, positions, project_matrix, reconstruct, scores_out
-from .models._constraints import ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Interval, Options, Predicate
-from .solvers import SOLVERS, _cache, _device, covariance
-from .solvers._base import ComponentRequest, SolverResult
-from .solvers._decode import local_root, zarr_arrays
-from .solvers._geometry import geometry_of, regroup
-from .solvers._linalg import flip_signs, tuned_for_tasks
-from .solvers._moments import Moments, combine_moments
-from .solvers._progress import PassClock
+from .models import (ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Estimator, Interval, Options, Predicate, is_json,
+                     listed, model_matrix, positions, project_matrix, reconstruct, scores_out, stored_params)
+from .solvers import SOLVERS, ComponentRequest, SolverResult, covariance
+from .passes import (DEVICE_NAMES, Moments, PassClock, combine_moments, flip_signs, for_fit, geometry_of, local_root,
+                     moved_from_host, regroup, to_device, tuned_for_tasks, zarr_arrays)
 
 #: Score scalings of ``transform`` / ``inverse_transform`` (see :mod:`daskpca.labeled`).
 SCALINGS = ("none", "unit", "sqrt_lambda")
@@ -68,7 +63,7 @@ def source_name(X) -> str:
 def _zarr_arrays(X) -> list:
     """The ``zarr.Array`` objects ``X`` reads: ``X`` itself (a path, opened, or an array), or those
     in the graph of a dask array or of a labeled object's data (``da.from_zarr``, xarray's lazy
-    backend wrappers, :class:`~daskpca.solvers._decode.ZarrsRead`). Reads metadata only."""
+    backend wrappers, :class:`~daskpca.passes._decode.ZarrsRead`). Reads metadata only."""
     import os
 
     import zarr
@@ -176,7 +171,7 @@ def input_precision_bound(result: SolverResult, dtype, asked: float | None = Non
     that limits the answer.
 
     The fit computes the components of the values *as stored* exactly (each road centres on a
-    shift taken from the data, :mod:`daskpca.solvers._moments`); what it cannot do is resolve
+    shift taken from the data, :mod:`daskpca.passes._moments`); what it cannot do is resolve
     structure finer than the values carry. A value of a dtype with machine epsilon ε is stored to
     within half a unit in its last place; where the mean is large against the spread that unit is
     u = ε·max|μ| for every value (the part ε·|x − μ| is a relative change of the spread itself,
@@ -338,7 +333,7 @@ class BasePCA(Estimator):
         if plan.default_tol is not None and "tol" in options:  # auto's certified road (see _plan.DEFAULT_TOL)
             options["tol"] = plan.default_tol
         try:
-            with tuned_for_tasks(), PassClock() as clock, _cache.for_fit([matrix], plan.cache) as cache:
+            with tuned_for_tasks(), PassClock() as clock, for_fit([matrix], plan.cache) as cache:
                 result = _features.solve(module, cache.input(matrix), request, spec, random_state=self.random_state, **options)
         except NonFiniteInputError as error:
             if layout is None:
@@ -363,14 +358,14 @@ class BasePCA(Estimator):
         device = getattr(self, "device", None)  # a family member without the parameter reads on the host
         if labeled.is_labeled(X):
             source = labeled.from_xarray(X, sample_dims, self.weights)
-            matrix = _device.to_device(source.matrix, device)
+            matrix = to_device(source.matrix, device)
             return matrix, source.layout, FeatureSpec(source.weights, bool(self.standardize))
         if sample_dims is not None:
             raise InputTypeError(
                 f"sample_dims={sample_dims!r} applies to xarray input only; a plain matrix already has "
                 "samples as rows."
             )
-        matrix = _device.to_device(regroup(as_dask_matrix(X)[0]), device)
+        matrix = to_device(regroup(as_dask_matrix(X)[0]), device)
         if self.weights is None and not self.standardize:
             return matrix, None, None
         return matrix, None, FeatureSpec(matrix_weights(self.weights, matrix.shape[1]), bool(self.standardize))
@@ -468,7 +463,7 @@ class BasePCA(Estimator):
         scores : array of shape (n_samples, n_components_)
             NumPy for NumPy input; otherwise a lazy dask array in row blocks of whole chunks of
             ``X`` (the pass's tasks: tiny storage chunks are grouped, see
-            :mod:`daskpca.solvers._geometry`), one pass when computed. Input's floating dtype.
+            :mod:`daskpca.passes._geometry`), one pass when computed. Input's floating dtype.
         """
         self.check_fitted()
         check_nan_policy(nan)
@@ -540,7 +535,7 @@ class BasePCA(Estimator):
         one road back into the model, for transforms here and readers such as the bootstrap. With
         ``device`` set, each block moves to the device in the task that reads it (as at fit time)."""
         matrix, kind = model_matrix(X, self.feature_stage_, self.layout_, estimator=type(self).__name__)
-        return _device.to_device(matrix, getattr(self, "device", None)), kind
+        return to_device(matrix, getattr(self, "device", None)), kind
 
     def _select_modes(self, scores, modes):
         """``(scores, index)``: the columns for ``modes`` (numbered from 1) and their 0-based index."""
@@ -649,8 +644,8 @@ class BasePCA(Estimator):
             ds["moments_scatter"] = xr.DataArray(moments.symmetric_scatter(), dims=("feature_kept", "feature_kept_2"))
             ds.attrs["moments_count"] = int(moments.count)
         ds.attrs.update({name: convert(getattr(self, name)) for name, convert in self._MODEL_SCALARS.items()})
-        ds.attrs["solver_info"] = json.dumps({k: v for k, v in _format.listed(self.solver_info_).items()
-                                              if _format.is_json(v)})
+        ds.attrs["solver_info"] = json.dumps({k: v for k, v in listed(self.solver_info_).items()
+                                              if is_json(v)})
         if self.layout_ is not None:
             ds.attrs["layout"] = json.dumps(self.layout_.to_json())
         return ds
@@ -663,7 +658,7 @@ class BasePCA(Estimator):
     @classmethod
     def _format_read(cls, ds):
         attrs = ds.attrs
-        pca = cls(**_format.stored_params(cls, ds))
+        pca = cls(**stored_params(cls, ds))
         for name in cls._MODEL_ARRAYS:
             setattr(pca, name, ds[f"model_{name.rstrip('_')}"].values)
         for name, convert in cls._MODEL_SCALARS.items():
@@ -797,7 +792,7 @@ class PCA(ProbabilisticMixin, BasePCA):
         Free with the covariance solver; one extra read with the others (weights and the mask of
         features missing everywhere are free with covariance, gram, randomized and krylov).
     cache : {"auto", "memory", "disk", False}, default="auto"
-        Pass cache (:mod:`daskpca.solvers._cache`; dask config ``daskpca.cache`` overrides "auto").
+        Pass cache (:mod:`daskpca.passes._cache`; dask config ``daskpca.cache`` overrides "auto").
     device : {None, "cpu", "cuda"}, default=None
         Where the passes compute. ``"cuda"``: each block is moved to the GPU (CuPy) inside the
         task that reads it, so a zarr store or URL larger than the GPU's memory streams through
@@ -915,7 +910,7 @@ class PCA(ProbabilisticMixin, BasePCA):
         "weights": [WEIGHTS],
         "init": [NONE, ARRAY],
         "cache": [Options(("auto", "memory", "disk")), Predicate(lambda v: v is False, "False")],
-        "device": [NONE, Options(_device.DEVICE_NAMES)],
+        "device": [NONE, Options(DEVICE_NAMES)],
     }
     #: Parameters that steer one solver's reads or iterations: given (not left at their default)
     #: to a solver that does not take them (its module's ``OPTIONS``), they are refused.
@@ -1029,7 +1024,7 @@ class PCA(ProbabilisticMixin, BasePCA):
             requested=None if self.solver == "auto" else self.solver,
             reads=_features.plan_reads(SOLVERS, spec, self.get_params(deep=False)),
             cache_for=_plan.cache_pricing(array, self.cache),  # called by the planner, per solver
-            device=_plan.device_pricing(array, moved=_device.moved_from_host(array)),
+            device=_plan.device_pricing(array, moved=moved_from_host(array)),
         )
         self.refuse_ignored_knobs(plan.solver, SOLVERS)
         return plan

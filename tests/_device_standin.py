@@ -16,7 +16,7 @@
 
 :data:`namespace` is its ``cupy``: NumPy's functions, where only the creation functions
 (``asarray``, ``array``) accept host arrays. :data:`BACKEND` is its
-:class:`daskpca.solvers._device.ArrayBackend`, registered on import; the tests map
+:class:`daskpca.passes._device.ArrayBackend`, registered on import; the tests map
 ``device="cuda"`` onto it (:func:`use_as_cuda`).
 """
 
@@ -27,7 +27,7 @@ import numbers
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from daskpca.solvers import _device
+from daskpca.passes import _device
 
 #: CuPy's words, so a failure reads as it would on a GPU.
 IMPLICIT = ("Implicit conversion to a NumPy array is not allowed. Please use `.get()` to construct a NumPy "

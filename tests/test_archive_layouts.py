@@ -16,7 +16,7 @@ from dask.callbacks import Callback
 from zarr.storage import LocalStore
 
 from daskpca import PCA
-from daskpca.solvers._geometry import geometry_of, group_chunks, regroup
+from daskpca.passes._geometry import geometry_of, group_chunks, regroup
 
 from _helpers import CountingStore, align_signs, sin_theta
 from test_publish_s3 import s3  # noqa: F401  (the moto server fixture)
@@ -189,8 +189,8 @@ def test_gram_on_a_field_stored_by_rows_reads_it_once_into_column_strips(tmp_pat
     zarr.create_array(store=str(tmp_path / "x.zarr"), shape=X.shape, chunks=(1, 3000), dtype=X.dtype)[...] = X
     store = CountingStore(LocalStore(str(tmp_path / "x.zarr"), read_only=True))
     array = zarr.open_array(store=store, mode="r")
-    monkeypatch.setattr("daskpca.solvers._geometry.STRIP_BYTES", 40 * 4 * 700)  # ~5 strips
-    monkeypatch.setattr("daskpca.solvers._geometry.RELAYOUT_BYTES", 40 * 4 * 2000)  # this small field counts as large
+    monkeypatch.setattr("daskpca.passes._geometry.STRIP_BYTES", 40 * 4 * 700)  # ~5 strips
+    monkeypatch.setattr("daskpca.passes._geometry.RELAYOUT_BYTES", 40 * 4 * 2000)  # this small field counts as large
     plan = PCA(3, solver="gram").plan(array)
     assert "re-laid out into 5 column strips" in plan.estimate("gram").note and plan.estimate("gram").feasible
     with dask.config.set(scheduler="threads"):

@@ -18,7 +18,8 @@ import daskpca
 from daskpca import PCA, cli
 from daskpca.exceptions import CheckpointWarning
 from daskpca.store.checkpoint import Checkpoint, job_fingerprint
-from daskpca.solvers import _sketch, als, ppca
+from daskpca.passes import _sketch
+from daskpca.solvers import als, ppca
 
 from _helpers import low_rank_data, write_zarr
 

@@ -358,7 +358,7 @@ def test_demo_defaults_to_a_named_cache_folder_and_replaces_its_results(tmp_path
 def test_a_log_gets_a_pass_line_once_the_pass_runs_long_and_a_quick_failure_only_its_error():
     import io
 
-    from daskpca.solvers._progress import Passes
+    from daskpca.passes._progress import Passes
 
     stream = io.StringIO()
     with daskpca.progress(stream, log_after=0.2):

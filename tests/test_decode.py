@@ -1,4 +1,4 @@
-"""The passes' reads decode local zarr v3 chunks through zarrs (daskpca/solvers/_decode.py).
+"""The passes' reads decode local zarr v3 chunks through zarrs (daskpca/passes/_decode.py).
 
 What must hold: the values are those zarr-python decodes, to the bit, on the layouts archives use
 (one step per chunk, tiles, shards, chunks never written, CF-packed integers read through xarray);
@@ -18,8 +18,8 @@ import xarray as xr
 import zarr
 
 from daskpca import PCA
-from daskpca.solvers import _decode
-from daskpca.solvers._geometry import plain_source, regroup
+from daskpca.passes import _decode
+from daskpca.passes._geometry import plain_source, regroup
 
 pytest.importorskip("zarrs")
 

@@ -20,7 +20,7 @@ from scipy.linalg import subspace_angles
 from daskpca import CCA, MCA, PCA, HilbertPCA, Rotator, lag_embed
 from daskpca.exceptions import InputError, InvalidParameterError
 from daskpca.significance import bootstrap, bootstrap_scores
-from daskpca.solvers import _device
+from daskpca.passes import _device
 from daskpca.solvers.hilbert import analytic_signal
 
 import _device_standin as standin

@@ -20,7 +20,8 @@ import xarray as xr
 
 from daskpca import PCA, _plan, load
 from daskpca.exceptions import InputError, InvalidParameterError
-from daskpca.solvers import _device, _geometry, covariance, tsqr
+from daskpca.passes import _device, _geometry
+from daskpca.solvers import covariance, tsqr
 
 import _device_standin as standin
 from _helpers import low_rank_data, sin_theta, write_zarr
@@ -392,7 +393,7 @@ def test_device_merges_are_sized_to_the_task_budget_the_plan_checks(monkeypatch)
     """TSQR's 8000-wide R factors merged 8 at a time would hold 12 GiB in one task, more than an
     H200's share per thread under 16 threads (4.4 GiB): the plan narrows the merges to what a task
     may hold, so it is feasible rather than refused, and the graph's merge trees use the same
-    fan-in (one rule, :func:`~daskpca.solvers._device.device_task_bytes`)."""
+    fan-in (one rule, :func:`~daskpca.passes._geometry.device_task_bytes`)."""
     standin.use_as_cuda(monkeypatch)
     h200 = 141 * 10**9
     monkeypatch.setattr(standin.StandInBackend, "memory", lambda self: (h200, h200))

@@ -39,7 +39,7 @@ def test_partial_results_report_their_real_size():
     # look like a 56-byte object.
     from dask.sizeof import sizeof
 
-    from daskpca.solvers._moments import chunk_moments
+    from daskpca.passes._moments import chunk_moments
 
     part = chunk_moments(low_rank_data(300, 200))
     assert sizeof(part) >= 200 * 200 * 8
@@ -52,8 +52,8 @@ def test_a_test_matrix_travels_once_per_pass_not_once_per_task(tmp_path):
     import cloudpickle
     import dask
 
-    from daskpca.solvers._graph import map_row_blocks, tree_reduce
-    from daskpca.solvers._sketch import _merge_sketches, _sketch_block
+    from daskpca.passes._graph import map_row_blocks, tree_reduce
+    from daskpca.passes._sketch import _merge_sketches, _sketch_block
 
     X = low_rank_data(4_000, 300)
     write_zarr(tmp_path / "x.zarr", X, (100, 300))
@@ -122,7 +122,7 @@ def test_an_operand_shared_twice_while_a_graph_holds_it_is_sent_once(client):
     # no graph holds it, a new pass sends a new copy (under a new name: no release race).
     import gc
 
-    from daskpca.solvers._graph import SCATTER_BYTES, share, shared
+    from daskpca.passes._graph import SCATTER_BYTES, share, shared
 
     omega = np.random.default_rng(0).standard_normal((SCATTER_BYTES // 8 + 1, 1))
     first = share(omega)

@@ -128,8 +128,8 @@ def test_tasks_get_one_blas_thread_and_the_local_eigh_gets_the_callers(monkeypat
     import dask
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    from daskpca.solvers import _linalg
-    from daskpca.solvers._moments import chunk_moments
+    from daskpca.passes import _linalg
+    from daskpca.passes._moments import chunk_moments
 
     def blas_threads():
         return max(lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas")
@@ -164,7 +164,7 @@ def test_gram_lanczos_matches_lapack_on_hard_spectra(ratio):
     """n ≥ LANCZOS_MIN_SIZE: the Gram road's k pairs come from certified Lanczos, to LAPACK's
     accuracy even when λ_k sits just above a flat noise continuum."""
     from test_solver_krylov import hard_spectrum
-    from daskpca.solvers._linalg import LANCZOS_MIN_SIZE
+    from daskpca.passes._linalg import LANCZOS_MIN_SIZE
 
     n, d = LANCZOS_MIN_SIZE + 50, 800
     X = hard_spectrum(n, d, K, ratio, seed=2)
@@ -178,7 +178,7 @@ def test_gram_lanczos_matches_lapack_on_hard_spectra(ratio):
 def test_lanczos_check_catches_a_missed_eigenvalue():
     """Pairs that skip the largest eigenvalue (what a Lanczos start lacking its eigenvector would
     return) fail the Cholesky check, so the solve falls back to LAPACK."""
-    from daskpca.solvers._linalg import _certified_top
+    from daskpca.passes._linalg import _certified_top
 
     rng = np.random.default_rng(0)
     q, _ = np.linalg.qr(rng.standard_normal((400, 400)))

@@ -5,6 +5,12 @@ the level of packages (``daskpca.solvers``, ``daskpca.store``, …) and of the t
 An import of a unit at the same level or above its importer, or any cycle between units, fails
 the test, naming the import (module, line, statement) that broke the order. A new package or
 top-level module must be placed in :data:`LAYERS` before it can be imported at all.
+
+Packages are entered through their public faces: a private module (``daskpca.solvers._base``,
+``daskpca.passes._cache``) is imported only from inside its own package's subtree; the others
+import the names its package's ``__init__`` exports. The root's private modules
+(``daskpca._plan``, ``daskpca._validation``, …) belong to the root, whose subtree is everything.
+Tests are not the package: they may import private modules.
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ LAYERS = (
     ("the labeled layer", ("daskpca.labeled",)),
     ("the fit stages", ("daskpca._features", "daskpca._plan")),
     ("readers and writers", ("daskpca.io",)),
-    ("solvers and their kernels", ("daskpca.solvers",)),
+    ("solvers and their contract", ("daskpca.solvers",)),
+    ("the pass machinery", ("daskpca.passes",)),
     ("input validation", ("daskpca._validation",)),
     ("bytes: publishing, claims, objects, integrity, checkpoints", ("daskpca.store",)),
     ("errors and the version", ("daskpca.exceptions", "daskpca._version")),
@@ -90,10 +97,38 @@ def imports_of(path: Path, modules: set[str], root: Path = PACKAGE) -> list[Impo
 
 
 @functools.lru_cache(maxsize=None)
-def package_imports(root: Path = PACKAGE) -> list[Import]:
+def module_imports(root: Path = PACKAGE) -> list[Import]:
+    """Every import between two daskpca modules, within a unit or across."""
     paths = sorted(root.rglob("*.py"))
     modules = {_module_name(p, root) for p in paths}
-    return [imp for p in paths for imp in imports_of(p, modules, root) if unit_of(imp.source) != unit_of(imp.target)]
+    return [imp for p in paths for imp in imports_of(p, modules, root)]
+
+
+def package_imports(root: Path = PACKAGE) -> list[Import]:
+    """The imports between units (the layers' edges)."""
+    return [imp for imp in module_imports(root) if unit_of(imp.source) != unit_of(imp.target)]
+
+
+def private_owner(module: str) -> str | None:
+    """The package a private module belongs to (``daskpca.solvers`` for ``daskpca.solvers._base``,
+    ``daskpca`` for ``daskpca._plan``): its path up to the first part with a leading underscore.
+    None for a public module (``__init__`` and ``__main__`` are not private)."""
+    parts = module.split(".")
+    for index, part in enumerate(parts[1:], start=1):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:index])
+    return None
+
+
+def private_reaches(imports: list[Import]) -> list[str]:
+    """One line per import of a private module from outside its package's subtree."""
+    problems = []
+    for imp in imports:
+        owner = private_owner(imp.target)
+        if owner is not None and imp.source != owner and not imp.source.startswith(owner + "."):
+            problems.append(f"{imp} imports {imp.target}, private to {owner}: import the name from {owner} "
+                            f"(the __all__ of {owner.replace('.', '/')}/__init__.py; add it there if missing)")
+    return sorted(set(problems))
 
 
 def order_problems(imports: list[Import], rank: dict = RANK) -> list[str]:
@@ -158,6 +193,16 @@ def test_no_cycle_between_packages():
     assert cycle is None, "import cycle between packages: " + " → ".join(str(i) for i in cycle)
 
 
+def test_no_module_reaches_into_another_packages_private_modules():
+    imports = module_imports()
+    problems = private_reaches(imports)
+    assert not problems, "imports of another package's private modules:\n" + "\n".join(problems)
+    # The walk sees private modules imported where they may be (a walker that finds none would pass).
+    allowed = {(i.source, i.target) for i in imports if private_owner(i.target)}
+    assert {("daskpca.passes", "daskpca.passes._cache"), ("daskpca.solvers.krylov", "daskpca.solvers._base"),
+            ("daskpca.pca", "daskpca._features")} <= allowed
+
+
 def test_the_store_imports_nothing_above_the_bytes():
     # The issue this layering came from: the store imported the estimators' pieces it
     # serialised, and the solvers imported the store for their checkpoints.
@@ -189,6 +234,31 @@ def test_a_wrong_import_is_named_with_its_line(tmp_path):
         "`from .store import claims`)",
         "daskpca.store is in no layer: place it in tests/test_layers.py LAYERS (imported by daskpca.store.claims:5 "
         "`from .. import io`)"]
+
+
+def test_a_reach_into_a_private_module_is_named_with_its_line(tmp_path):
+    # The check itself, on a package with every form of import of a private module.
+    root = tmp_path / "daskpca"
+    for package in ("", "solvers", "passes", "cli"):
+        (root / package).mkdir(parents=True, exist_ok=True)
+        (root / package / "__init__.py").write_text("")
+    (root / "_plan.py").write_text("")
+    (root / "solvers" / "_base.py").write_text("")
+    (root / "solvers" / "krylov.py").write_text("from ._base import PlanInput\nfrom .._plan import make_plan\n")
+    (root / "passes" / "__init__.py").write_text("from ._cache import choose\n")
+    (root / "passes" / "_cache.py").write_text("from .. import _plan\n")
+    (root / "pca.py").write_text("from .solvers._base import PlanInput\nfrom .solvers import SOLVERS, _base\n"
+                                 "from .passes import choose\nimport daskpca.passes._cache\n")
+    (root / "cli" / "command.py").write_text("def fit():\n    from ..passes import _cache\n")
+    assert private_reaches(module_imports(root)) == [
+        "daskpca.cli.command:2 `from ..passes import _cache` imports daskpca.passes._cache, private to daskpca.passes: "
+        "import the name from daskpca.passes (the __all__ of daskpca/passes/__init__.py; add it there if missing)",
+        "daskpca.pca:1 `from .solvers._base import PlanInput` imports daskpca.solvers._base, private to daskpca.solvers: "
+        "import the name from daskpca.solvers (the __all__ of daskpca/solvers/__init__.py; add it there if missing)",
+        "daskpca.pca:2 `from .solvers import SOLVERS, _base` imports daskpca.solvers._base, private to daskpca.solvers: "
+        "import the name from daskpca.solvers (the __all__ of daskpca/solvers/__init__.py; add it there if missing)",
+        "daskpca.pca:4 `import daskpca.passes._cache` imports daskpca.passes._cache, private to daskpca.passes: "
+        "import the name from daskpca.passes (the __all__ of daskpca/passes/__init__.py; add it there if missing)"]
 
 
 def test_the_architecture_doc_states_the_same_order():

@@ -281,7 +281,7 @@ def test_a_field_stored_one_sample_per_chunk_is_read_in_tasks_of_whole_chunks(tm
     array_x, store_x = write_zarr(tmp_path / "x.zarr", X, (1, 12))
     array_y, store_y = write_zarr(tmp_path / "y.zarr", Y, (1, 9))
     from daskpca.coupled.fields import field
-    from daskpca.solvers._geometry import geometry_of
+    from daskpca.passes._geometry import geometry_of
 
     matrix = field("X", array_x, None, None, False).matrix
     assert geometry_of(matrix).tasks <= 8 and geometry_of(matrix).storage_chunks == 240

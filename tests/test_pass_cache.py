@@ -25,7 +25,7 @@ import pytest
 import xarray as xr
 
 from daskpca import PCA
-from daskpca.solvers import _cache, _copies
+from daskpca.passes import _cache, _copies
 from daskpca.coupled.mca import MCA
 from daskpca.eof.hilbert import HilbertPCA
 from daskpca.exceptions import CacheWarning, InvalidParameterError, ScratchDamagedError, ScratchError
@@ -368,7 +368,7 @@ def test_fit_with_scores_reads_the_source_once(tmp_path, scratch_dir, cache, exp
 
 
 def test_on_an_object_store_passes_after_the_first_make_no_request(s3):
-    from daskpca.solvers._progress import listen
+    from daskpca.passes._progress import listen
 
     rng = np.random.default_rng(2)
     values = (rng.standard_normal((96, 3)) @ rng.standard_normal((3, 48)) + 0.1 * rng.standard_normal((96, 48)))

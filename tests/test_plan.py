@@ -102,7 +102,7 @@ def test_randomized_task_memory_is_the_largest_measured_task(shape, rows, monkey
     # A randomized leaf holds its block, one float64 slab and up to SPLIT_EVERY d×(ℓ + 1) partial
     # factors; the planner's per-task estimate must be the largest task of one real pass.
     from daskpca._plan import estimate_solvers
-    from daskpca.solvers import _sketch
+    from daskpca.passes import _sketch
 
     # The slab buffer is reused per thread; allocate it per leaf here so the trace sees it.
     monkeypatch.setattr(_sketch, "_scratch", lambda n_rows, n_features: np.empty((n_rows, n_features)))
@@ -198,7 +198,7 @@ def test_tol_beyond_the_budget_falls_back_to_exact_or_warns():
 def test_covariance_task_memory_is_the_largest_measured_task(d):
     # Pairwise in-place merges: a merge holds its two inputs and one output (3·d²); a leaf its
     # block, a float64 copy and d². Measured against the planner's estimate of the largest task.
-    from daskpca.solvers._moments import Moments
+    from daskpca.passes._moments import Moments
     from daskpca._plan import estimate_solvers
     from daskpca.solvers import covariance
 

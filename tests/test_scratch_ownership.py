@@ -139,8 +139,8 @@ def _row_stored(path: Path, monkeypatch):
     X = (rng.standard_normal((40, 4)) * [9, 5, 3, 2]) @ np.linalg.qr(rng.standard_normal((3000, 4)))[0].T
     X = (X + 0.1 * rng.standard_normal((40, 3000)) + 50).astype(np.float32)
     zarr.create_array(store=str(path), shape=X.shape, chunks=(1, 3000), dtype=X.dtype)[...] = X
-    monkeypatch.setattr("daskpca.solvers._geometry.STRIP_BYTES", 40 * 4 * 700)
-    monkeypatch.setattr("daskpca.solvers._geometry.RELAYOUT_BYTES", 40 * 4 * 2000)
+    monkeypatch.setattr("daskpca.passes._geometry.STRIP_BYTES", 40 * 4 * 700)
+    monkeypatch.setattr("daskpca.passes._geometry.RELAYOUT_BYTES", 40 * 4 * 2000)
     return X
 
 
@@ -401,7 +401,7 @@ def test_an_undamaged_copy_gives_the_uncached_fit_to_the_bit(tmp_path, monkeypat
 
 
 def test_a_block_larger_than_the_fingerprints_stride_is_checked_across_its_length(tmp_path):
-    from daskpca.solvers import _copies
+    from daskpca.passes import _copies
 
     block = np.random.default_rng(0).standard_normal((64, 4096)).astype(np.float32)  # 1 MiB: 16 strides
     path = tmp_path / "chunk"

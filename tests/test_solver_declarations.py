@@ -25,7 +25,7 @@ import pytest
 
 from daskpca import PCA
 from daskpca import _plan
-from daskpca.solvers import _cache, _geometry
+from daskpca.passes import _cache, _geometry
 
 import _device_standin as standin
 

@@ -9,7 +9,8 @@ import pytest
 from sklearn.utils.extmath import randomized_svd
 
 from daskpca.exceptions import AccuracyWarning
-from daskpca.solvers import _sketch, krylov, randomized
+from daskpca.passes import _sketch
+from daskpca.solvers import krylov, randomized
 from daskpca.solvers._base import ComponentRequest
 from daskpca.store.checkpoint import CheckpointFile
 
@@ -344,7 +345,7 @@ def test_the_fit_learns_its_pass_count_and_the_progress_line_shows_it():
     """Before any read the planner's figure; from the first informative bound the rate the bound
     falls by: then the prediction is the actual pass count (within one), and the time left is
     the passes predicted to remain, not the whole budget."""
-    from daskpca.solvers._progress import listen
+    from daskpca.passes._progress import listen
 
     X = hard_spectrum(1_500, 300, 6, 2.0, seed=1)
     starts = []

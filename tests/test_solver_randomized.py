@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from sklearn.utils.extmath import randomized_svd
 
-from daskpca.solvers import _sketch, randomized
+from daskpca.passes import _sketch
+from daskpca.solvers import randomized
 from daskpca.solvers._base import ComponentRequest
 
 from _helpers import low_rank_data, reference_pca, sin_theta, write_zarr

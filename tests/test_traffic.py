@@ -64,7 +64,7 @@ def test_covariance_on_two_workers_by_hand(tmp_path):
     below_root = [t for t in merges if t.key in _root(step).deps]
     assert moved.crossings == {"covariance-merge": (1, below_root[1].out_bytes)}
     # Each leaf result is a d×d float64 scatter plus three d-vectors — the mean and the shift and
-    # offset it is carried as, unrounded (solvers/_moments.py) — and pickling overhead; the node
+    # offset it is carried as, unrounded (passes/_moments.py) — and pickling overhead; the node
     # formula names it so from the recorded arrays' shapes.
     assert 8 * d * d <= leaves[0].out_bytes <= 8 * d * d + 3 * 8 * d + 1000
     out, _ = size_formulas(recording)["covariance-chunk"]

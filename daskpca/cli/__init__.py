@@ -6,7 +6,7 @@ options, their checks and their mapping onto estimator parameters (:mod:`.option
 messages (:mod:`.errors`), what a job prints (:mod:`.summary`: the variance table, the account of
 the run, ``--json``), the demo's sample data (:mod:`.demo`) and the report folder (:mod:`.report`:
 PNG figures and ``summary.md`` drawn with :mod:`daskpca.plot`). Its progress line is the solvers' pass reporter
-(:class:`daskpca.solvers._progress.ProgressLine`, also ``daskpca.progress()`` in notebooks).
+(:class:`daskpca.passes._progress.ProgressLine`, also ``daskpca.progress()`` in notebooks).
 
 It sits at the top of the import order: it may import everything public in daskpca (the
 estimators, :mod:`daskpca.io`, :mod:`daskpca.plot`, the store layer); nothing in daskpca imports

@@ -123,7 +123,7 @@ def _load_model(path, *, coupled: bool = False, verify: bool = True):
     ``coupled``: an MCA/CCA store loads as its own class (else PCA's reader refuses it by name).
     Through the one load path (``load_as``): the model is tied to the version it read, so
     ``update``'s save refuses to drop a model another job saved there meanwhile."""
-    from ..models._format import load_as
+    from ..models import load_as
     from ..pca import BasePCA
 
     return load_as(path, None if coupled else BasePCA, verify, keep_rotation=True)
@@ -154,7 +154,7 @@ def _as_fitted(data, model):
 
 def cmd_fit(args) -> dict:
     from .. import HilbertPCA, PCA, Rotator, io
-    from ..solvers import _cache
+    from ..passes import job
 
     n_components = cli_options.n_components(args.n_components)
     cli_options.check_coupled_options(args)
@@ -179,7 +179,7 @@ def cmd_fit(args) -> dict:
         _check_memory(args, plan)
         timings = {}
         # The job's pass cache: a fit followed by its scores keeps the first read's blocks for both.
-        with runner(args, data.nbytes), _cache.job(later_reads=1 if args.scores else 0):
+        with runner(args, data.nbytes), job(later_reads=1 if args.scores else 0):
             start = time.perf_counter()
             pca.fit(data, plan=plan, **({} if sample_dims is None else {"sample_dims": sample_dims}))  # planned once
             if args.lags and sample_dims is None:

@@ -26,7 +26,7 @@ def say(args, message: str) -> None:
 
 @contextmanager
 def progress(args):
-    from ..solvers._progress import ProgressLine
+    from ..passes import ProgressLine
 
     with ProgressLine(quiet=args.quiet or args.json):
         yield
@@ -123,7 +123,7 @@ def coupled_summary(fitted, args=None, **extra) -> dict:
 def what_ran(summary: dict) -> str:
     """The summary's account of the run: solver and why, passes and their time against the
     plan's, the error bound against the tol asked for, and a resume."""
-    from ..solvers._progress import format_seconds
+    from ..passes import format_seconds
 
     lines = [f"solver: {summary['solver']} ({summary['solver_reason']})"]
     passes = passes_text(summary["n_passes"])

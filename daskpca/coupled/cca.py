@@ -41,11 +41,9 @@ from scipy.linalg import svd
 
 from .. import _plan
 from ..exceptions import InputError
-from ..models import _format
-from ..models._base import Estimator
-from ..models._constraints import BOOL, WEIGHTS, Interval, Options, PerField
+from ..models import BOOL, WEIGHTS, Estimator, Interval, Options, PerField, read_field, stored_params, write_field
 from ..pca import PCA
-from ..solvers._linalg import flip_signs, tuned_for_tasks
+from ..passes import flip_signs, tuned_for_tasks
 from ..solvers.canonical import CCA_PATHS
 from .fields import Field, fields, pair, project_field, resolve
 
@@ -195,7 +193,7 @@ class CCA(Estimator):
             tag = name.lower()
             ds[f"model_weights_{tag}"] = xr.DataArray(weights, dims=("mode", f"feature_kept_{tag}"))
             ds[f"model_mean_{tag}"] = xr.DataArray(mean, dims=(f"feature_kept_{tag}",))
-            ds = _format.write_field(ds, tag, stage, layout)
+            ds = write_field(ds, tag, stage, layout)
         ds.attrs.update({"n_samples": self.n_samples_, "n_passes": self.n_passes_, "solver": self.solver_,
                          "solver_reason": self.solver_reason_})
         return ds
@@ -206,10 +204,10 @@ class CCA(Estimator):
 
     @classmethod
     def _format_read(cls, ds):
-        model = cls(**_format.stored_params(cls, ds))
+        model = cls(**stored_params(cls, ds))
         model.canonical_correlations_ = ds["model_canonical_correlations"].values
         for tag in ("x", "y"):
-            stage, layout = _format.read_field(ds, tag)
+            stage, layout = read_field(ds, tag)
             setattr(model, f"feature_stage_{tag}_", stage)
             setattr(model, f"layout_{tag}_", layout)
             setattr(model, f"weights_{tag}_", ds[f"model_weights_{tag}"].values)

@@ -19,9 +19,8 @@ import numpy as np
 from .. import labeled
 from .._features import FeatureSpec, FeatureStage, matrix_weights
 from .._validation import as_dask_matrix, check_nan_policy
-from ..models._base import model_matrix, positions, project_matrix, scores_out
-from ..solvers._device import to_device
-from ..solvers._geometry import regroup
+from ..models import model_matrix, positions, project_matrix, scores_out
+from ..passes import regroup, to_device
 from ..exceptions import InputError, InputTypeError, InvalidParameterError, NonFiniteInputError
 
 FIELDS = ("X", "Y")
@@ -51,13 +50,13 @@ def pair(value, name: str) -> tuple:
 
 def field(name, data, sample_dims, weights, standardize, device=None) -> Field:
     """One field's matrix, layout and feature spec (reads nothing); with ``device``, each block
-    moved there in the task that reads it (:func:`daskpca.solvers._device.to_device`)."""
+    moved there in the task that reads it (:func:`daskpca.passes._device.to_device`)."""
     if labeled.is_labeled(data):
         source = labeled.from_xarray(data, sample_dims, weights)
         return Field(name, to_device(source.matrix, device), source.kind, source.layout,
                      FeatureSpec(source.weights, bool(standardize)))
     matrix, kind = as_dask_matrix(data, name=name)
-    matrix = regroup(matrix)  # tasks of whole storage chunks, as PCA's passes read (solvers/_geometry.py)
+    matrix = regroup(matrix)  # tasks of whole storage chunks, as PCA's passes read (passes/_geometry.py)
     return Field(name, to_device(matrix, device), kind, None,
                  FeatureSpec(matrix_weights(weights, matrix.shape[1]), bool(standardize)))
 

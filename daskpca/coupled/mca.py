@@ -44,14 +44,12 @@ import dask
 import numpy as np
 
 from .. import _plan, labeled
-from ..solvers import _cache
 from .._features import FeatureStage
 from ..exceptions import AccuracyWarning, InputError, InvalidParameterError
-from ..models import _format
-from ..models._base import Estimator
-from ..models._constraints import BOOL, NONE, RANDOM_STATE, WEIGHTS, Interval, Options, PerField, Predicate
+from ..models import (BOOL, NONE, RANDOM_STATE, WEIGHTS, Estimator, Interval, Options, PerField, Predicate, read_field,
+                      stored_params, write_field)
 from ..solvers import cross_covariance as cc
-from ..solvers._linalg import flip_signs, tuned_for_tasks
+from ..passes import flip_signs, for_fit, tuned_for_tasks
 from ..solvers.krylov import check_accuracy_options
 from ..pca import PCA
 from .fields import Field, fields, model_field, project_field, resolve
@@ -92,7 +90,7 @@ class MCA(Estimator):
     random_state : int, numpy.random.Generator or None
         Krylov path: the Gaussian starting blocks.
     cache : {"auto", "memory", "disk", False}, default="auto"
-        The pass cache (:mod:`daskpca.solvers._cache`), as for :class:`daskpca.PCA`: on the Krylov path
+        The pass cache (:mod:`daskpca.passes._cache`), as for :class:`daskpca.PCA`: on the Krylov path
         the statistics pass keeps both fields' blocks and the Krylov passes read those.
         ``cache_`` says what was kept and where.
     device : {None, "cpu", "cuda"}, default=None
@@ -192,7 +190,7 @@ class MCA(Estimator):
         x, y = fields
         declaration = PATH_DECLARATIONS[plan.path]
         options = {option: getattr(self, option) for option in declaration.options}
-        with tuned_for_tasks(), _cache.for_fit([x.matrix, y.matrix], plan.cache) as cache:
+        with tuned_for_tasks(), for_fit([x.matrix, y.matrix], plan.cache) as cache:
             x, y = (replace(f, matrix=cache.input(f.matrix)) for f in (x, y))
             solution = declaration.solve(x.matrix, y.matrix, resolve=(partial(resolve, x), partial(resolve, y)),
                                          choose_k=self._narrowed_k, random_state=self.random_state, **options)
@@ -415,7 +413,7 @@ class MCA(Estimator):
             tag = name.lower()
             ds[f"model_components_{tag}"] = xr.DataArray(components, dims=("mode", f"feature_kept_{tag}"))
             ds[f"model_mean_{tag}"] = xr.DataArray(mean, dims=(f"feature_kept_{tag}",))
-            ds = _format.write_field(ds, tag, stage, layout)
+            ds = write_field(ds, tag, stage, layout)
         ds.attrs.update({
             "n_samples": self.n_samples_, "solver": self.solver_, "solver_reason": self.solver_reason_,
             "n_passes": self.n_passes_, "error_bound": self.error_bound_,
@@ -429,8 +427,8 @@ class MCA(Estimator):
 
     @classmethod
     def _format_read(cls, ds):
-        model = cls(**_format.stored_params(cls, ds))
-        (stage_x, layout_x), (stage_y, layout_y) = (_format.read_field(ds, tag) for tag in ("x", "y"))
+        model = cls(**stored_params(cls, ds))
+        (stage_x, layout_x), (stage_y, layout_y) = (read_field(ds, tag) for tag in ("x", "y"))
         attrs = ds.attrs
         stored = cc.CrossSolution(
             ds["model_components_x"].values, ds["model_components_y"].values, ds["model_singular_values"].values,

@@ -30,16 +30,14 @@ from numbers import Integral, Real
 import numpy as np
 
 from .. import _features, _plan, labeled
-from ..models._base import scores_out
-from ..models._constraints import BOOL, NONE, RANDOM_STATE, WEIGHTS, Interval, Options, Predicate
-from ..solvers._device import like, namespace, on_device
-from ..solvers._graph import map_column_blocks, tree_reduce
+from ..models import BOOL, NONE, RANDOM_STATE, WEIGHTS, Interval, Options, Predicate, scores_out
+from ..passes import like, map_column_blocks, namespace, on_device, tree_reduce
 from .._validation import check_nan_policy, find_nonfinite
 from ..exceptions import InputError, InvalidParameterError, NonFiniteInputError
 from ..pca import PCA, BasePCA
 from ..solvers import hilbert as hilbert_solver
 from ..solvers import hilbert_krylov
-from ..solvers._base import PlanInput
+from ..solvers import PlanInput
 
 SOLVER, KRYLOV = "hilbert", "hilbert-krylov"
 #: ``solver=`` → (the fitted ``solver_`` name, the solver module).

@@ -46,10 +46,8 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from ..solvers._device import like, meta_of
-from ..solvers._linalg import flip_signs
-from ..models._base import Estimator
-from ..models._constraints import BOOL, NONE, Interval
+from ..passes import flip_signs, like, meta_of
+from ..models import BOOL, NONE, Estimator, Interval
 from ..exceptions import ConvergenceWarning, InputTypeError, InvalidParameterError, NotFittedError
 from ..labeled import MODE
 
@@ -278,9 +276,9 @@ class Rotator(Estimator):
         import json
 
         from ..exceptions import DamagedModelError
-        from ..models import _format
+        from ..models import ESTIMATORS, from_dataset
 
-        model = _format.from_dataset(ds, _format.ESTIMATORS[ds.attrs.get("estimator", "PCA")])
+        model = from_dataset(ds, ESTIMATORS[ds.attrs.get("estimator", "PCA")])
         rotator = cls(**json.loads(ds.attrs["rotation"])).fit(model)
         if not np.allclose(rotator.rotation_matrix_, ds["rotation_matrix"].values, rtol=1e-10, atol=1e-12):
             raise DamagedModelError("the stored rotation matrix differs from the rotation of the stored model; the "

@@ -45,7 +45,7 @@ count, mean and variance) before its own passes; ``n_passes_`` includes it and
 ``solver_info_["mask_pass"]`` says why.
 
 **Imports.** It may import the fit stages below it (:mod:`daskpca._validation`,
-:mod:`daskpca._features`) and the solvers' pass kernels; the estimators, the EOF family, the
+:mod:`daskpca._features`) and the pass machinery (:mod:`daskpca.passes`); the estimators, the EOF family, the
 estimator layer's model format (:mod:`daskpca.models`) and the CLI import it. It never imports an estimator.
 """
 

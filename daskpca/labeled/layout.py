@@ -18,7 +18,7 @@ from typing import Hashable
 import numpy as np
 
 from .._validation import Positions, as_dask_matrix
-from ..solvers._geometry import geometry_of, regroup, remember
+from ..passes import geometry_of, regroup, remember
 from ..exceptions import ChunkLayoutWarning, InputError, InputTypeError, caller_stacklevel
 
 #: Name of the dimension that indexes components (modes), numbered from 1.

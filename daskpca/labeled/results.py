@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..solvers._device import like, namespace, to_device
-from ..solvers._graph import map_row_blocks, tree_reduce
+from ..passes import like, map_row_blocks, namespace, to_device, tree_reduce
 from .._version import __version__
 from .layout import MODE, Layout, as_dataset
 from ..exceptions import InputError, InputTypeError

@@ -10,13 +10,23 @@ registry and one save / load path for PCA, HilbertPCA, MCA, CCA and rotations). 
 ``daskpca.load``.
 
 What it may import: the fit stages (:mod:`daskpca._features`, :mod:`daskpca._plan`,
-:mod:`daskpca._probabilistic`), the labeled layer, the solvers' kernels, :mod:`daskpca.io` (which
+:mod:`daskpca._probabilistic`), the labeled layer, the solvers and the pass machinery, :mod:`daskpca.io` (which
 writes and reads the bytes) and the layers below. What must not import it: nothing below the
 estimators; the estimators (:mod:`daskpca.pca`, :mod:`daskpca.eof`, :mod:`daskpca.coupled`), the
 public faces and the CLI do.
 """
 
-from ._base import Estimator, model_matrix, project, reconstruct
-from ._format import load
+from ._base import Estimator, model_matrix, positions, project, project_matrix, reconstruct, scores_out
+from ._constraints import (ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Interval, Options, PerField,
+                           Predicate)
+from ._format import ESTIMATORS, from_dataset, is_json, listed, load, load_as, read_field, stored_params, write_field
 
-__all__ = ["Estimator", "load", "model_matrix", "project", "reconstruct"]
+__all__ = [
+    # the base class and the road from data back into a fitted model
+    "Estimator", "model_matrix", "positions", "project", "project_matrix", "reconstruct", "scores_out",
+    # the vocabulary of parameter constraints
+    "ARRAY", "BOOL", "NONE", "PATH", "RANDOM_STATE", "WEIGHTS", "Interval", "Options", "PerField", "Predicate",
+    # the model's format: the registry, one field's stage and layout, the stored parameters, load
+    "ESTIMATORS", "from_dataset", "is_json", "listed", "load", "load_as", "read_field", "stored_params",
+    "write_field",
+]

@@ -29,10 +29,7 @@ from .. import labeled
 from .._probabilistic import project_block
 from .._validation import as_dask_matrix, check_n_features, check_nan_policy
 from ..exceptions import InputTypeError, InvalidParameterError, NotFittedError
-from ..solvers import _cache
-from ..solvers._geometry import regroup
-from ..solvers._device import like, meta_of, namespace, to_device, to_host
-from ..solvers._graph import share, shared
+from ..passes import like, lookup, meta_of, namespace, regroup, share, shared, to_device, to_host
 from . import _format
 from ._constraints import check
 from ._params import ParamsMixin, _equal
@@ -165,13 +162,13 @@ def model_matrix(data, stage, layout, *, name: str = "X", estimator: str = "PCA"
             raise InputTypeError(
                 f"this {estimator} was fitted on labeled data (sample_dims {list(layout.sample_dims)}); pass "
                 f"{name} as an xarray object, not {type(data).__name__}.")
-        return _cache.lookup(*labeled.to_matrix(layout, data))  # the job's pass cache, if it kept the data
+        return lookup(*labeled.to_matrix(layout, data))  # the job's pass cache, if it kept the data
     if labeled.is_labeled(data):
         raise InputTypeError(f"this {estimator} was fitted on a plain matrix; pass {name} as a matrix (e.g. "
                              f"{name}.data), not an xarray object.")
     matrix, kind = as_dask_matrix(data, name=name)
     check_n_features(matrix, stage.n_input, name=name, estimator=estimator)
-    return _cache.lookup(regroup(matrix), kind)
+    return lookup(regroup(matrix), kind)
 
 
 def positions(stage, layout, data):

@@ -7,7 +7,7 @@ data; :func:`bootstrap_scores` from scores already in memory, for other estimato
 The names users import live here: ``from daskpca.significance import north_test, bootstrap``.
 
 What it may import: the PCA family (:mod:`daskpca.pca`: the bootstrap takes a fitted model), the
-estimator layer's constraint vocabulary, the solvers' kernels and the layers below. What must not
+estimator layer's constraint vocabulary, the solvers, the pass machinery and the layers below. What must not
 import it: anything but the CLI (its report) and :mod:`daskpca` (tests/test_layers.py holds the order).
 """
 

@@ -18,15 +18,12 @@ import numpy as np
 from ..exceptions import InputError, InputTypeError
 from .._validation import find_nonfinite, raise_if_nonfinite
 from ..pca import PCA
-from ..solvers._device import like, namespace, to_host
-from ..solvers._graph import map_row_blocks
-from ..solvers._linalg import eigh_descending, flip_signs, tuned_for_tasks
+from ..passes import eigh_descending, flip_signs, like, map_row_blocks, namespace, to_host, tuned_for_tasks
 # The resampling's statistics and limits (block lengths, weights, intervals, what can vary and
 # fit) live in solvers/_resampling.py; the public ones are re-exported here.
-from ..solvers._resampling import (CLIENT_BYTES, INTERVALS, MAX_FLOPS, MIN_BLOCKS, MIN_TAIL,  # noqa: F401
-                                  SLAB_BYTES, block_length_cap, block_weights, carlstein_block_length, check_cost,
-                                  check_resampling, interval_bounds, lag1_autocorrelation, min_replicates,
-                                  overlapping_blocks_dof)
+from ..solvers import (CLIENT_BYTES, INTERVALS, MAX_FLOPS, MIN_BLOCKS, MIN_TAIL, SLAB_BYTES,  # noqa: F401
+                       block_length_cap, block_weights, carlstein_block_length, check_cost, check_resampling,
+                       interval_bounds, lag1_autocorrelation, min_replicates, overlapping_blocks_dof)
 from .north import north_k
 
 

@@ -373,7 +373,7 @@ class SolverDeclaration:
     flop_rate : float
         The host's rate for its pass flops (flops/s; the time model's).
     device_rate : str
-        The key of :func:`daskpca.solvers._device.rate` its pass kernels run at on a device.
+        The key of :func:`daskpca.passes._device.rate` its pass kernels run at on a device.
     on_device : callable or None
         ``on_device(PlanInput, flops, task_bytes, device) -> DeviceCost`` where a device changes
         more than the rate (the final eigenproblem solved at the root, wider merges); ``device``

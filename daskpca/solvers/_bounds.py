@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._linalg import DEFLATION_RTOL, Basis, tall_norm2
+from ..passes import DEFLATION_RTOL, Basis, tall_norm2
 
 
 #: Round-off in W = C·V that the residuals cannot see, relative to ‖C‖·√n (sums over n rows in

@@ -5,6 +5,9 @@
   so that NaN can mean "missing"). It gives the mean and the total variance in the first pass
   for d floats per task instead of the covariance solver's d².
 - :func:`subspace_sine`, :func:`orthonormal_columns`, :func:`as_generator`: small local helpers.
+- :func:`sketch_result`: the randomized and block Krylov solvers' result from the sketch kernel's
+  last root (:mod:`daskpca.passes._sketch`; the pass machinery sits below the solvers' contract,
+  so the :class:`SolverResult` is built here).
 """
 
 from __future__ import annotations
@@ -14,11 +17,9 @@ from functools import reduce
 
 import numpy as np
 
-from ._base import open_checkpoint
-from ._device import namespace
-from ._graph import SizedByArrays, map_row_blocks, tree_reduce
-from ._linalg import tall_norm2, tall_qr
-from ._moments import merge_shifted_means, row_shift
+from ._base import SolverResult, open_checkpoint
+from ..passes import (SizedByArrays, map_row_blocks, merge_shifted_means, namespace, release_slab_buffers, row_shift,
+                      tall_norm2, tall_qr, tree_reduce)
 from .._validation import NonFinite, find_nonfinite
 from ..exceptions import InputError
 
@@ -38,7 +39,7 @@ class ColumnMoments(SizedByArrays):
     nonfinite : NonFinite
         NaN/±inf entries (with ``missing=True``: ±inf only, NaN being a missing value).
     shift, offset : ndarray of shape (d,), float64, or None
-        The mean unrounded, ``shift + offset`` (see :mod:`daskpca.solvers._moments`): a value of
+        The mean unrounded, ``shift + offset`` (see :mod:`daskpca.passes._moments`): a value of
         the column plus the mean of the values less it. ``None``: the shift is the mean.
     """
 
@@ -67,7 +68,7 @@ def column_moments(block: np.ndarray, row_offset: int = 0, col_offset: int = 0, 
     as non-finite; otherwise every NaN/±inf is reported and replaced by 0 so the merge stays
     finite (the fit raises afterwards). Each column is shifted by a value of its own (the first
     observed one) before its mean is taken, so the mean is accurate to ε·spread however large
-    (see :mod:`daskpca.solvers._moments`). In the block's array library (a device block stays there).
+    (see :mod:`daskpca.passes._moments`). In the block's array library (a device block stays there).
     """
     xp = namespace(block)
     x = xp.asarray(block, dtype=xp.float64)
@@ -195,3 +196,22 @@ def start_iterations(solver: str, X, request, *, max_iter, tol, init, random_sta
         init=None if init is None else np.asarray(init), random_state=random_state,
     )
     return k, max_iter, tol, store
+
+
+def sketch_result(components, singular_values, root, total_m2: float, n_passes: int, info: dict) -> SolverResult:
+    """The :class:`SolverResult` of a sketching solver: singular values of X̃ become variances
+    (ddof = 1), the last pass's root gives the mean, the first pass's total sum of squares the
+    total variance (``root``: the last pass's merged sketch, its count and mean). Called once the
+    fit's passes are done: this process's slab buffers go."""
+    release_slab_buffers()  # the fit's passes are over
+    ddof_count = max(root.count - 1, 1)
+    return SolverResult(
+        components=components,
+        explained_variance=singular_values**2 / ddof_count,
+        mean=root.mean,
+        n_samples=root.count,
+        total_variance=float(total_m2 / ddof_count),
+        n_passes=n_passes,
+        spectrum=None,
+        info=info,
+    )

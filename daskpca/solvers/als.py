@@ -71,13 +71,10 @@ import dask
 import numpy as np
 import scipy.linalg
 
-from ._device import like, namespace
-from ._graph import SizedByArrays, map_row_blocks, merge_task_bytes, tree_reduce
-from ._linalg import eigh_descending
-from ._moments import merge_shifted_means, row_shift
+from ..passes import (Passes, SizedByArrays, eigh_descending, like, map_row_blocks, merge_shifted_means,
+                      merge_task_bytes, namespace, row_shift, tree_reduce)
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import FLOAT64, ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult
-from ._progress import Passes
 from ..exceptions import ConvergenceWarning
 from ._iterative import initial_basis, orthonormal_columns, start_iterations, subspace_sine
 
@@ -91,7 +88,7 @@ class _ALSPart(SizedByArrays):
     """Sums of one iteration over some rows, centered on their own mean."""
 
     count: int
-    shift: np.ndarray  # (d,): the mean is shift + offset, unrounded (see daskpca.solvers._moments)
+    shift: np.ndarray  # (d,): the mean is shift + offset, unrounded (see daskpca.passes._moments)
     offset: np.ndarray  # (d,)
     g: np.ndarray  # (d, k): scatter · Q
     h: np.ndarray  # (k, k): Qᵀ · scatter · Q, accumulated as a Gram of the scores

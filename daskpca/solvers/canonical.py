@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._base import Cost, PlanInput, SolverDeclaration
-from ._linalg import eigh_descending
+from ..passes import eigh_descending
 from .covariance import moments_graph
 from .cross_covariance import joint_rows
 

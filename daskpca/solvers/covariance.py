@@ -1,6 +1,6 @@
 """Exact PCA from the covariance matrix, in one pass.
 
-Each row block yields (count, mean, centered scatter) in float64 (:mod:`daskpca.solvers._moments`); the
+Each row block yields (count, mean, centered scatter) in float64 (:mod:`daskpca.passes._moments`); the
 partial results are merged exactly in a tree (Chan–Golub–LeVeque); the d×d eigenproblem of the
 covariance is solved locally.
 
@@ -9,9 +9,9 @@ block plus d² float64 (the merge tasks hold ``SPLIT_EVERY + 1`` d×d matrices).
 Pick when d is moderate (up to ~10–20k: the d×d matrix must fit in a task) and n is anything.
 
 Device blocks (CuPy): the leaves and merges run on the device (merges 8 at a time, all at once:
-:func:`~daskpca.solvers._moments.combine_moments_pooled`), and the root task solves the d×d
+:func:`~daskpca.passes._moments.combine_moments_pooled`), and the root task solves the d×d
 eigenproblem there too when that is cheaper than solving it on the host
-(:func:`~daskpca.solvers._device.solve_on_device`, from d ≈ 420 with the rates measured on an H200): the feature stage, the
+(:func:`~daskpca.passes._device.solve_on_device`, from d ≈ 420 with the rates measured on an H200): the feature stage, the
 covariance and cuSOLVER's eigh on the device, then the k leading pairs and the moments (the
 model's sufficient statistics, kept for ``update``) move to the host.
 
@@ -28,14 +28,11 @@ from functools import partial
 import dask
 import numpy as np
 
-from ._device import backend_of, device_fan_in, on_device, solve_on_device, to_host
-from ._geometry import device_merge_fan_in
-from ._graph import SizedByArrays, map_row_blocks, tree_reduce
-from ._linalg import eigh_descending, eigh_descending_on_device
-from ._moments import MERGE_SPLIT_EVERY, Moments, chunk_moments, combine_moments, combine_moments_pooled
+from ..passes import (MERGE_SPLIT_EVERY, Moments, Passes, SizedByArrays, backend_of, chunk_moments, combine_moments,
+                      combine_moments_pooled, device_fan_in, device_merge_fan_in, eigh_descending,
+                      eigh_descending_on_device, map_row_blocks, on_device, solve_on_device, to_host, tree_reduce)
 from .._validation import NonFinite, raise_if_nonfinite
 from ._base import FLOAT64, ComponentRequest, Cost, DeviceCost, PlanInput, SolverDeclaration, SolverResult
-from ._progress import Passes
 
 N_PASSES = 1
 #: Exact to round-off: meets any ``tol`` (so a ``tol`` given with this solver is not ignored).
@@ -45,11 +42,11 @@ SQUARES_THE_DATA = True
 
 
 def moments_graph(X, finish=None):
-    """Delayed :class:`~daskpca.solvers._moments.Moments` of all rows of ``X`` (one pass when computed).
+    """Delayed :class:`~daskpca.passes._moments.Moments` of all rows of ``X`` (one pass when computed).
 
     Pairwise merges (``MERGE_SPLIT_EVERY``): a merge task holds 3·d² float64, a leaf its block,
     one float64 copy and d² — so d ≈ 10⁴ fits a 6 GiB task (8-way merges needed 9·d²). Device
-    blocks: wider merges, all parts at once (:func:`~daskpca.solvers._geometry.device_merge_fan_in`).
+    blocks: wider merges, all parts at once (:func:`~daskpca.passes._geometry.device_merge_fan_in`).
     ``finish``: run in the root task on the merged moments (see :func:`solved_at_root`).
     """
     leaves = map_row_blocks(X, chunk_moments, "covariance-chunk")
@@ -75,7 +72,7 @@ class _SolvedAtRoot(SizedByArrays):
 
 def solved_at_root(moments: Moments, request: ComponentRequest, features=None):
     """The root's last step: solve the d×d eigenproblem on the moments' device when that is cheaper
-    (:func:`~daskpca.solvers._device.solve_on_device`), else hand the moments back as they are.
+    (:func:`~daskpca.passes._device.solve_on_device`), else hand the moments back as they are.
 
     On the device: the feature stage resolved from the moments' finite counts and variances (d
     values moved to the host), the analysed covariance formed and solved there (cuSOLVER), and k
@@ -135,7 +132,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None) -> 
     Returns
     -------
     SolverResult
-        ``info["moments"]`` holds the merged :class:`~daskpca.solvers._moments.Moments` (the sufficient
+        ``info["moments"]`` holds the merged :class:`~daskpca.passes._moments.Moments` (the sufficient
         statistics an exact incremental update needs) of the analysed matrix.
     """
     finish = partial(solved_at_root, request=request, features=features)

@@ -22,7 +22,7 @@ pass per block. Memory per task: a block plus (dx + dy)·ℓ float64. Flops: 4·
 correlation of every feature of each field with the scores of both fields.
 
 Device blocks (CuPy chunks): every leaf and merge runs in the block's array library
-(:mod:`daskpca.solvers._device`), the small operands (means, factors, masks, V, U) moved to the
+(:mod:`daskpca.passes._device`), the small operands (means, factors, masks, V, U) moved to the
 block's device in the task; the merge tree's root hands its dx×dy, d×ℓ or d×2k result to the host.
 
 **MCA's paths, declared** (:data:`MCA_PATHS`: ``"exact"``, :data:`EXACT`; ``"krylov"``,
@@ -45,11 +45,8 @@ import numpy as np
 from scipy.linalg import blas, svd
 
 from ._base import Cost, PlanInput, SolverDeclaration
-from ._cache import format_bytes
-from ._device import backend_of, like, namespace
-from ._graph import SizedByArrays, map_row_blocks, tree_reduce
-from ._moments import MERGE_SPLIT_EVERY, center_block
-from ._linalg import orthonormal_extension
+from ..passes import (MERGE_SPLIT_EVERY, SizedByArrays, backend_of, center_block, format_bytes, like, map_row_blocks,
+                      namespace, orthonormal_extension, tree_reduce)
 from ._bounds import ROUNDOFF_RESIDUAL, wedin
 from .._validation import NonFinite
 from ..exceptions import InputError, InvalidParameterError

@@ -7,7 +7,7 @@ u_i = X̃ᵀv_i / √(Nλ_i) with its λ_i = λ_i(G)/N.
 
 Pass 1 reads the array in column strips (every row of a range of features): each strip is
 shifted by its first row, then centered on the column means of the shifted values (accurate to
-ε·spread whatever the mean: :func:`~daskpca.solvers._moments.center_block`), before its Gram
+ε·spread whatever the mean: :func:`~daskpca.passes._moments.center_block`), before its Gram
 block is formed, so nothing cancels
 (forming XXᵀ and then applying H·(XXᵀ)·H with H = I − 11ᵀ/n would equal it in exact arithmetic
 but loses ~|μ|²/spread² of relative accuracy in floating point). The n×n blocks are summed in a
@@ -18,13 +18,13 @@ client: k·d float64).
 
 Passes: 2. Flops: n²·d (``syrk``) + 2·n·d·k, and locally the k leading eigenpairs of the n×n
 matrix: block Lanczos (BLAS-3 products) checked by one Cholesky factorisation (⅓·n³,
-:func:`~daskpca.solvers._linalg.top_eigenpairs`) for a fixed k — a dense ``eigh`` (~4·n³, half of
+:func:`~daskpca.passes._linalg.top_eigenpairs`) for a fixed k — a dense ``eigh`` (~4·n³, half of
 it memory-bound) took most of a Gram fit at n = 8760 — and the dense ``eigh`` when every
 eigenvalue is needed (a variance fraction, "mle"). Memory per task: a leaf its column
 strip as read, one float64 copy and n² float64; a pairwise merge 3·n² float64. Pick when n is up
 to ~20k and d is large. Column strips need every row of a range of columns: data stored in
 row-only chunks (n_i × d: one time step per chunk) is first copied into strips
-(:class:`~daskpca.solvers._geometry.ColumnStrips`: one read of the input and one write; both
+(:class:`~daskpca.passes._geometry.ColumnStrips`: one read of the input and one write; both
 passes then read the copy, ``info["relayout"]`` says so and ``n_passes`` counts the one read of
 the input).
 """
@@ -36,14 +36,12 @@ from dataclasses import dataclass, field, replace
 import dask
 import numpy as np
 
-from ._device import backend_of, like, namespace, on_device, solve_on_device, to_host
-from ._geometry import ColumnStrips, needs_column_strips, strip_columns
-from ._graph import SizedByArrays, map_column_blocks, tree_reduce
-from ._linalg import LANCZOS_MAX_FRACTION, LANCZOS_MIN_SIZE, eigh_descending, eigh_descending_on_device, top_eigenpairs
-from ._moments import MERGE_SPLIT_EVERY, center_block
+from ..passes import (LANCZOS_MAX_FRACTION, LANCZOS_MIN_SIZE, MERGE_SPLIT_EVERY, ColumnStrips, Passes, SizedByArrays,
+                      backend_of, center_block, eigh_descending, eigh_descending_on_device, like, map_column_blocks,
+                      namespace, needs_column_strips, on_device, solve_on_device, strip_columns, to_host,
+                      top_eigenpairs, tree_reduce)
 from .._validation import NonFinite, raise_if_nonfinite
 from ._base import FLOAT64, ComponentRequest, Cost, DeviceCost, PlanInput, SolverDeclaration, SolverResult
-from ._progress import Passes
 
 N_PASSES = 2
 #: Exact to round-off: meets any ``tol`` (so a ``tol`` given with this solver is not ignored).
@@ -195,7 +193,7 @@ class _GramSolved(SizedByArrays):
 
 def _solved_at_root(part: _GramPart):
     """The root's last step on a device: every eigenpair of the symmetrised n×n Gram by the
-    device's dense solver (cuSOLVER ``syevd``) where :func:`~daskpca.solvers._device.solve_on_device`
+    device's dense solver (cuSOLVER ``syevd``) where :func:`~daskpca.passes._device.solve_on_device`
     says that is cheaper than the host's (Lanczos or LAPACK) — else the part as it is. A dense
     solver is exact to round-off, as the host's certified Lanczos is; the n×n Gram still moves to
     the host (8·n² bytes: its trace, and the model's total variance)."""

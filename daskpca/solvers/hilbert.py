@@ -20,7 +20,7 @@ reads it:
    strip's rows of the components ``Z_jᴴ·U_k·Λ_k^{-1/2}`` from the leading eigenvectors U_k of G.
 
 Device strips (CuPy chunks) take the same steps in the strip's array library
-(:mod:`daskpca.solvers._device`): the transform by the library's own FFT (:func:`_fft_hilbert`,
+(:mod:`daskpca.passes._device`): the transform by the library's own FFT (:func:`_fft_hilbert`,
 what ``scipy.signal.hilbert`` computes), the Gram matrix by a complex matrix product in place of
 BLAS ``zherk`` (a device has no ``herk`` call here: twice the flops, on a GPU), the merges on the
 device; only the n×n (or n×b) sum and the d_j×k component rows move to the host.
@@ -57,14 +57,11 @@ import dask
 import numpy as np
 from scipy.linalg.blas import zherk
 
-from ._device import backend_of, like, namespace, to_host
-from ._graph import SizedByArrays, map_column_blocks, tree_reduce
-from ._linalg import client_blas_threads
-from ._moments import MERGE_SPLIT_EVERY
+from ..passes import (MERGE_SPLIT_EVERY, Passes, SizedByArrays, backend_of, client_blas_threads, like,
+                      map_column_blocks, namespace, to_host, tree_reduce)
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult
 from ..exceptions import InputError
-from ._progress import Passes
 
 OPTIONS = ("padding", "decay_factor")
 N_PASSES = 2

@@ -35,12 +35,10 @@ import numpy as np
 
 from ..exceptions import AccuracyWarning, InputError
 from ._base import ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult
-from ._progress import Passes
+from ..passes import MERGE_SPLIT_EVERY, Basis, Passes, orthonormal_extension
 from ._iterative import as_generator
-from ._moments import MERGE_SPLIT_EVERY
 from .._validation import raise_if_nonfinite
 from .hilbert import COMPLEX128, PADDINGS, gram_graph, strip_bytes, strip_products
-from ._linalg import Basis, orthonormal_extension
 from ._bounds import certify, plain_ritz, tangent_bound
 from .krylov import BASIS_BYTES, check_accuracy_options, pass_budget, predicted_passes
 

@@ -164,16 +164,15 @@ from ._base import ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverR
 # The bounds (Davis–Kahan on the plain Ritz vectors, λ_{k+1} by the trace, the refined span) live
 # with the other solvers' in ._bounds, under one contract.
 from ._bounds import ROUNDOFF_RESIDUAL, TRACE_RTOL, certify, next_eigenvalue, plain_ritz  # noqa: F401 (re-exported)
-from ._iterative import as_generator, subspace_sine
-# The kept basis and its orthogonalisation live in _linalg, shared with the Gram road's in-memory
-# eigensolver, Hilbert's Krylov road and MCA's.
-from ._linalg import DEFLATION_RTOL, Basis, client_blas_threads, orthonormal_extension, tall_qr
-from ._progress import Passes
+from ._iterative import as_generator, sketch_result, subspace_sine
+# The kept basis and its orthogonalisation live in the pass machinery (daskpca.passes), shared
+# with the Gram road's in-memory eigensolver, Hilbert's Krylov road and MCA's.
+from ..passes import DEFLATION_RTOL, Basis, client_blas_threads, orthonormal_extension, tall_qr
+from ..passes import SKETCH_FLOPS_PER_SECOND, Passes, sketch_task_bytes
 # The sketch kernel shared with the randomized solver: its first pass (fused with the feature
 # stage, hence ``fuses_features`` here too) and every later pass are this solver's.
-from ._sketch import (check_oversamples, feature_fingerprint, fuses_features, leading_right_vectors, pass_input,  # noqa: F401
-                      resumed_stage, run_first_pass, run_pass, sketch_result, stage_state)
-from ._sketch import SKETCH_FLOPS_PER_SECOND, sketch_task_bytes
+from ..passes import (check_oversamples, feature_fingerprint, fuses_features, leading_right_vectors, pass_input,  # noqa: F401
+                      resumed_stage, run_first_pass, run_pass, stage_state)
 
 OPTIONS = ("n_oversamples", "tol", "max_passes", "checkpoint")
 
@@ -480,7 +479,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
         Local ``.npz`` file for the state after every pass (see the module notes).
     features : FeatureSpec, optional
         Weights and the mask of wholly-missing features (not ``standardize``), resolved in the
-        first pass (:func:`~daskpca.solvers._sketch.run_first_pass`): no extra read. The
+        first pass (:func:`~daskpca.passes._sketch.run_first_pass`): no extra read. The
         start block is drawn over all input features; with masked ones its kept rows are
         re-orthonormalised and their image corrected exactly (:func:`_kept_start`).
 
@@ -640,9 +639,10 @@ def reaches(tol: float, max_passes) -> bool:
 
 
 def cost(shape: PlanInput) -> Cost:
-    """The sketching pass (:func:`._sketch.sketch_task_bytes`, d×(ℓ + 1) factors returned by each
-    task), as many as :func:`predicted_passes` for the ``tol`` the plan is made for (the budget
-    without one), 4·n·d·ℓ flops each, and the client's share between them (:func:`client_flops`)."""
+    """The sketching pass (:func:`daskpca.passes._sketch.sketch_task_bytes`, d×(ℓ + 1) factors
+    returned by each task), as many as :func:`predicted_passes` for the ``tol`` the plan is made
+    for (the budget without one), 4·n·d·ℓ flops each, and the client's share between them
+    (:func:`client_flops`)."""
     n, d, k, ell, tol = shape.n, shape.d, shape.k, shape.ell, shape.tol
     passes = predicted_passes(tol, shape.max_passes)
     if tol is not None:

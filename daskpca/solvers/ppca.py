@@ -74,12 +74,10 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from ._device import like, namespace
-from ._graph import SizedByArrays, map_row_blocks, merge_task_bytes, tree_reduce
+from ..passes import Passes, SizedByArrays, like, map_row_blocks, merge_task_bytes, namespace, tree_reduce
 from .._validation import NonFinite, raise_if_nonfinite
 from ..exceptions import ConvergenceWarning, InputError
 from ._base import FLOAT64, ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult
-from ._progress import Passes
 from ._iterative import (
     ColumnMoments,
     column_moments,
@@ -116,7 +114,7 @@ def _e_step(block: np.ndarray, row_offset: int, shift: np.ndarray, offset: np.nd
     """Leaf, in the block's array library (a device block's sums stay on its device).
 
     x − μ as (x − shift) − offset: exact then accurate where |μ| ≫ spread; x − round(μ) would
-    leave every column off by ~ε·|μ| (see daskpca.solvers._moments)."""
+    leave every column off by ~ε·|μ| (see daskpca.passes._moments)."""
     xp = namespace(block)
     shift, offset, w = like(shift, block), like(offset, block), like(w, block)
     x = xp.subtract(block, shift, dtype=xp.float64)

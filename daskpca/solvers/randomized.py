@@ -18,7 +18,7 @@ scheme (range of (X̃ᵀX̃)^{q+1}Ω₀ for V) — what changes is that a row bl
 iteration instead of twice.
 
 The pass itself — one read per iteration, X̃ᵀ·orth(X̃Ω) without forming Q, slab by slab, centred
-implicitly — is the sketch kernel the block Krylov solver shares, :mod:`daskpca.solvers._sketch`.
+implicitly — is the sketch kernel the block Krylov solver shares, :mod:`daskpca.passes._sketch`.
 
 Costs
 -----
@@ -53,13 +53,12 @@ from numbers import Integral
 import numpy as np
 
 from ._base import ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult, open_checkpoint
-from ._iterative import as_generator
-from ._progress import Passes
+from ._iterative import as_generator, sketch_result
+from ..passes import SKETCH_FLOPS_PER_SECOND, Passes, sketch_task_bytes
 # The sketch kernel shared with block Krylov (its first pass fuses the feature stage, hence
 # ``fuses_features`` here: the solver contract's declaration).
-from ._sketch import (check_oversamples, feature_fingerprint, fuses_features, leading_right_vectors, pass_input,  # noqa: F401
-                      resumed_stage, run_first_pass, run_pass, sketch_result, stage_state)
-from ._sketch import SKETCH_FLOPS_PER_SECOND, sketch_task_bytes
+from ..passes import (check_oversamples, feature_fingerprint, fuses_features, leading_right_vectors, pass_input,  # noqa: F401
+                      resumed_stage, run_first_pass, run_pass, stage_state)
 from ..exceptions import InputError
 
 OPTIONS = ("n_oversamples", "n_power_iter", "checkpoint")
@@ -173,7 +172,7 @@ SMALL_K_FRACTION = 0.1
 
 def cost(shape: PlanInput) -> Cost:
     """q + 1 sketching passes (q power iterations), 4·n·d·ℓ flops each; the sketch pass's task
-    (:func:`._sketch.sketch_task_bytes`); each task returns d×(ℓ + 1) factors."""
+    (:func:`daskpca.passes._sketch.sketch_task_bytes`); each task returns d×(ℓ + 1) factors."""
     n, d, k, ell = shape.n, shape.d, shape.k, shape.ell
     q = shape.n_power_iter if isinstance(shape.n_power_iter, int) else (7 if k < SMALL_K_FRACTION * min(n, d) else 4)
     return Cost(q + 1, (q + 1) * 4 * n * d * ell, sketch_task_bytes(shape), f"q = {q}, ℓ = {ell}", result_size=(ell + 1) * d)

@@ -2,7 +2,7 @@ r"""Exact PCA from a tall-skinny QR (TSQR) of the centered data, in one pass.
 
 Each row block X_i (n_i rows) is centered on its *own* mean μ_i and reduced to the R factor of
 its Householder QR, ``X_i − 1μ_iᵀ = Q_i R_i``. The R factors are merged in a tree of QRs
-(:func:`daskpca.solvers._graph.tree_reduce`); the final R (at most d×d) has the same singular values and
+(:func:`daskpca.passes._graph.tree_reduce`); the final R (at most d×d) has the same singular values and
 right singular vectors as the centered data X̃, so an SVD of R on the client gives every
 eigenvalue of the covariance and the principal axes.
 
@@ -29,7 +29,7 @@ orthogonal), so every step is an orthogonal transformation plus one rank-one row
 difference of means: the result is as stable as Householder QR of X̃ itself, and no row block is
 ever shifted by a large common mean before its QR (which would cancel when ``|μ| ≫ spread``).
 The means are held as ``shift + offset`` (a data row plus the mean of the rows less it) and δ
-formed from the exact difference of the shifts (:func:`~daskpca.solvers._moments.merge_shifted_means`):
+formed from the exact difference of the shifts (:func:`~daskpca.passes._moments.merge_shifted_means`):
 a rounded mean would carry ~ε·|μ| into every δ, the correction row's only error.
 
 The merge tree
@@ -64,7 +64,7 @@ rows ``√n_i·(μ_i − μ)ᵀ`` against the pooled mean μ, the formula above 
 each mean taken about the first part's shift so that no difference carries ~ε·|μ|;
 ~(2·parts − ⅔)·d³ flops where pairwise merges of as many parts cost ~3⅓·d³ each). The root task
 takes the SVD of the final R on the device when that is cheaper than moving R and taking it on
-the host (:func:`~daskpca.solvers._device.solve_on_device`); the k leading right singular
+the host (:func:`~daskpca.passes._device.solve_on_device`); the k leading right singular
 vectors and every singular value then move.
 
 References
@@ -87,14 +87,11 @@ from scipy.linalg import get_lapack_funcs, svd
 
 from functools import partial
 
-from ._device import NUMPY, backend_of, device_fan_in, on_device, solve_on_device
-from ._geometry import device_merge_fan_in
-from ._graph import SizedByArrays, map_row_blocks, tree_reduce
-from ._linalg import client_blas_threads
-from ._moments import merge_shifted_means, row_shift
+from ..passes import (NUMPY, Passes, SizedByArrays, backend_of, client_blas_threads, device_fan_in,
+                      device_merge_fan_in, map_row_blocks, merge_shifted_means, on_device, row_shift, solve_on_device,
+                      tree_reduce)
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import FLOAT64, ComponentRequest, Cost, DeviceCost, PlanInput, SolverDeclaration, SolverResult
-from ._progress import Passes
 
 N_PASSES = 1
 #: Exact to round-off: meets any ``tol`` (so a ``tol`` given with this solver is not ignored).
@@ -134,7 +131,7 @@ def _r_factor(a: np.ndarray) -> np.ndarray:
     ``a`` is overwritten. Pass a NumPy array Fortran-ordered float64: LAPACK then factors it in
     place (anything else is first copied by f2py). The R is copied out rather than returned as a
     view, which would keep the whole m×d array alive as long as the R. A device array is
-    factored on its device (:meth:`~daskpca.solvers._device.ArrayBackend.r_factor`).
+    factored on its device (:meth:`~daskpca.passes._device.ArrayBackend.r_factor`).
     """
     return backend_of(a).r_factor(a)
 
@@ -288,7 +285,7 @@ class _SvdAtRoot(SizedByArrays):
 
 def svd_at_root(part: _RPart, request: ComponentRequest, n_samples: int):
     """The root's last step: the SVD of the final R on its device when that is cheaper
-    (:func:`~daskpca.solvers._device.solve_on_device`), k resolved from its singular values
+    (:func:`~daskpca.passes._device.solve_on_device`), k resolved from its singular values
     (moved to the host) and only the k leading right singular vectors kept; else ``part`` as it
     is (as for non-finite input: the client raises)."""
     backend = backend_of(part.r)

@@ -1,8 +1,8 @@
 """Scratch folders: temporary copies a job makes on local disk, and their removal.
 
 Two things write temporary copies of the input: the Gram solver's column-strip re-layout
-(:class:`daskpca.solvers._geometry.ColumnStrips`) and the disk pass cache
-(:mod:`daskpca.solvers._cache`). Both take their folder from :func:`scratch_folder`, which
+(:class:`daskpca.passes._geometry.ColumnStrips`) and the disk pass cache
+(:mod:`daskpca.passes._cache`). Both take their folder from :func:`scratch_folder`, which
 
 - makes it under ``$DASKPCA_SCRATCH`` (or the system's temporary directory), after checking that
   the place exists, is a folder and is writable — a :class:`~daskpca.exceptions.ScratchError`

@@ -26,7 +26,7 @@ computing sample variances": for partial results A and B,
 ``M = M_A + M_B + δδᵀ n_A n_B / n``.
 
 Device blocks (CuPy) are reduced on their device, merges included, through the block's namespace
-(:mod:`daskpca.solvers._device`); the root of the merge tree hands the result to the host.
+(:mod:`daskpca.passes._device`); the root of the merge tree hands the result to the host.
 """
 
 from __future__ import annotations

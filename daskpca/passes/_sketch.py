@@ -1,9 +1,11 @@
 r"""The sketch kernel of the randomized and block Krylov solvers: one read gives X̃ᵀ·orth(X̃Ω).
 
-Both solvers (:mod:`.randomized`: q power iterations; :mod:`.krylov`: a block Krylov basis with
-an error bound) are built from the same pass — a Gaussian or orthonormal block Ω (d×ℓ) in, the
-count, mean, total sum of squares and H = X̃ᵀ·orth(X̃Ω) out — and the same first pass fused with
-the feature stage, checkpoint state and result. They live here once.
+Both solvers (:mod:`daskpca.solvers.randomized`: q power iterations;
+:mod:`daskpca.solvers.krylov`: a block Krylov basis with an error bound) are built from the same
+pass — a Gaussian or orthonormal block Ω (d×ℓ) in, the count, mean, total sum of squares and
+H = X̃ᵀ·orth(X̃Ω) out — and the same first pass fused with the feature stage and checkpoint
+state. They live here once (the result they build from the last root, which is the solvers'
+contract, is :func:`daskpca.solvers._iterative.sketch_result`).
 
 One pass per iteration: X̃ᵀ·orth(X̃Ω) without forming Q
 -------------------------------------------------------
@@ -39,7 +41,7 @@ its own mean, the correction rides in the merges (no ``XΩ − 1(μᵀΩ)`` canc
 ``|μ| ≫ spread``, and no centered copy of X anywhere). The means themselves are never rounded
 before the end: a part holds its mean as the shift its slabs were made about (a float64 vector
 near the data, so ``rows − shift`` is exact when ``|μ| ≫ spread``) plus an offset, and the merge's
-δ_a is formed from exact differences of shifts (see :mod:`daskpca.solvers._moments`). A rounded
+δ_a is formed from exact differences of shifts (see :mod:`daskpca.passes._moments`). A rounded
 mean carries ~ε·|μ|, and every δ_a, the merges' only new data, inherited it: sin θ 1e-5 at
 μ = 1e10, σ = 1e-2 in float64.
 
@@ -48,7 +50,7 @@ Memory per task: the input row block, one ~16 MiB float64 slab (:data:`SLAB_BYTE
 
 Device blocks (CuPy): a leaf is one slab, the whole block converted to float64 on its device
 (the slabs and per-thread scratch buffers are a CPU cache's economy; a GPU's memory bandwidth
-needs none), and the merges run there too, through :mod:`daskpca.solvers._device`.
+needs none), and the merges run there too, through :mod:`daskpca.passes._device`.
 """
 
 from __future__ import annotations
@@ -64,7 +66,6 @@ from scipy.linalg import svd
 from ._device import backend_of, like, namespace
 from ._graph import SPLIT_EVERY, SizedByArrays, map_row_blocks, tree_reduce
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
-from ._base import SolverResult
 from ..exceptions import InputError
 
 
@@ -165,9 +166,9 @@ SKETCH_FLOPS_PER_SECOND = 28e9
 
 
 def sketch_task_bytes(shape) -> int:
-    """The largest task of a sketching pass (a :class:`._base.PlanInput`): a leaf converts its
-    block one slab (:func:`slab_rows` rows) at a time and merges the slabs' d×(ℓ + 1) factors
-    SPLIT_EVERY at a time, like a merge task."""
+    """The largest task of a sketching pass (``shape``: a :class:`daskpca.solvers._base.PlanInput`):
+    a leaf converts its block one slab (:func:`slab_rows` rows) at a time and merges the slabs'
+    d×(ℓ + 1) factors SPLIT_EVERY at a time, like a merge task."""
     from ._graph import merge_task_bytes
 
     d, ell = shape.d, shape.ell
@@ -496,20 +497,3 @@ def resumed_stage(state: dict | None, features):
         return None
     return features.with_kept(np.asarray(state["kept_features"], dtype=bool))
 
-
-def sketch_result(components, singular_values, root: _Sketch, total_m2: float, n_passes: int, info: dict) -> SolverResult:
-    """The :class:`SolverResult` of a sketching solver: singular values of X̃ become variances
-    (ddof = 1), the last pass's root gives the mean, the first pass's total sum of squares the
-    total variance. Called once the fit's passes are done: this process's slab buffers go."""
-    release_slab_buffers()  # the fit's passes are over
-    ddof_count = max(root.count - 1, 1)
-    return SolverResult(
-        components=components,
-        explained_variance=singular_values**2 / ddof_count,
-        mean=root.mean,
-        n_samples=root.count,
-        total_variance=float(total_m2 / ddof_count),
-        n_passes=n_passes,
-        spectrum=None,
-        info=info,
-    )

@@ -168,8 +168,8 @@ def device_task_bytes(device_memory: int) -> int:
 
 def device_merge_fan_in(backend, host_fan_in: int, part_bytes: int, copies: int = 2) -> int:
     """The fan-in of a merge tree over row blocks on ``backend``'s device
-    (:func:`~daskpca.solvers._device.on_device` of the matrix; host blocks merge ``host_fan_in``
-    at a time): :func:`~daskpca.solvers._device.device_fan_in` within one task's share of the
+    (:func:`~daskpca.passes._device.on_device` of the matrix; host blocks merge ``host_fan_in``
+    at a time): :func:`~daskpca.passes._device.device_fan_in` within one task's share of the
     device's memory (:func:`device_task_bytes`), the figure the planner checked the plan against."""
     memory = device_memory(backend)
     return device_fan_in(None if memory is None else device_task_bytes(memory[1]), host_fan_in, part_bytes, copies)

@@ -7,12 +7,12 @@ stand-in) plus the handful of operations the libraries provide differently (a pr
 copy, an R factor, a thin QR, a rank-one update, the move to and from the host) — and never
 branch on a library's name. Blocks never leave the device during a pass; only the reduced
 results (d×d, n×n, d×ℓ, k×k) move to the host, once, at the root of the merge tree
-(:func:`daskpca.solvers._graph.tree_reduce` calls :func:`to_host`), so the merges of large
+(:func:`daskpca.passes._graph.tree_reduce` calls :func:`to_host`), so the merges of large
 partials run on the device too. The final d×d eigenproblem (covariance) or SVD of R (TSQR) runs
 on the device too, in the root task, where that is cheaper than moving the matrix and solving it
 on the host (:func:`solve_on_device`, a cost rule from :data:`RATES`); only its k leading pairs
 then move. Partials of device blocks are merged in wider trees
-(:func:`~daskpca.solvers._geometry.device_merge_fan_in`): a device adds d×d matrices at hundreds
+(:func:`~daskpca.passes._geometry.device_merge_fan_in`): a device adds d×d matrices at hundreds
 of GB/s, so fewer, wider merges save tasks — as wide as one task's share of the device allows.
 
 The host backend keeps NumPy's fast paths (LAPACK in place on Fortran-ordered copies, BLAS
@@ -298,7 +298,7 @@ def device_memory(backend: ArrayBackend) -> tuple[int, int] | None:
 def device_fan_in(task_bytes: int | None, host_fan_in: int, part_bytes: int, copies: int = 2) -> int:
     """:data:`DEVICE_SPLIT_EVERY`, halved (to ``host_fan_in`` at least) while a merge's
     ``copies``·fan-in + 1 partials of ``part_bytes`` exceed ``task_bytes`` (one task's share of
-    the device, :func:`~daskpca.solvers._geometry.device_task_bytes`; None: unknown, no limit).
+    the device, :func:`~daskpca.passes._geometry.device_task_bytes`; None: unknown, no limit).
     Sized from the task budget, not the whole device: merges run side by side, one a thread
     (TSQR's 8000-wide R factors merged 8 at a time need 12 GiB a task, more than an H200's
     4.4 GiB a thread; 2 at a time, 3.5 GiB)."""

@@ -8,7 +8,7 @@ the same selections through the ``zarrs`` codec pipeline (the Rust ``zarrs`` cra
 first pass (and every pass without the pass cache) is that read.
 
 :func:`fast_source` wraps the stored array-like a regrouped read takes its selections from
-(:func:`daskpca.solvers._geometry.plain_source`: a ``zarr.Array``, or xarray's lazy backend
+(:func:`daskpca.passes._geometry.plain_source`: a ``zarr.Array``, or xarray's lazy backend
 chain over one). Its selections are then read from a twin of the bottom ``zarr.Array`` — the
 same metadata and store, opened with the zarrs pipeline — through the same xarray chain (CF
 decoding, lazy indexing), so the values are those of the source to the bit. Used only where it

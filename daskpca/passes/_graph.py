@@ -66,7 +66,7 @@ def distributed_client():
 
 def unwrap_scheduler(scheduler):
     """The scheduler that runs the tasks behind ``scheduler``: a wrapper that rewrites graphs
-    before handing them on (the pass cache, :mod:`daskpca.solvers._cache`) names it ``__wrapped__``."""
+    before handing them on (the pass cache, :mod:`daskpca.passes._cache`) names it ``__wrapped__``."""
     while hasattr(scheduler, "__wrapped__"):
         scheduler = scheduler.__wrapped__
     return scheduler

@@ -32,7 +32,7 @@ def tuned_for_tasks():
     one task per core; BLAS's own threads on top oversubscribe the cores (measured: a
     20000×500 ``syrk`` 3× slower with 2 dask × 2 BLAS threads than with 2 × 1). On a
     ``distributed`` cluster, whose nannies start the workers with one BLAS thread: the workers'
-    allocator set for chunk-sized arrays (:func:`~daskpca.solvers._geometry.tune_worker_allocators`).
+    allocator set for chunk-sized arrays (:func:`~daskpca.passes._geometry.tune_worker_allocators`).
     """
     if not _threaded_scheduler():
         from ._geometry import tune_worker_allocators
@@ -110,7 +110,7 @@ def eigh_descending(matrix: np.ndarray, n_top: int | None = None) -> tuple[np.nd
 
 def eigh_descending_on_device(matrix):
     """:func:`eigh_descending` of a matrix on a device, solved there (every pair: cuSOLVER's
-    ``syevd`` has no index range; its cost is what :func:`~daskpca.solvers._device.solve_on_device`
+    ``syevd`` has no index range; its cost is what :func:`~daskpca.passes._device.solve_on_device`
     weighs). Returns device arrays, largest first, eigenvalues clipped at zero."""
     from ._device import backend_of
 

@@ -25,7 +25,7 @@ here). So the first read keeps what later passes consume, and passes 2+ read tha
     blocks already on the cluster: no double caching), ``cache=False``, or no room anywhere.
 
 What is kept: the blocks of the matrix the passes read — decoded, in the task geometry
-(:mod:`daskpca.solvers._geometry`), in the input's dtype. The feature stage (the mask of
+(:mod:`daskpca.passes._geometry`), in the input's dtype. The feature stage (the mask of
 features missing everywhere, the weights, the standard deviations) is applied by every pass to
 each slab while it is in cache, as without the cache: so a cached fit is the uncached fit to the
 last bit, and a float32 field is kept in float32 (a weighted float64 copy would take twice the

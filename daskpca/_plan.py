@@ -152,16 +152,16 @@ class DevicePricing:
                 f"eigh/SVD on the device where cheaper{moved}{memory}")
 
 
-def device_pricing(matrix, moved: bool = False) -> DevicePricing | None:
-    """The device costs of ``matrix``'s chunks (None for host chunks: the CPU plan). ``moved``:
-    the chunks are host data moved up by the read tasks (``device="cuda"`` on host input)."""
-    from .passes import device_memory, on_device
+def device_pricing(matrix) -> DevicePricing | None:
+    """The device costs of ``matrix``'s chunks (None for host chunks: the CPU plan), moved up by
+    its read tasks when they are host data (``device="cuda"`` on host input)."""
+    from .passes import device_memory, moved_from_host, on_device
 
     backend = on_device(matrix)
     if backend.on_host:
         return None
     memory = device_memory(backend)
-    return DevicePricing(backend.name, moved, None if memory is None else int(memory[1]))
+    return DevicePricing(backend.name, moved_from_host(matrix), None if memory is None else int(memory[1]))
 
 
 def device_task_budget(device: DevicePricing) -> tuple[int, str] | None:
@@ -772,11 +772,10 @@ def cache_pricing(matrix, cache="auto"):
     them is the solver's, and the cache module prices every solver in one visit."""
     from .passes import choose_each, gather, later_reads
 
-    distributed = current_client() is not None
     later, facts = later_reads(), gather(matrix, cache)
 
     def price(estimates) -> dict:
-        questions = [cache_question(e, later, distributed) for e in estimates]
+        questions = [cache_question(e, later, facts.distributed) for e in estimates]
         return dict(zip([e.name for e in estimates], choose_each(matrix, cache, questions, facts)))
 
     return price

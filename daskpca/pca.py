@@ -36,7 +36,7 @@ from .models import (ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Estimator, 
                      listed, model_matrix, positions, project_matrix, reconstruct, scores_out, stored_params)
 from .solvers import SOLVERS, ComponentRequest, SolverResult, covariance
 from .passes import (DEVICE_NAMES, Moments, PassClock, combine_moments, flip_signs, for_fit, geometry_of, local_root,
-                     moved_from_host, regroup, to_device, tuned_for_tasks, zarr_arrays)
+                     regroup, to_device, tuned_for_tasks, zarr_arrays)
 
 #: Score scalings of ``transform`` / ``inverse_transform`` (see :mod:`daskpca.labeled`).
 SCALINGS = ("none", "unit", "sqrt_lambda")
@@ -1024,7 +1024,7 @@ class PCA(ProbabilisticMixin, BasePCA):
             requested=None if self.solver == "auto" else self.solver,
             reads=_features.plan_reads(SOLVERS, spec, self.get_params(deep=False)),
             cache_for=_plan.cache_pricing(array, self.cache),  # called by the planner, per solver
-            device=_plan.device_pricing(array, moved=moved_from_host(array)),
+            device=_plan.device_pricing(array),
         )
         self.refuse_ignored_knobs(plan.solver, SOLVERS)
         return plan

@@ -278,7 +278,8 @@ class CacheFacts:
     ``value`` is the effective setting (:func:`setting`); ``held`` why each matrix needs no cache
     (:func:`in_memory`, None for a stored one); ``stored`` the matrices worth keeping; ``device``
     the backend of the first stored one's chunks and ``device_memory`` its ``(free, total)``
-    bytes (None on the host); ``threads`` those that run the tasks; ``tasks`` the stored blocks.
+    bytes (None on the host); ``threads`` those that run the tasks; ``tasks`` the stored blocks;
+    ``distributed`` whether a cluster runs them (a cached pass still moves its tasks' results).
     """
 
     value: str | bool
@@ -289,6 +290,7 @@ class CacheFacts:
     threads: int = 1
     tasks: int = 0
     machine: MachineMemory | None = None  # the memory room's facts (None: nothing stored to keep)
+    distributed: bool = False
 
 
 def gather(matrix, cache="auto") -> CacheFacts:
@@ -306,7 +308,7 @@ def gather(matrix, cache="auto") -> CacheFacts:
     machine = machine_memory()
     threads = worker_resources()[0] if machine.workers is not None else machine.threads
     return CacheFacts(value, held, stored, device, None if device is NUMPY else device.memory(), threads,
-                      sum(len(m.chunks[0]) * len(m.chunks[1]) for m in stored), machine)
+                      sum(len(m.chunks[0]) * len(m.chunks[1]) for m in stored), machine, machine.workers is not None)
 
 
 def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_seconds: float = 0.0,

@@ -62,6 +62,9 @@ class PassReport:
         passes so far (:func:`daskpca.solvers.krylov.passes_left`); None when it does not predict.
     cycle_seconds : float or None
         Mean time from one pass's start to the next's (the pass and the client's work after it).
+    learnt : int or None
+        The pass after which ``predicted`` was learnt from the fit's own passes (block Krylov:
+        a simulated fit on the spectrum they show); None while it is the planner's prior.
     """
 
     solver: str
@@ -74,6 +77,7 @@ class PassReport:
     tol: float | None = None
     predicted: int | None = None
     cycle_seconds: float | None = None
+    learnt: int | None = None
 
     @property
     def seconds_left(self) -> float | None:
@@ -86,7 +90,8 @@ class PassReport:
         return (left - self.number + 1) * (self.cycle_seconds or self.mean_seconds)
 
     def describe(self) -> str:
-        """``"pass 3 of ≤ 8, 6 predicted (krylov, bound 2.1e-03 → tol 1e-04), 41 s a pass, ~2.1 min left"``."""
+        """``"pass 3 of ≤ 8, 6 predicted (krylov, bound 2.1e-03 → tol 1e-04), 41 s a pass, ~2.1 min left (ETA
+        from pass 2)"``: the ETA's source is named once the passes predicted were learnt from the fit."""
         at_most = "≤ " if self.at_most else ""
         detail = self.solver
         if self.bound is not None:
@@ -97,6 +102,9 @@ class PassReport:
             return f"{text} took {format_seconds(self.seconds)}"
         if self.mean_seconds is not None:
             text += f", {format_seconds(self.mean_seconds)} a pass, ~{format_seconds(self.seconds_left)} left"
+            if self.learnt is not None and self.predicted is not None and self.at_most:
+                # Which passes the time left rests on: the fit's own, not the planner's guess.
+                text += f" (ETA from pass {self.learnt})"
         return text
 
 
@@ -185,15 +193,23 @@ class Passes:
         self.seconds: list[float] = []
         self._bound: float | None = None
         self._predicted: int | None = None
+        self._learnt: int | None = None
         self._starts: list[float] = []
 
     def bound(self, value: float) -> None:
         """The error bound reached after the last pass (shown when the next one starts)."""
         self._bound = float(value) if math.isfinite(value) else None
 
-    def predict(self, total: int | None) -> None:
-        """The passes the solve now expects to make in all (shown, and timing the time left)."""
+    def predict(self, total: int | None, learnt: int | None = None) -> None:
+        """The passes the solve now expects to make in all (shown, and timing the time left);
+        ``learnt``: the pass whose results gave that figure (None: a prior, not learnt)."""
         self._predicted = None if total is None else max(int(total), self.number + 1)
+        self._learnt = None if total is None or learnt is None else int(learnt)
+
+    def heard(self) -> bool:
+        """Whether anyone sees these reports (a listener, or the log at INFO): a solver computes
+        a costly prediction only then."""
+        return bool(_listeners.get()) or logger.isEnabledFor(logging.INFO)
 
     @contextmanager
     def read(self) -> Iterator[None]:
@@ -204,7 +220,7 @@ class Passes:
         cycle = (now - self._starts[0]) / len(self._starts) if self._starts else None
         predicted = None if self._predicted is None else max(self._predicted, self.number)
         report = PassReport(self.solver, self.number, max(self.budget, self.number), self.at_most,
-                            None, mean, self._bound, self.tol, predicted, cycle)
+                            None, mean, self._bound, self.tol, predicted, cycle, self._learnt)
         logger.info("%s", report.describe())
         _send(report)
         self._starts.append(now)

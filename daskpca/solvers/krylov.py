@@ -278,6 +278,121 @@ def passes_left(history: list[float], target: float, gap_ratio: float | None = N
     return int(np.ceil(np.log(bound / target) / np.log(rate) - 1e-9))
 
 
+#: The simulated spectrum (:func:`model_spectrum`): the tail beyond the kept Ritz values is binned
+#: after its first ``ℓ`` values into bins growing by this factor, so the simulated diagonal stays
+#: a few hundred entries (≈ k + ℓ + 15·ℓ at d = 10⁶) whatever d is.
+TAIL_BIN_GROWTH = 1.5
+#: The simulation needs the basis to hold an image block (span[Ω, CΩ]): after the first pass the
+#: Ritz values are those of a random subspace, and the model predicted 2 passes on continua that
+#: took 8 (measured, benchmarks/tightness.py); the planner's prior stands until then.
+SIMULATED_FROM_PASS = 2
+
+
+def model_spectrum(theta: np.ndarray, total: float, rank: int, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """A spectrum of C consistent with what the fit knows: ``(values, multiplicities)``, descending.
+
+    ``theta``: the Ritz values of the basis (descending, scatter units); ``total`` = trace C (from
+    the first pass); ``rank``: most nonzero eigenvalues (min(n − 1, d)). The top k Ritz values are
+    kept as they are (they converge first); everything beyond — the slowly converging Ritz values
+    k+1 … m, which underestimate, and the d − m the basis has not seen — is replaced by a tail of
+    rank − k eigenvalues carrying the variance left, total − Σ_{i≤k} θ_i (exact), shaped as a
+    geometric decay from θ_{k+1} (the continuation of the trailing values, the ratio fixed by the
+    mass), flat at that mass's mean where even a flat tail from θ_{k+1} cannot carry it (a noise
+    continuum the Ritz values underestimate), never above θ_k. Measured: keeping the Ritz values
+    k+1 … m instead predicted 2–5 passes on continua that took 7–10. None where there is nothing
+    to model (no variance).
+    """
+    theta = np.clip(np.asarray(theta, dtype=np.float64), 0.0, None)
+    if not (np.isfinite(total) and total > 0 and theta.size and theta[0] > 0):
+        return None
+    head = theta[:min(k, theta.size)]
+    left = max(float(total) - float(head.sum()), 0.0)
+    count = int(rank) - head.size
+    if count <= 0 or left <= TRACE_RTOL * total:
+        return head, np.ones(head.size)
+    start = min(float(theta[head.size]) if theta.size > head.size else 0.0, float(head[-1]))
+    steps = np.arange(count, dtype=np.float64)
+    if not start > 0 or start * count <= left:
+        tail = np.full(count, min(left / count, float(head[-1])))
+    else:  # start·Σ_j r^j = left, increasing in r: bisection (60 halvings: r to 1e-18)
+        low, high = 0.0, 1.0
+        for _ in range(60):
+            ratio = (low + high) / 2
+            low, high = (ratio, high) if start * np.sum(ratio ** steps) <= left else (low, ratio)
+        tail = start * low ** steps
+    values, sizes, i, size = list(head), [1] * head.size, 0, 1
+    while i < count:  # the first ℓ-ish tail values alone (they decide the gap), then growing bins
+        size = 1 if i < 2 * k else max(size + 1, int(size * TAIL_BIN_GROWTH))
+        segment = tail[i:i + size]
+        values.append(float(segment.mean()))  # the bin's mass is kept
+        sizes.append(segment.size)
+        i += segment.size
+    return np.array(values), np.array(sizes, dtype=np.int64)
+
+
+def simulated_passes(values: np.ndarray, multiplicities: np.ndarray, k: int, ell: int, target: float, budget: int,
+                     n_samples: int = 1, seed: int = 0) -> list[float]:
+    """The bounds after each pass block Krylov makes on a matrix with this spectrum until its bound
+    reaches ``target`` (at most ``budget`` passes; their count is the prediction): the same iteration and the same bound code (:func:`certify`,
+    :func:`smallest_bound`) as :func:`solve`, on a diagonal matrix, from a Gaussian start.
+
+    A value of multiplicity μ is exact in a smaller space: block Krylov on a diagonal C sees the
+    start block's rows E (μ×ℓ) on that eigenspace only through EᵀE (C is λ·I there), and the
+    upper-triangular Bartlett factor F (min(μ, ℓ)×ℓ: χ²_{μ−i} diagonal, Gaussian above, FᵀF ~
+    Wishart(μ) like EᵀE) has the same law. So the simulated diagonal has Σ min(μ, ℓ) entries and
+    trace C is Σ λ·μ. Cost: that of :func:`solve`'s client steps at d = Σ min(μ, ℓ) (a few hundred)
+    for each simulated pass; no read. Deterministic (``seed``).
+    """
+    rng = np.random.default_rng(seed)
+    diagonal, rows = [], []
+    for value, count in zip(values, multiplicities):
+        size = int(min(count, ell))
+        factor = np.triu(rng.standard_normal((size, ell)), 1)
+        factor[np.arange(size), np.arange(size)] = np.sqrt(rng.chisquare(int(count) - np.arange(size)))
+        diagonal.append(np.full(size, value))
+        rows.append(factor)
+    diagonal, total = np.concatenate(diagonal), float(np.dot(values, multiplicities))
+    ell = min(ell, diagonal.size)
+    block = tall_qr(np.vstack(rows)[:, :ell])[0]
+    basis, history = Basis.empty(diagonal.size), []
+    for _ in range(budget):
+        basis = basis.extend(block, diagonal[:, None] * block)
+        found = certify(basis, k, *basis.ritz(), n_samples, total)
+        history.append(smallest_bound(min(found["bound"], found["refined"]), found["augmented"]))
+        if history[-1] <= target:
+            break
+        block = orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:], basis.T[:, -block.shape[1]:])
+        if block.shape[1] == 0:  # invariant: the fit would stop here too
+            break
+    return history
+
+
+#: The simulated fit is rerun on the newest Ritz values once the fit's bound is this factor off the
+#: simulated bound at the same pass (either way).
+SIMULATION_DRIFT = 10.0
+
+
+def _on_course(simulated: list[float], made: int, bound: float) -> bool:
+    """Whether the fit's bound after pass ``made`` is within :data:`SIMULATION_DRIFT` of the simulated one."""
+    if made > len(simulated):
+        return False
+    expected = simulated[made - 1]
+    return expected / SIMULATION_DRIFT <= bound <= expected * SIMULATION_DRIFT
+
+
+def simulated_total(theta: np.ndarray, total: float | None, rank: int, k: int, ell: int, target: float, budget: int,
+                    n_samples: int = 1) -> list[float] | None:
+    """The bounds a fit whose basis has Ritz values ``theta`` is predicted to reach pass by pass
+    (their count: the passes predicted in all): :func:`simulated_passes` on :func:`model_spectrum`;
+    None where there is no spectrum to model."""
+    if total is None or k >= rank:
+        return None
+    model = model_spectrum(theta, total, rank, k)
+    if model is None:
+        return None
+    return simulated_passes(*model, k, ell, target, budget, n_samples)
+
+
 def _missed_tol(tol: float, bound: float, budget: int, passes: int, invariant_size: int | None) -> str:
     """The AccuracyWarning of a fit that stopped above ``tol``, naming why it stopped: the read
     budget spent, or a Krylov space that became invariant (more passes would add nothing)."""
@@ -552,7 +667,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
     stage = resumed_stage(state, features)
     Z = pass_input(X, stage)  # what every pass but a fused first one reads
 
-    n_passes, history, invariant = 0, [], False
+    n_passes, history, invariant, simulated = 0, [], False, None
     passes = Passes("krylov", budget, at_most=True, tol=tol, done=done)
     prior = predicted_passes(tol, max_passes)  # the planner's, until the passes say more
     passes.predict(max(prior, done + 1))
@@ -584,12 +699,27 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
                 history.append(result.certified())
                 gap_ratio = _gap_ratio(result.ritz_values, result.next_eigenvalue)
             else:
-                found = certify(basis, k, *basis.ritz(), n_samples, total_m2)
+                ritz = basis.ritz()
+                found = certify(basis, k, *ritz, n_samples, total_m2)
                 history.append(smallest_bound(min(found["bound"], found["refined"]), found["augmented"]))
                 gap_ratio = _gap_ratio(found["theta"], found["upper"])
             passes.bound(history[-1])
-            left = passes_left(history, target, gap_ratio)
-            passes.predict(min(budget, done + n_passes + left) if left is not None else max(prior, done + n_passes + 1))
+            made = done + n_passes
+            # The simulation costs client time (a small fit on the model spectrum): only where a
+            # progress line or the log shows its figure, and again only where the fit's bound has
+            # left the simulated one's course (SIMULATION_DRIFT).
+            if simulated is not None and not _on_course(simulated, made, history[-1]):
+                simulated = None
+            if simulated is None and passes.heard() and made >= SIMULATED_FROM_PASS and history[-1] > target:
+                simulated = simulated_total((ritz if tol is not None else basis.ritz())[0],
+                                            total_m2, min(n_samples - 1, basis.V.shape[0]), k, ell, target, budget,
+                                            n_samples)
+            if simulated is not None:
+                passes.predict(min(budget, max(len(simulated), made + 1)), learnt=made)
+            else:
+                left = passes_left(history, target, gap_ratio)
+                passes.predict(min(budget, made + left) if left is not None else max(prior, made + 1),
+                               learnt=made if left is not None else None)
             if history[-1] <= target or done + n_passes >= budget:
                 break
             block = orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:], basis.T[:, -block.shape[1]:])

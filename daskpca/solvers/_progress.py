@@ -61,7 +61,8 @@ class PassReport:
         The passes the solve is predicted to make in all (this one included), learnt from the
         passes so far (:func:`daskpca.solvers.krylov.passes_left`); None when it does not predict.
     cycle_seconds : float or None
-        Mean time from one pass's start to the next's (the pass and the client's work after it).
+        Mean time from one pass's start to the next's (the pass and the client's work after it),
+        from the second pass on once there is one, less one-off client work (:meth:`Passes.spent`).
     learnt : int or None
         The pass after which ``predicted`` was learnt from the fit's own passes (block Krylov:
         a simulated fit on the spectrum they show); None while it is the planner's prior.
@@ -194,6 +195,7 @@ class Passes:
         self._bound: float | None = None
         self._predicted: int | None = None
         self._learnt: int | None = None
+        self._spent = 0.0
         self._starts: list[float] = []
 
     def bound(self, value: float) -> None:
@@ -206,6 +208,12 @@ class Passes:
         self._predicted = None if total is None else max(int(total), self.number + 1)
         self._learnt = None if total is None or learnt is None else int(learnt)
 
+    def spent(self, seconds: float) -> None:
+        """Client seconds since the last pass's start that no later pass repeats (a prediction's
+        simulation): left out of the time a pass's cycle takes."""
+        if len(self._starts) > 1:  # before, the cycle is counted from the second pass's start
+            self._spent += float(seconds)
+
     def heard(self) -> bool:
         """Whether anyone sees these reports (a listener, or the log at INFO): a solver computes
         a costly prediction only then."""
@@ -217,7 +225,13 @@ class Passes:
         self.number += 1
         mean = sum(self.seconds) / len(self.seconds) if self.seconds else None
         now = time.perf_counter()
-        cycle = (now - self._starts[0]) / len(self._starts) if self._starts else None
+        # The cycle from the second pass's start on where there is one: the first pass also finds
+        # the column statistics and builds the first graph (measured on one-step-per-chunk zarr: an
+        # ETA 2× the time left when it was counted); one-off client work (a solver's prediction,
+        # :meth:`spent`) is not a pass's either.
+        first = 1 if len(self._starts) > 1 else 0
+        cycle = ((now - self._starts[first] - self._spent) / (len(self._starts) - first)
+                 if self._starts else None)
         predicted = None if self._predicted is None else max(self._predicted, self.number)
         report = PassReport(self.solver, self.number, max(self.budget, self.number), self.at_most,
                             None, mean, self._bound, self.tol, predicted, cycle, self._learnt)

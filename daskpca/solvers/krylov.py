@@ -171,6 +171,7 @@ N. Halko, P.-G. Martinsson, J. A. Tropp, SIAM Review 53 (2011) 217–288, doi:10
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass, replace
 from numbers import Integral, Real
@@ -721,9 +722,11 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             if simulated is not None and not _on_course(simulated, made, history[-1]):
                 simulated = None
             if simulated is None and passes.heard() and made >= SIMULATED_FROM_PASS and history[-1] > target:
+                started = time.perf_counter()
                 simulated = simulated_total((ritz if tol is not None else basis.ritz())[0],
                                             total_m2, min(n_samples - 1, basis.V.shape[0]), k, ell, target, budget,
                                             n_samples)
+                passes.spent(time.perf_counter() - started)
             if simulated is not None:
                 passes.predict(min(budget, max(len(simulated), made + 1)), learnt=made)
             else:

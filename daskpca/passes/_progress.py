@@ -61,7 +61,11 @@ class PassReport:
         The passes the solve is predicted to make in all (this one included), learnt from the
         passes so far (:func:`daskpca.solvers.krylov.passes_left`); None when it does not predict.
     cycle_seconds : float or None
-        Mean time from one pass's start to the next's (the pass and the client's work after it).
+        Mean time from one pass's start to the next's (the pass and the client's work after it),
+        from the second pass on once there is one, less one-off client work (:meth:`Passes.spent`).
+    learnt : int or None
+        The pass after which ``predicted`` was learnt from the fit's own passes (block Krylov:
+        a simulated fit on the spectrum they show); None while it is the planner's prior.
     """
 
     solver: str
@@ -74,6 +78,7 @@ class PassReport:
     tol: float | None = None
     predicted: int | None = None
     cycle_seconds: float | None = None
+    learnt: int | None = None
 
     @property
     def seconds_left(self) -> float | None:
@@ -86,7 +91,8 @@ class PassReport:
         return (left - self.number + 1) * (self.cycle_seconds or self.mean_seconds)
 
     def describe(self) -> str:
-        """``"pass 3 of ≤ 8, 6 predicted (krylov, bound 2.1e-03 → tol 1e-04), 41 s a pass, ~2.1 min left"``."""
+        """``"pass 3 of ≤ 8, 6 predicted (krylov, bound 2.1e-03 → tol 1e-04), 41 s a pass, ~2.1 min left (ETA
+        from pass 2)"``: the ETA's source is named once the passes predicted were learnt from the fit."""
         at_most = "≤ " if self.at_most else ""
         detail = self.solver
         if self.bound is not None:
@@ -97,6 +103,9 @@ class PassReport:
             return f"{text} took {format_seconds(self.seconds)}"
         if self.mean_seconds is not None:
             text += f", {format_seconds(self.mean_seconds)} a pass, ~{format_seconds(self.seconds_left)} left"
+            if self.learnt is not None and self.predicted is not None and self.at_most:
+                # Which passes the time left rests on: the fit's own, not the planner's guess.
+                text += f" (ETA from pass {self.learnt})"
         return text
 
 
@@ -185,15 +194,30 @@ class Passes:
         self.seconds: list[float] = []
         self._bound: float | None = None
         self._predicted: int | None = None
+        self._learnt: int | None = None
+        self._spent = 0.0
         self._starts: list[float] = []
 
     def bound(self, value: float) -> None:
         """The error bound reached after the last pass (shown when the next one starts)."""
         self._bound = float(value) if math.isfinite(value) else None
 
-    def predict(self, total: int | None) -> None:
-        """The passes the solve now expects to make in all (shown, and timing the time left)."""
+    def predict(self, total: int | None, learnt: int | None = None) -> None:
+        """The passes the solve now expects to make in all (shown, and timing the time left);
+        ``learnt``: the pass whose results gave that figure (None: a prior, not learnt)."""
         self._predicted = None if total is None else max(int(total), self.number + 1)
+        self._learnt = None if total is None or learnt is None else int(learnt)
+
+    def spent(self, seconds: float) -> None:
+        """Client seconds since the last pass's start that no later pass repeats (a prediction's
+        simulation): left out of the time a pass's cycle takes."""
+        if len(self._starts) > 1:  # before, the cycle is counted from the second pass's start
+            self._spent += float(seconds)
+
+    def heard(self) -> bool:
+        """Whether anyone sees these reports (a listener, or the log at INFO): a solver computes
+        a costly prediction only then."""
+        return bool(_listeners.get()) or logger.isEnabledFor(logging.INFO)
 
     @contextmanager
     def read(self) -> Iterator[None]:
@@ -201,10 +225,16 @@ class Passes:
         self.number += 1
         mean = sum(self.seconds) / len(self.seconds) if self.seconds else None
         now = time.perf_counter()
-        cycle = (now - self._starts[0]) / len(self._starts) if self._starts else None
+        # The cycle from the second pass's start on where there is one: the first pass also finds
+        # the column statistics and builds the first graph (measured on one-step-per-chunk zarr: an
+        # ETA 2× the time left when it was counted); one-off client work (a solver's prediction,
+        # :meth:`spent`) is not a pass's either.
+        first = 1 if len(self._starts) > 1 else 0
+        cycle = ((now - self._starts[first] - self._spent) / (len(self._starts) - first)
+                 if self._starts else None)
         predicted = None if self._predicted is None else max(self._predicted, self.number)
         report = PassReport(self.solver, self.number, max(self.budget, self.number), self.at_most,
-                            None, mean, self._bound, self.tol, predicted, cycle)
+                            None, mean, self._bound, self.tol, predicted, cycle, self._learnt)
         logger.info("%s", report.describe())
         _send(report)
         self._starts.append(now)

@@ -23,7 +23,9 @@ versioned object store must go through :func:`resolve` (these functions do).
 **Paths as meant.** Every function here takes a path as the user typed it and acts on
 :func:`daskpca.store.paths.as_meant` of it (``~`` expanded, ``file://`` / ``FILE://localhost/``
 URLs as local paths, relative paths absolute; object-store URLs kept): the claim, the writer,
-the publisher and the marker all see one path.
+the publisher and the marker all see one path. It is resolved once, where it enters: the
+:class:`~daskpca.store.paths.MeantPath` that gives (the command line's declared paths are ones)
+is passed on as it is, and not resolved again by the functions it reaches.
 
 **Datasets.** :func:`write_dataset` / :func:`read_dataset` store small in-memory datasets with a
 marker naming their format; what a saved model's bytes mean is the estimator layer's business
@@ -38,10 +40,11 @@ import os
 from contextlib import ExitStack, contextmanager
 
 from .store import claims as _claims, integrity as _integrity, publish as _publish
-from .store.claims import is_url as _is_url
-from .store.claims import local_path as _local
+from .store.paths import is_url as _is_url
+from .store.paths import local_path as _local
 from .store.paths import NETCDF_SUFFIXES, is_netcdf  # noqa: F401  (io's face: the sources it opens)
-from .store.paths import as_meant as _meant
+from .store.paths import MeantPath, as_meant
+from .store.paths import check_folder as _check_folder
 from .store.paths import overlaps  # noqa: F401  (public here: a job's inputs against its outputs)
 from .store.publish import COMPLETE_MARKER, history, resolve, rollback  # noqa: F401  (public here)
 from .exceptions import DamagedStoreError, IncompleteStoreError, InputError, NewerFormatError, OutputExistsError
@@ -55,9 +58,15 @@ FOLDER_FORMAT = "daskpca-folder"
 MODEL_HISTORY = 5
 
 
+def _meant(path):
+    """``path`` as meant (:func:`~daskpca.store.paths.as_meant`), unless it already is one (a
+    :class:`~daskpca.store.paths.MeantPath`): a path is resolved once, where it enters."""
+    return path if isinstance(path, MeantPath) else as_meant(path)
+
 
 def claims(targets, *, break_stale: bool = False, command: str | None = None):
-    """Claim every target for the block (:func:`daskpca.store.claims.holding`), paths as meant."""
+    """Claim every target for the block (:func:`daskpca.store.claims.holding`), paths as meant;
+    each target's folder is checked before its claim is taken (a :class:`PermissionError`)."""
     return _claims.holding([_meant(t) for t in targets], break_stale=break_stale, command=command)
 
 
@@ -83,7 +92,7 @@ def check_writable(path, *, overwrite: bool = False) -> None:
             exists = fs.exists(root)
     else:
         exists = _local(path).exists()
-        _check_local_folder(_local(path))
+        _check_folder(path)
     if exists and not overwrite:
         raise OutputExistsError(_publish._exists_message(os.fspath(path)))
     if exists:
@@ -92,22 +101,9 @@ def check_writable(path, *, overwrite: bool = False) -> None:
 
 def check_folder(path) -> None:
     """Raise :class:`PermissionError` when a local ``path``'s folder cannot be written (or is a
-    file); object-store URLs pass (their permissions show at the first write)."""
-    path = _meant(path)
-    if not _is_url(path):
-        _check_local_folder(_local(path))
-
-
-def _check_local_folder(target) -> None:
-    folder = target.absolute().parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        raise PermissionError(
-            f"cannot write {os.fspath(target)!r}: {os.fspath(folder)!r} is "
-            f"{'not a folder' if not folder.is_dir() else 'not writable by this user'}. Choose "
-            "another path, or fix the folder's permissions."
-        )
+    file); object-store URLs pass (their permissions show at the first write). Taking a claim
+    checks it too (:func:`claims`), before it makes any folder."""
+    _check_folder(_meant(path))
 
 
 @contextmanager
@@ -157,7 +153,8 @@ def atomic_store(path, *, overwrite: bool = False, marker: dict | None, keep_his
                  record: bool = True, replaces_version: str | None = None):
     """Yield a temporary store location (str) that becomes ``path`` only if the block completes.
 
-    The target is claimed for the block (unless the caller holds its claim), written at the
+    The target is claimed for the block (unless the caller holds its claim; either way its
+    folder was checked when the claim was taken: :func:`daskpca.store.claims.holding`), written at the
     yielded location, recorded (:func:`daskpca.store.integrity.store_record`) and published
     (:mod:`daskpca.store.publish`) with ``marker`` (``None``: a plain folder without one) — at the end of the enclosing :func:`transaction`
     if there is one. ``replaces_version``: the version the caller read from ``path``; if the
@@ -166,7 +163,6 @@ def atomic_store(path, *, overwrite: bool = False, marker: dict | None, keep_his
     """
     path = _meant(path)
     active = _TRANSACTION.get()
-    check_folder(path)
     with ExitStack() as local:
         stack = active[1] if active else local
         claim = stack.enter_context(_claims.claimed(os.fspath(path)))
@@ -406,7 +402,8 @@ def open_source(path, var: str | None = None, *, var_name: str = "var"):
     import zarr
 
     path = _meant(path)
-    if not _is_url(path) and not os.path.exists(path):
+    remote = _is_url(path)
+    if not remote and not os.path.exists(path):
         raise InputError(f"{path!r} does not exist; give the path or URL of a zarr store or NetCDF file.")
     if is_netcdf(path):
         try:
@@ -416,7 +413,7 @@ def open_source(path, var: str | None = None, *, var_name: str = "var"):
         return _variable(data, var, path, var_name)
     # What daskpca publishes to an object store is a pointer to its current version: read that
     # version, as every reader of the store layer does (a local store is read where it is).
-    location = resolve(path)
+    location = resolve(path) if remote else path
     try:
         node = zarr.open(location, mode="r")
     except Exception as exc:

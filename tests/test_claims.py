@@ -48,6 +48,17 @@ def test_second_claim_names_the_holder_and_release_frees_it(tmp_path):
     acquire(target).release()
 
 
+def test_a_claim_is_refused_where_its_folder_cannot_be_written_before_any_folder_is_made(tmp_path):
+    (tmp_path / "file.txt").write_text("a file")
+    target = tmp_path / "file.txt" / "new" / "m.zarr"
+    with pytest.raises(PermissionError, match=r"cannot write .*m\.zarr'.*file\.txt' is not a folder"):
+        acquire(target)
+    # Several targets: the ones claimed before are released, and their folders removed.
+    with pytest.raises(PermissionError, match="is not a folder"), io.claims([tmp_path / "a" / "ok.zarr", target]):
+        pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt"]
+
+
 def test_stale_claim_is_explained_and_cleared_only_on_request(tmp_path, source):
     target = tmp_path / "m.zarr"
     record = {"token": "x", "pid": _dead_pid(), "host": os.uname().nodename, "started": time.time() - 90,

@@ -92,6 +92,28 @@ def test_tilde_out_writes_a_readable_model_in_home(home, capsys):
     assert (home_dir / "s.zarr").is_dir() and not (work / "~").exists()
 
 
+def test_a_path_is_put_as_meant_once_where_it_enters_and_passed_on(home, monkeypatch, capsys):
+    # The claim, the checks, the writer and the publisher are handed the MeantPath made where the
+    # path entered (the command line's declared paths; a library writer's argument), and do not
+    # resolve it again: each spelling the user typed is resolved exactly once.
+    from daskpca.store import paths
+
+    home_dir, work, _ = home
+    resolved = []
+    resolve = paths._resolved
+    monkeypatch.setattr(paths, "_resolved", lambda path: resolved.append(path) or resolve(path))
+    code, _, err = _run(capsys, "fit", "in.zarr", "-k", "2", "--out", "~/once.zarr")
+    assert code == 0, err
+    assert resolved.count("in.zarr") == 1 and resolved.count("~/once.zarr") == 1, resolved
+    resolved.clear()
+    daskpca.load(home_dir / "once.zarr").save("~/again.zarr")
+    assert resolved.count("~/again.zarr") == 1, resolved
+    resolved.clear()
+    assert daskpca.load("~/again.zarr").n_components_ == 2
+    assert resolved.count("~/again.zarr") == 1, resolved
+    assert (home_dir / "again.zarr").is_dir() and not (work / "~").exists()
+
+
 def test_tilde_in_a_job_file(home, capsys):
     home_dir, work, _ = home
     (home_dir / "job.toml").write_text('out = "~/from-config.zarr"\nn-components = 2\n')

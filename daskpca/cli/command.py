@@ -58,14 +58,13 @@ def _command_line(args) -> str:
 
 
 def _claim_outputs(args, *outputs):
-    """Claim the job's outputs (before any data is read), then check they can be written. That no
-    output is an input was checked before the command started (:mod:`.declarations`)."""
+    """Claim the job's outputs before any data is read (:func:`daskpca.io.claims`, which checks
+    each output's folder first). That no output is an input was checked before the command
+    started (:mod:`.declarations`)."""
     from .. import io
 
-    outputs = [o for o in outputs if o]
-    for output in outputs:
-        io.check_folder(output)
-    return io.claims(outputs, break_stale=getattr(args, "break_claim", False), command=_command_line(args))
+    return io.claims([o for o in outputs if o], break_stale=getattr(args, "break_claim", False),
+                     command=_command_line(args))
 
 
 # ----------------------------------------------------------------------------- sources
@@ -160,14 +159,14 @@ def cmd_fit(args) -> dict:
     cli_options.check_coupled_options(args)
     if args.mca:
         return _fit_mca(args, n_components)
-    with _claim_outputs(args, args.out, args.scores):
+    cli_options.check_eof_options(args)
+    cls = HilbertPCA if args.hilbert else PCA
+    parts = {cls.__name__: cls._param_names(), **({"Rotator": Rotator._param_names()} if args.rotation else {}),
+             **({"--lags": ("lag_step",)} if args.lags else {})}
+    params = cli_options.estimator_params(args, parts)[cls.__name__]  # an option nothing takes: refused
+    with _claim_outputs(args, args.out, args.scores):  # usage is checked whole before any claim
         for output in filter(None, [args.out, args.scores]):
             io.check_writable(output, overwrite=args.overwrite)  # before the cluster starts or data is read
-        cli_options.check_eof_options(args)
-        cls = HilbertPCA if args.hilbert else PCA
-        parts = {cls.__name__: cls._param_names(), **({"Rotator": Rotator._param_names()} if args.rotation else {}),
-                 **({"--lags": ("lag_step",)} if args.lags else {})}
-        params = cli_options.estimator_params(args, parts)[cls.__name__]  # an option nothing takes: refused
         data = open_source(args.source, args.var)
         sample_dims = _sample_dims(args, data)
         if args.lags:

@@ -64,8 +64,9 @@ def declared(command: str) -> tuple[dict, dict]:
     return dict(COMMON_INPUTS + paths.inputs), dict(paths.outputs)
 
 
-def meant_paths(args) -> None:
-    """Replace every declared path of ``args`` by the path the user meant (see the module notes).
+def meant_paths(args) -> tuple[dict, dict]:
+    """Replace every declared path of ``args`` by the path the user meant (see the module notes);
+    return the command's inputs and outputs as ``{label: path}`` (None for an option not given).
 
     Raises
     ------
@@ -75,12 +76,15 @@ def meant_paths(args) -> None:
     from ..exceptions import InputError
     from ..store.paths import as_meant
 
-    inputs, outputs = declared(args.command)
-    for label, name in {**inputs, **outputs}.items():
-        try:
-            setattr(args, name, as_meant(getattr(args, name, None)))
-        except InputError as exc:
-            raise UsageError(f"{label} {exc}") from None
+    meant = ({}, {})
+    for paths, names in zip(meant, declared(args.command)):
+        for label, name in names.items():
+            try:
+                paths[label] = as_meant(getattr(args, name, None))
+            except InputError as exc:
+                raise UsageError(f"{label} {exc}") from None
+            setattr(args, name, paths[label])
+    return meant
 
 
 def check_paths(args) -> None:
@@ -98,10 +102,7 @@ def check_paths(args) -> None:
     from ..store.paths import overlaps
     from ..store.scratch import check_apart
 
-    meant_paths(args)
-    inputs, outputs = declared(args.command)
-    inputs = {label: getattr(args, name, None) for label, name in inputs.items()}
-    outputs = {label: getattr(args, name, None) for label, name in outputs.items()}
+    inputs, outputs = meant_paths(args)
     problems = overlaps(inputs, outputs)
     if problems:
         raise UsageError(problems[0])

@@ -123,6 +123,7 @@ class Estimator(ParamsMixin):
         dropping that update. A model fitted here (``fit`` also ends a loaded model's tie to its
         store) replaces whatever is there when ``overwrite=True``.
         """
+        self.check_fitted()
         return _format.save(self, store, overwrite=overwrite)
 
     @classmethod
@@ -142,6 +143,7 @@ class Estimator(ParamsMixin):
 
     def to_dataset(self):
         """The fitted model as one ``xarray.Dataset`` (see :mod:`daskpca.models._format`)."""
+        self.check_fitted()
         return _format.to_dataset(self)
 
     @classmethod

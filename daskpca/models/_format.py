@@ -49,11 +49,13 @@ def register(cls) -> None:
 
 def to_dataset(model):
     """The fitted ``model`` as one ``xarray.Dataset``: its own content (``_format_write``) plus
-    the attrs common to every estimator."""
-    model.check_fitted()
+    the attrs common to every estimator. The estimator has checked that it is fitted
+    (:meth:`~daskpca.models.Estimator.to_dataset` and :meth:`~daskpca.models.Estimator.save`,
+    the only callers)."""
     ds = model._format_write()
     ds.attrs.setdefault("estimator", type(model).__name__)
-    ds.attrs.setdefault("parameters", json.dumps(labeled.results.jsonable_params(model)))
+    if "parameters" not in ds.attrs:  # a model's own results (PCA.to_xarray) already hold them
+        ds.attrs["parameters"] = json.dumps(labeled.results.jsonable_params(model))
     ds.attrs["daskpca_format"] = io.MODEL_FORMAT
     ds.attrs["daskpca_format_version"] = io.FORMAT_VERSION
     return ds
@@ -62,15 +64,21 @@ def to_dataset(model):
 def save(model, store, *, overwrite: bool = False):
     """Write ``model`` at ``store`` (see :meth:`daskpca.models.Estimator.save`): the one save path."""
     ds = to_dataset(model)
-    origin, version = getattr(model, "_loaded_from", (None, None))
-    replaces = version if overwrite and origin == _store_identity(store) else None
+    loaded = hasattr(model, "_loaded_from")  # tied to the version it was loaded from (or last saved)
+    replaces = None
+    if loaded:
+        from ..store.paths import as_meant
+
+        store = as_meant(store)  # once: the version check, the writer and the new tie see this path
+        origin, version = model._loaded_from
+        replaces = version if overwrite and origin == _store_identity(store) else None
     samples = getattr(getattr(model, "model_", model), "n_samples_", None)
     note = f"{ds.attrs['estimator']}{' (rotated)' if ROTATION in ds.attrs else ''}" + (
         f", {samples} samples" if samples is not None else "")
     written = io.write_dataset(ds, store, overwrite=overwrite, marker={"format": io.MODEL_FORMAT, "note": note},
                                keep_history=io.MODEL_HISTORY, replaces_version=replaces)
-    if hasattr(model, "_loaded_from"):  # its own save is the version a next save there replaces
-        model._loaded_from = (_store_identity(store), io.store_version(store))
+    if loaded:  # its own save is the version a next save there replaces
+        model._loaded_from = (_store_identity(written), io.store_version(written))
     return written
 
 
@@ -175,7 +183,10 @@ def load_as(store, cls, verify: bool = True, *, keep_rotation: bool = False):
     rotated model as its :class:`Rotator` whatever ``cls``, as the CLI's commands take either);
     see :func:`load`. The one load path: the model is tied to the version it read, so its save
     there refuses to drop a model written meanwhile (:func:`save`)."""
-    source = os.fspath(store)
+    from ..store.paths import as_meant
+
+    source = os.fspath(store)  # errors name the store as it was given
+    store = as_meant(store)  # once, where the path enters: the version, the read and the tie see it
     # The version is read first: if the store is replaced while it is read, the recorded
     # version is the older one, and a later save there is refused (the safe direction).
     version = io.store_version(store)

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import objects
+from .paths import check_folder, is_url, local_path
 from ..exceptions import OutputClaimedError
 
 CLAIM_SUFFIX = ".daskpca-claim"
@@ -48,28 +49,24 @@ _HELD: dict[str, "Claim"] = {}
 _HELD_LOCK = threading.Lock()
 
 
-def is_url(path) -> bool:
-    return isinstance(path, str) and "://" in path and not path.startswith("file://")
-
-
-def local_path(path) -> Path:
-    path = os.fspath(path)
-    return Path(path[len("file://"):] if path.startswith("file://") else path)
+def _place(target) -> tuple[str, str, bool]:
+    """``(key, location, remote)`` of ``target``: its key in :data:`_HELD`, where its claim lives
+    and whether that is an object store. Whether a path is a URL is asked here once per claim;
+    every storage step of the claim is then told."""
+    if is_url(target):
+        parent, _, leaf = target.rstrip("/").rpartition("/")
+        return target.rstrip("/"), f"{parent}/.{leaf}{CLAIM_SUFFIX}", True
+    local = local_path(target)
+    return str(local.absolute()), str(local.parent / f".{local.name}{CLAIM_SUFFIX}"), False
 
 
 def _key(target) -> str:
-    if is_url(target):
-        return target.rstrip("/")
-    return str(local_path(target).absolute())
+    return _place(target)[0]
 
 
 def claim_location(target) -> str:
     """Where the claim of ``target`` lives: ``.NAME.daskpca-claim`` in the same folder/prefix."""
-    if is_url(target):
-        parent, _, leaf = target.rstrip("/").rpartition("/")
-        return f"{parent}/.{leaf}{CLAIM_SUFFIX}"
-    target = local_path(target)
-    return str(target.parent / f".{target.name}{CLAIM_SUFFIX}")
+    return _place(target)[1]
 
 
 @dataclass
@@ -79,6 +76,9 @@ class Claim:
     target: str
     location: str
     token: str
+    #: Its key in :data:`_HELD` and whether it lives on an object store (:func:`_place`).
+    key: str
+    remote: bool
     record: dict = field(default_factory=dict)
     #: Local folders the claim had to create (deepest first): removed on release when empty, so
     #: a job that fails before writing leaves no trace.
@@ -86,13 +86,13 @@ class Claim:
 
     def is_ours(self) -> bool:
         """Whether the stored claim is still this one (nobody broke it)."""
-        other = _read(self.location)
+        other = _read(self.location, self.remote)
         return bool(other) and other.get("token") == self.token
 
     def check(self) -> None:
         """Raise :class:`OutputClaimedError` unless the claim is still ours (just before publishing)."""
         if not self.is_ours():
-            other = _read(self.location)
+            other = _read(self.location, self.remote)
             holder = describe(other) if other else "nobody (the claim was removed)"
             raise OutputClaimedError(
                 f"the claim on {self.target!r} was broken while this job ran; it is now held by "
@@ -102,9 +102,9 @@ class Claim:
     def release(self) -> None:
         """Remove the claim if it is still ours; forget it either way."""
         with _HELD_LOCK:
-            _HELD.pop(_key(self.target), None)
+            _HELD.pop(self.key, None)
         if self.is_ours():
-            _remove(self.location)
+            _remove(self.location, self.remote)
         for folder in self.folders:
             try:
                 os.rmdir(folder)  # only an empty one: the published output, or anyone's file, keeps it
@@ -125,7 +125,14 @@ def acquire(target, *, break_stale: bool = False, command: str | None = None) ->
     killed job; the error for a claim held by a live job on this host still says so.
     """
     target = os.fspath(target)
-    location = claim_location(target)
+    place = _place(target)
+    check_folder(target)  # before any folder is made for the claim: a PermissionError naming it
+    return _acquire(target, place, break_stale=break_stale, command=command)
+
+
+def _acquire(target: str, place: tuple[str, str, bool], *, break_stale: bool, command: str | None) -> Claim:
+    """:func:`acquire` of ``target``, whose :func:`_place` the caller has."""
+    key, location, remote = place
     record = {
         "token": uuid.uuid4().hex,
         "pid": os.getpid(),
@@ -137,37 +144,37 @@ def acquire(target, *, break_stale: bool = False, command: str | None = None) ->
     }
     data = json.dumps(record).encode()
     if break_stale:
-        other = _read(location)
+        other = _read(location, remote)
         if other is not None and _provably_dead(other):
-            _clear_stale(target, location, other)  # as a plain rerun would: its pid merely reused
+            _clear_stale(target, location, remote, other)  # as a plain rerun would: its pid merely reused
         elif other is not None and _alive_here(other):
             raise OutputClaimedError(
                 f"{target!r} is being written by {describe(other)}, which is still running on this "
                 "host: --break-claim only clears claims of jobs that are gone. Wait for it, or stop it."
             )
         else:
-            _remove(location)
-    folders = () if is_url(location) else _missing_folders(Path(location).parent)
+            _remove(location, remote)
+    folders = () if remote else _missing_folders(Path(location).parent)
     for _attempt in range(3):
-        if _create(location, data):
+        if _create(location, remote, data):
             break
-        other = _read(location)
+        other = _read(location, remote)
         if other is not None and _provably_dead(other):
-            _clear_stale(target, location, other)
+            _clear_stale(target, location, remote, other)
         elif other is not None:  # None: its holder released it between our create and read
             raise OutputClaimedError(_conflict_message(target, location, other))
     else:
         raise OutputClaimedError(_conflict_message(target, location, None))
-    claim = Claim(target, location, record["token"], record, folders)
+    claim = Claim(target, location, record["token"], key, remote, record, folders)
     with _HELD_LOCK:
-        _HELD[_key(target)] = claim
+        _HELD[key] = claim
     return claim
 
 
-def _clear_stale(target: str, location: str, other: dict) -> None:
+def _clear_stale(target: str, location: str, remote: bool, other: dict) -> None:
     log.warning("cleared the stale claim on %r of %s: that job is no longer running (killed "
                 "before it finished)", target, describe(other))
-    _remove(location)
+    _remove(location, remote)
 
 
 def _missing_folders(folder: Path) -> tuple:
@@ -183,14 +190,23 @@ def _missing_folders(folder: Path) -> tuple:
 def holding(targets, *, break_stale: bool = False, command: str | None = None):
     """Claim every target (in order) for the duration of the block; release them after.
 
-    Targets this process already holds are left alone. If one claim fails, those taken so far
-    are released before the error propagates: nothing is left claimed.
+    Targets this process already holds are left alone. Each other target's folder is checked
+    first (:func:`daskpca.store.paths.check_folder`: a :class:`PermissionError` naming it). If one
+    claim fails, those taken so far are released before the error propagates: nothing is left
+    claimed.
     """
     taken = []
     try:
         for target in targets:
-            if target is not None and held(target) is None:
-                taken.append(acquire(target, break_stale=break_stale, command=command))
+            if target is None:
+                continue
+            target = os.fspath(target)
+            place = _place(target)
+            with _HELD_LOCK:
+                ours = _HELD.get(place[0])
+            if ours is None:
+                check_folder(target)  # as acquire does
+                taken.append(_acquire(target, place, break_stale=break_stale, command=command))
         yield taken
     finally:
         for claim in reversed(taken):
@@ -210,9 +226,9 @@ def claimed(target):
 
 def break_claim(target) -> dict | None:
     """Remove the claim on ``target`` (whoever holds it); return the record that was removed."""
-    location = claim_location(os.fspath(target))
-    other = _read(location)
-    _remove(location)
+    _, location, remote = _place(os.fspath(target))
+    other = _read(location, remote)
+    _remove(location, remote)
     return other
 
 
@@ -303,8 +319,11 @@ def _alive_here(record: dict) -> bool:
 # ----------------------------------------------------------------------------- storage
 
 
-def _create(location: str, data: bytes) -> bool:
-    if is_url(location):
+# ``remote``: whether ``location`` is on an object store (:func:`_place`).
+
+
+def _create(location: str, remote: bool, data: bytes) -> bool:
+    if remote:
         fs, path = objects.filesystem(location)
         return objects.create(fs, path, data)
     path = Path(location)
@@ -327,9 +346,9 @@ def _create(location: str, data: bytes) -> bool:
     return False
 
 
-def _read(location: str) -> dict | None:
+def _read(location: str, remote: bool) -> dict | None:
     """The claim record; ``{}`` for an unreadable one; ``None`` when there is no claim."""
-    if is_url(location):
+    if remote:
         fs, path = objects.filesystem(location)
         raw, _ = objects.read(fs, path)
     else:
@@ -346,8 +365,8 @@ def _read(location: str) -> dict | None:
     return record if isinstance(record, dict) else {}
 
 
-def _remove(location: str) -> None:
-    if is_url(location):
+def _remove(location: str, remote: bool) -> None:
+    if remote:
         fs, path = objects.filesystem(location)
         objects.delete(fs, path)
     else:

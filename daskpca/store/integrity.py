@@ -21,7 +21,7 @@ import hashlib
 
 
 from . import objects
-from .claims import is_url
+from .paths import is_url
 from ..exceptions import DamagedStoreError
 
 #: Files in a store that are not zarr's (the completion marker); never part of the record.

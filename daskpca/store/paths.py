@@ -8,7 +8,12 @@ lower-cased). It is applied once where a path enters: the command line's declare
 (:mod:`daskpca.cli.declarations`), the job file, and every reader and writer of
 :mod:`daskpca.io` (so ``save``, ``load`` and input paths too). The overlap check, the claim, the
 writer (zarr), the publisher and the completion marker then all see one path: without it zarr
-expanded ``~`` for the temporary store while the publisher renamed to a literal ``./~/…``.
+expanded ``~`` for the temporary store while the publisher renamed to a literal ``./~/…``. What
+it returns is a :class:`MeantPath`, which the steps it is passed on to take as it is.
+
+The path questions every step asks live here too: whether a path is an object-store URL
+(:func:`is_url`), the local path of a ``file://`` one (:func:`local_path`), and whether a local
+output's folder can be written (:func:`check_folder`, asked before a claim makes any folder).
 
 Two spellings name the same store when they resolve to the same place: a relative and an
 absolute path, a symlink and its target, ``a/../b`` and ``b``, a trailing slash, ``file://``.
@@ -25,13 +30,54 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
-from .claims import is_url, local_path
 from ..exceptions import InputError
 
 #: ``scheme://`` at the start of a URL (RFC 3986: a letter, then letters, digits, ``+-.``).
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 #: ``file:/abs/path``: RFC 8089's file URL without an authority (one slash, not two).
 _FILE_NO_AUTHORITY = re.compile(r"^file:(?=/(?!/))", re.IGNORECASE)
+
+
+def is_url(path) -> bool:
+    """Whether ``path`` names an object-store location (``s3://…``, any fsspec protocol) rather
+    than a local one: a string with a scheme other than ``file://``."""
+    return isinstance(path, str) and "://" in path and not path.startswith("file://")
+
+
+def local_path(path) -> Path:
+    """A local ``path`` (``file://`` prefix dropped) as a :class:`~pathlib.Path`."""
+    path = os.fspath(path)
+    return Path(path[len("file://"):] if path.startswith("file://") else path)
+
+
+def check_folder(path) -> None:
+    """Raise :class:`PermissionError` when a local ``path`` cannot be created because its folder
+    (the nearest one that exists: the writer makes the missing ones) is a file or not writable by
+    this user; an object-store URL passes (its permissions show at the first write)."""
+    if is_url(path):
+        return
+    target = local_path(path)
+    folder = target.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(
+            f"cannot write {os.fspath(target)!r}: {os.fspath(folder)!r} is "
+            f"{'not a folder' if not folder.is_dir() else 'not writable by this user'}. Choose "
+            "another path, or fix the folder's permissions."
+        )
+
+
+class MeantPath(str):
+    """A path :func:`as_meant` gave: already the spelling every step of a job uses.
+
+    A plain ``str`` everywhere (zarr, ``os``, JSON, messages); its type only records that the
+    path was resolved where it entered (the command line's declared paths, a reader or writer of
+    :mod:`daskpca.io`), so the functions it is passed on to do not resolve it again. Anything
+    made from it (``path + "/x"``, an f-string) is a plain ``str`` again: resolved anew if given.
+    """
+
+    __slots__ = ()
 
 
 def as_meant(path):
@@ -48,10 +94,10 @@ def as_meant(path):
 
     Returns
     -------
-    str
+    MeantPath
         An absolute local path (``..`` and symlinks kept: the OS resolves them as it would for
         the user; :func:`canonical` resolves them to compare), or the URL with its scheme
-        lower-cased and nothing else changed. Idempotent.
+        lower-cased and nothing else changed. Idempotent; a :class:`MeantPath` is returned as it is.
 
     Raises
     ------
@@ -61,9 +107,13 @@ def as_meant(path):
         user this machine does not know: left as it is, it would be a folder literally named
         ``~user`` in the working directory.
     """
-    if not isinstance(path, (str, os.PathLike)):
+    if isinstance(path, MeantPath) or not isinstance(path, (str, os.PathLike)):
         return path
-    path = os.fspath(path)
+    return MeantPath(_resolved(os.fspath(path)))
+
+
+def _resolved(path: str) -> str:
+    """:func:`as_meant` of a ``str``."""
     if _FILE_NO_AUTHORITY.match(path):
         return str(Path(unquote(path[len("file:"):])).absolute())
     match = _SCHEME.match(path)

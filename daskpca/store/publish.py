@@ -57,8 +57,7 @@ import uuid
 from pathlib import Path
 
 from . import integrity, objects
-from .claims import is_url, local_path
-from .paths import as_meant
+from .paths import as_meant, is_url, local_path
 from ..exceptions import IncompleteStoreError, InputError, OutputClaimedError, OutputExistsError
 
 #: Name of the completion marker written last into every store (version).
@@ -93,8 +92,9 @@ def start(target, *, overwrite: bool, keep_history: int = 0, claim=None):
     (or ``abort()``). Raises :class:`OutputExistsError` at once when ``target`` exists and
     ``overwrite`` is false; the check is made again at the switch."""
     target = as_meant(target)
-    cls = ObjectPublication if is_url(target) else LocalPublication
-    return cls(target, overwrite=overwrite, keep_history=keep_history, claim=claim)
+    if is_url(target):
+        return ObjectPublication(target, overwrite=overwrite, keep_history=keep_history, claim=claim)
+    return LocalPublication(local_path(target), overwrite=overwrite, keep_history=keep_history, claim=claim)
 
 
 def _exists_message(target) -> str:
@@ -123,12 +123,12 @@ def check_replaceable(target) -> None:
 
 
 class LocalPublication:
-    def __init__(self, target: str, *, overwrite: bool, keep_history: int, claim):
-        self.target = local_path(target)
+    def __init__(self, target: Path, *, overwrite: bool, keep_history: int, claim):
+        self.target = target
         self.overwrite, self.keep, self.claim = overwrite, keep_history, claim
         if self.target.exists() or self.target.is_symlink():
             if not overwrite:
-                raise OutputExistsError(_exists_message(target))
+                raise OutputExistsError(_exists_message(os.fspath(target)))
             check_replaceable(self.target)
         self.target.parent.mkdir(parents=True, exist_ok=True)
         recover_leftovers(self.target, keep_history)

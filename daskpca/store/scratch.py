@@ -54,7 +54,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..exceptions import ScratchError
-from .claims import _process_identity, _provably_dead, is_url
+from .claims import _process_identity, _provably_dead
+from .paths import is_url
 
 log = logging.getLogger("daskpca")
 
@@ -143,25 +144,27 @@ def check_apart(inputs: dict, outputs: dict | None = None, root: Path | None = N
             return
     root = Path(root)
     real_root = canonical(root)
+    # Where each local path really is, all found first (object-store URLs cannot meet a folder).
+    places = []
+    for kind, paths in (("input", inputs), ("output", outputs or {})):
+        for label, path in paths.items():
+            if path is not None and not is_url(os.fspath(path)):
+                places.append((kind, label, path, canonical(path)))
     spelled = "" if real_root == os.path.abspath(root) else f" (really {real_root!r})"
     fix = (f"Set ${SCRATCH_ENV} to a folder outside the job's inputs and outputs (a fresh folder on a "
            "local disk with room), or give the job's paths places of their own.")
-    for kind, paths in (("input", inputs), ("output", outputs or {})):
-        for label, path in paths.items():
-            if path is None or is_url(os.fspath(path)):
-                continue
-            real = canonical(path)
-            if real_root == real or real_root.startswith(real.rstrip("/") + "/"):
-                relation = "is" if real_root == real else "lies inside"
-                raise ScratchError(f"the scratch folder {_where()}{spelled} {relation} the {kind} {label} "
-                                   f"{os.fspath(path)!r}: temporary copies would be written into what the job "
-                                   f"{'reads' if kind == 'input' else 'writes'}. {fix}")
-            owner = owning_folder(real)
-            if owner is not None:
-                raise ScratchError(f"the {kind} {label} {os.fspath(path)!r} lies inside daskpca's temporary folder "
-                                   f"{owner!r} (made for a job's pass cache or strip copy under the scratch folder "
-                                   f"{_where()}), which is removed when that job ends. Copy it outside first; "
-                                   f"keep the job's paths outside ${SCRATCH_ENV}'s daskpca-* folders.")
+    for kind, label, path, real in places:
+        if real_root == real or real_root.startswith(real.rstrip("/") + "/"):
+            relation = "is" if real_root == real else "lies inside"
+            raise ScratchError(f"the scratch folder {_where()}{spelled} {relation} the {kind} {label} "
+                               f"{os.fspath(path)!r}: temporary copies would be written into what the job "
+                               f"{'reads' if kind == 'input' else 'writes'}. {fix}")
+        owner = owning_folder(real)
+        if owner is not None:
+            raise ScratchError(f"the {kind} {label} {os.fspath(path)!r} lies inside daskpca's temporary folder "
+                               f"{owner!r} (made for a job's pass cache or strip copy under the scratch folder "
+                               f"{_where()}), which is removed when that job ends. Copy it outside first; "
+                               f"keep the job's paths outside ${SCRATCH_ENV}'s daskpca-* folders.")
 
 
 def owning_folder(path) -> str | None:

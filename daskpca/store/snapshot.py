@@ -31,7 +31,7 @@ import weakref
 from zarr.storage import FsspecStore, LocalStore, WrapperStore
 
 from . import objects
-from .claims import is_url
+from .paths import is_url
 from .publish import COMPLETE_MARKER, resolve
 from ..exceptions import StoreReplacedError
 

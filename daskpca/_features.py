@@ -40,6 +40,7 @@ import numpy as np
 from ._validation import NonFinite
 from .exceptions import InputError, InputTypeError, NonFiniteInputError
 from .solvers._device import like, meta_of, namespace
+from .solvers._geometry import on_column_strips
 from .solvers._graph import SizedByArrays, map_row_blocks, share, tree_reduce
 from .solvers._base import ComponentRequest, SolverResult
 from .solvers._progress import Passes
@@ -277,7 +278,10 @@ def _checked(module, X, request, **kwargs) -> SolverResult:
     rescale = ("Rescale the data (e.g. divide it by its largest |value|) before fitting: the "
                "components are the same and the variances scale by the factor squared.")
     try:
-        result = module.solve(X, request, **kwargs)
+        if getattr(module, "reads_strips", False):  # input stored by rows only: the shared re-layout step
+            result = on_column_strips(module.solve, X, request, **kwargs)
+        else:
+            result = module.solve(X, request, **kwargs)
     except np.linalg.LinAlgError as exc:
         raise DataRangeError(
             f"solver {name!r} failed in its small linear-algebra step (LinAlgError: {exc}). This happens "

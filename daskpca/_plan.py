@@ -50,7 +50,7 @@ import numpy as np
 
 from .solvers import SOLVERS
 from .solvers._base import DENSE_FLOPS_PER_SECOND, PlanInput
-from .solvers._geometry import Geometry, current_client, worker_resources
+from .solvers._geometry import Geometry, current_client, relaid_out, worker_resources
 from .exceptions import InputError
 
 logger = logging.getLogger("daskpca")
@@ -339,13 +339,18 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
     declared = [(name, registry[name]) for name in available if getattr(registry.get(name), "cost", None) is not None]
     # Every cost model first, then the estimates: each model reads the plain ``shape`` and returns
     # its ``Cost``, and the road goes out to the solvers' modules and back once, not once per solver.
-    costs = [declaration.cost(shape) for _, declaration in declared]
+    # A road that reads column strips is priced with the shared re-layout step where the input is
+    # stored by rows only (its declaration's ``reads_strips``; ``_geometry.relaid_out``).
+    costs = [relaid_out(declaration.cost, shape) if declaration.reads_strips else declaration.cost(shape)
+             for _, declaration in declared]
     estimates = []
     for (name, declaration), cost in zip(declared, costs):
         estimate = SolverEstimate(name, cost.passes, float(cost.flops), int(cost.task_bytes),
                                   budget is None or cost.task_bytes <= budget, declaration.exact, cost.note,
                                   tasks=shape.row_tasks if cost.tasks is None else cost.tasks, copy_passes=cost.copy_passes,
                                   client_flops=cost.client_flops, result_bytes=cost.result_size * FLOAT64)
+        if SOLVERS.get(name) is not declaration:  # another registry's (Hilbert's): its rate is not found by name
+            estimate = replace(estimate, flop_rate=declaration.flop_rate)
         if device is not None:
             estimate = on_the_device(estimate, declaration, shape, device, budget)
         estimates.append(estimate)
@@ -395,14 +400,15 @@ def flop_rate(estimate: SolverEstimate) -> float:
     return estimate.flop_rate or getattr(SOLVERS.get(estimate.name), "flop_rate", FLOPS_PER_SECOND)
 
 
-def _roles(available) -> dict:
-    """The registered declarations in ``available`` the rules ask for by role: the exact road of a
-    tall and of a wide shape, the approximate solver tried first where none fits (one that
-    certifies a ``tol``, else the first fallback), the last resort, the one for missing values."""
-    declared = [SOLVERS[name] for name in available if getattr(SOLVERS.get(name), "cost", None) is not None]
+def _roles(available, registry=SOLVERS) -> dict:
+    """The declarations of ``registry`` in ``available`` the rules ask for by role: the exact road
+    of a tall and of a wide shape (one declared for "any" shape serves both), the approximate
+    solver tried first where none fits (one that certifies a ``tol``, else the first fallback),
+    the last resort, the one for missing values."""
+    declared = [registry[name] for name in available if getattr(registry.get(name), "cost", None) is not None]
     first = lambda test: next((s for s in declared if test(s)), None)  # noqa: E731
     return {
-        "tall": first(lambda s: s.exact_for == "tall"), "wide": first(lambda s: s.exact_for == "wide"),
+        "tall": first(lambda s: s.exact_for in ("tall", "any")), "wide": first(lambda s: s.exact_for in ("wide", "any")),
         "approximate": first(lambda s: s.fallback == "approximate" and s.certifies is not None)
         or first(lambda s: s.fallback == "approximate"),
         "last-resort": first(lambda s: s.fallback == "last-resort"), "missing": first(lambda s: s.accepts_missing),
@@ -413,28 +419,34 @@ def _name(declaration) -> str | None:
     return None if declaration is None else declaration.name
 
 
-def _certifies(name: str, tol: float, max_passes) -> bool:
+def _certifies(name: str, tol: float, max_passes, registry=SOLVERS) -> bool:
     """Whether solver ``name`` is approximate but guarantees ``tol`` within its read budget."""
-    certifies = getattr(SOLVERS.get(name), "certifies", None)
+    certifies = getattr(registry.get(name), "certifies", None)
     return certifies is not None and certifies(tol, max_passes)
 
 
-def _read_budget(name: str, tol, max_passes):
+def _read_budget(name: str, tol, max_passes, registry=SOLVERS):
     """The most reads solver ``name`` makes for ``tol`` and ``max_passes`` (its declaration's
     ``most_passes``; ``max_passes`` for one that declares none)."""
-    most = getattr(SOLVERS.get(name), "most_passes", None)
+    most = getattr(registry.get(name), "most_passes", None)
     return max_passes if most is None else most({"tol": tol, "max_passes": max_passes})
 
 
-def _only_for_missing(name: str) -> bool:
+def _only_for_missing(name: str, registry=SOLVERS) -> bool:
     """A solver for missing values (NaN) is no alternative on complete data."""
-    return getattr(SOLVERS.get(name), "accepts_missing", False)
+    return getattr(registry.get(name), "accepts_missing", False)
 
 
 def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=False, available, n_oversamples=10,
               n_power_iter="auto", tol=None, max_passes=None, geometry: Geometry | None = None, requested=None,
-              reads=None, cache_for=None, device: DevicePricing | None = None) -> Plan:
+              reads=None, cache_for=None, device: DevicePricing | None = None, declarations=None, names=None,
+              options=None) -> Plan:
     """Choose a solver with ordered rules; see the module docstring.
+
+    ``declarations``: the registry the plan chooses from (None: :data:`daskpca.solvers.SOLVERS`,
+    PCA's; HilbertPCA passes its two roads through the Hermitian Gram of the analytic signal),
+    ``names`` how the estimator spells them in messages (:func:`check_requested`), ``options``
+    the further estimator options their cost models read (Hilbert's ``padding``).
 
     ``tol`` is the accuracy asked for (a bound on the sine of the largest principal angle; None:
     none asked, exact where exact fits) and ``max_passes`` the read budget of approximate solvers.
@@ -455,18 +467,22 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
         budget, source = device_budget
     threads = resources[0]
     reads = dict(reads or {})
-    roles = _roles(available)
+    registry = SOLVERS if declarations is None else declarations
+    roles = _roles(available, registry)
     # Without a tol, solver="auto" weighs the exact roads against the certified one (block
     # Krylov) run to DEFAULT_TOL.
     default_road = tol is None and requested is None and not needs_spectrum and not has_missing
     road_tol = DEFAULT_TOL if default_road else tol
     for name in reads if default_road else ():  # a certifying solver will get DEFAULT_TOL, hence its budget
-        if getattr(SOLVERS.get(name), "certifies", None) is not None:
-            reads[name] = (reads[name][0], _read_budget(name, road_tol, max_passes))
+        if getattr(registry.get(name), "certifies", None) is not None:
+            reads[name] = (reads[name][0], _read_budget(name, road_tol, max_passes, registry))
     estimates = [
-        e.with_reads(*reads.get(e.name, (0, None))).with_seconds(n, d, itemsize, threads, distributed)
+        # A road that re-lays the input out reads it once, whatever its passes over the copy.
+        e.with_reads(reads.get(e.name, (0, None))[0], None if e.copy_passes else reads.get(e.name, (0, None))[1])
+        .with_seconds(n, d, itemsize, threads, distributed)
         for e in estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget,
-                                  available=available, tol=road_tol, max_passes=max_passes, device=device)
+                                  available=available, tol=road_tol, max_passes=max_passes, device=device,
+                                  declarations=declarations, options=options)
     ]
     caches = cache_for(estimates) if cache_for is not None else {}
     saved = {name: choice.saved_seconds() for name, choice in caches.items() if choice is not None}
@@ -487,10 +503,10 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
         reason = f"the data has missing values (NaN): {roles['missing'].summary} handles them without imputing"
     # 2. A variance fraction or 'mle' needs every eigenvalue: exact solvers only.
     elif needs_spectrum and fits(exact_small):
-        solver, reason = exact_small, "n_components needs the full spectrum; " + _shape_reason(exact_small, n, d)
+        solver, reason = exact_small, "n_components needs the full spectrum; " + _shape_reason(exact_small, n, d, registry)
     # 3. An accuracy asked for: the fastest solver (time model) that guarantees it — an exact one,
     #    or one that certifies it (block Krylov) when its predicted passes fit the read budget.
-    elif tol is not None and (candidates := _guaranteeing(by_name, tol, max_passes)):
+    elif tol is not None and (candidates := _guaranteeing(by_name, tol, max_passes, registry)):
         best = min(candidates, key=lambda e: e.seconds)
         solver = best.name
         others = ", ".join(f"{e.name} ≈ {e.seconds:.3g} s" for e in candidates if e is not best)
@@ -498,12 +514,12 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
                   f"in {best.passes} pass{'es' if best.passes != 1 else ''}" + (f" (vs {others})" if others else ""))
     # 4. No accuracy asked: an exact road where it costs about what the certified one does (tall
     #    data: the covariance's one pass), else block Krylov certified to DEFAULT_TOL.
-    elif default_road and (choice := _default_road(by_name, max_passes, exact_small)) is not None:
+    elif default_road and (choice := _default_road(by_name, max_passes, exact_small, registry)) is not None:
         solver, reason = choice
-        default_tol = DEFAULT_TOL if _certifies(solver, DEFAULT_TOL, max_passes) else None
+        default_tol = DEFAULT_TOL if _certifies(solver, DEFAULT_TOL, max_passes, registry) else None
     # 5. The exact one-pass (covariance) or two-pass (Gram) solver, when its matrix fits a task.
     elif fits(exact_small):
-        solver, reason = exact_small, _shape_reason(exact_small, n, d)
+        solver, reason = exact_small, _shape_reason(exact_small, n, d, registry)
     # 6. Otherwise whatever fits, cheapest first: block Krylov (or randomized), then ALS.
     elif fits(approximate):
         solver, reason = approximate, _no_exact_reason(by_name, exact_small, budget)
@@ -513,15 +529,15 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
         solver, reason = exact_small, "nothing fits the per-task memory budget; the exact solver is tried anyway"
         warnings.append(f"estimated task memory {format_bytes(by_name[exact_small].task_bytes)} exceeds the budget {format_bytes(budget)}: "
                         "use smaller chunks or workers with more memory")
-    if tol is not None and solver == approximate and not _certifies(solver, tol, max_passes):
-        warnings.append(f"tol = {tol:g} may not be reached within the read budget of {_read_budget(solver, tol, max_passes)} passes "
+    if tol is not None and solver == approximate and not _certifies(solver, tol, max_passes, registry):
+        warnings.append(f"tol = {tol:g} may not be reached within the read budget of {_read_budget(solver, tol, max_passes, registry)} passes "
                         "(predicted for λ_k/λ_{ℓ+1} ≈ 2); the fit reports the bound it reaches")
     if tol is None and solver == approximate and default_tol is None:
         warnings.append("no tol given and an approximate solver chosen: the fit reports its error bound "
                         "(solver_info_['error_bound']); pass tol= to ask for an accuracy")
     runner_up = next(
         (e.name for e in sorted(estimates, key=lambda e: (not e.feasible, _pass_count(e), e.flops))
-         if e.name != solver and e.feasible and (e.exact or not needs_spectrum) and not _only_for_missing(e.name)),
+         if e.name != solver and e.feasible and (e.exact or not needs_spectrum) and not _only_for_missing(e.name, registry)),
         None,
     )
     if solver in by_name and by_name[solver].copy_passes:  # the re-layout is part of the road: say so
@@ -531,27 +547,27 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     plan = Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, tol, geometry, threads,
                 cache=caches.get(solver), default_tol=default_tol, device=device)
     if requested is not None:
-        check_requested(requested, plan)
+        check_requested(requested, plan, registry, names)
     logger.info("daskpca: solver=%r (%s)", solver, reason)
     return plan
 
 
-def _default_road(by_name: dict, max_passes, exact_small: str) -> tuple[str, str] | None:
+def _default_road(by_name: dict, max_passes, exact_small: str, registry=SOLVERS) -> tuple[str, str] | None:
     """``(solver, reason)`` without a tol: the exact road for the shape (``exact_small``; else the
     fastest exact one that fits) when it costs at most EXACT_PREMIUM × the certified road's
     (block Krylov's) predicted time for DEFAULT_TOL, else that road; None when neither fits (the
     later rules then decide)."""
-    candidates = _guaranteeing(by_name, DEFAULT_TOL, max_passes)
+    candidates = _guaranteeing(by_name, DEFAULT_TOL, max_passes, registry)
     exact = [e for e in candidates if e.exact]
     krylov = next((e for e in candidates if not e.exact), None)
     best = next((e for e in exact if e.name == exact_small), None) or min(exact, key=lambda e: e.seconds, default=None)
     if best is None and krylov is None:
         return None
     if krylov is None:
-        return best.name, f"exact: {_shape_reason_of(best)} (≈ {best.seconds:.3g} s); block Krylov does not fit or " \
+        return best.name, f"exact: {_shape_reason_of(best, registry)} (≈ {best.seconds:.3g} s); block Krylov does not fit or " \
                           f"cannot certify the default accuracy {DEFAULT_TOL:g} within its read budget"
     if best is not None and best.seconds <= EXACT_PREMIUM * krylov.seconds:
-        return best.name, (f"exact at about the cost of a certified answer: {_shape_reason_of(best)}, ≈ {best.seconds:.3g} s "
+        return best.name, (f"exact at about the cost of a certified answer: {_shape_reason_of(best, registry)}, ≈ {best.seconds:.3g} s "
                            f"against ≈ {krylov.seconds:.3g} s for block Krylov to sin θ ≤ {DEFAULT_TOL:g}")
     against = f" against ≈ {best.seconds:.3g} s for the exact {best.name!r}" if best is not None else ""
     return krylov.name, (f"no tol given: block Krylov certified to the default accuracy sin θ ≤ {DEFAULT_TOL:g} "
@@ -559,15 +575,15 @@ def _default_road(by_name: dict, max_passes, exact_small: str) -> tuple[str, str
                       "error_bound_ reports the bound reached; pass tol= or an exact solver= to change it)")
 
 
-def _shape_reason_of(estimate: SolverEstimate) -> str:
-    return getattr(SOLVERS.get(estimate.name), "summary", "") or estimate.name
+def _shape_reason_of(estimate: SolverEstimate, registry=SOLVERS) -> str:
+    return getattr(registry.get(estimate.name), "summary", "") or estimate.name
 
 
-def _guaranteeing(by_name: dict, tol: float, max_passes) -> list[SolverEstimate]:
+def _guaranteeing(by_name: dict, tol: float, max_passes, registry=SOLVERS) -> list[SolverEstimate]:
     """Feasible solvers that meet ``tol``: exact ones, then those that certify it within their
     read budget (block Krylov)."""
     exact = [e for e in by_name.values() if e.exact and e.feasible]
-    exact += [e for name, e in by_name.items() if not e.exact and e.feasible and _certifies(name, tol, max_passes)]
+    exact += [e for name, e in by_name.items() if not e.exact and e.feasible and _certifies(name, tol, max_passes, registry)]
     return [e for e in exact if e.seconds is not None]
 
 
@@ -585,20 +601,24 @@ def _no_exact_reason(by_name: dict, exact_small: str, budget: int) -> str:
     return f"no exact solver fits a task: {exact_small} needs {format_bytes(estimate.task_bytes)} (budget {format_bytes(budget)})"
 
 
-def _shape_reason(name: str, n: int, d: int) -> str:
+def _shape_reason(name: str, n: int, d: int, registry=SOLVERS) -> str:
     """Why the exact road ``name`` suits this shape (its declaration's ``reason``)."""
-    reason = getattr(SOLVERS.get(name), "reason", None)
+    reason = getattr(registry.get(name), "reason", None)
     return reason(n, d) if reason is not None else f"the exact {name!r} for this shape"
 
 
-def check_requested(name: str, plan: Plan) -> None:
-    """Raise when an explicitly requested solver cannot fit in memory, naming one that does."""
+def check_requested(name: str, plan: Plan, registry=SOLVERS, names=None) -> None:
+    """Raise when an explicitly requested solver cannot fit in memory, naming one that does;
+    ``names``: how the estimator's ``solver=`` spells each solver of ``registry`` (HilbertPCA names
+    its roads by their method), None where it uses their names."""
     if name not in {e.name for e in plan.estimates}:
         return
     estimate = plan.estimate(name)
     if estimate.feasible:
         return
-    alternatives = [e.name for e in plan.estimates if e.feasible and not _only_for_missing(e.name)]
+    spelled = (names or {}).get
+    alternatives = [spelled(e.name, e.name) for e in plan.estimates if e.feasible and not _only_for_missing(e.name, registry)]
+    name = spelled(name, name)
     raise InputError(
         f"solver={name!r} needs about {format_bytes(estimate.task_bytes)} in one task for X of shape "
         f"({plan.n_samples}, {plan.n_features}), more than the budget of "

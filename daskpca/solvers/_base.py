@@ -373,8 +373,9 @@ class SolverDeclaration:
         and refuses the others: :meth:`daskpca.models.Estimator.refuse_ignored_knobs`).
     exact : bool
         Its answer is exact to round-off: it meets any ``tol``.
-    exact_for : {"tall", "wide"} or None
-        The exact road the planner takes for that shape (tall: n ≥ d; wide: n < d).
+    exact_for : {"tall", "wide", "any"} or None
+        The exact road the planner takes for that shape (tall: n ≥ d; wide: n < d; any: both, for
+        a registry with one exact road, HilbertPCA's).
     certifies : callable or None
         ``certifies(tol, max_passes) -> bool``: an approximate solver that guarantees ``tol``
         within the read budget (block Krylov); the planner weighs it against the exact roads.
@@ -390,6 +391,12 @@ class SolverDeclaration:
         ``fuses_features(spec) -> bool``: it resolves the feature stage in its own first pass.
     most_passes : callable or None
         ``most_passes(options) -> int``: the most reads of a solver that stops on convergence.
+    reads_strips : bool
+        Its passes read column strips (every row of a range of columns). Input stored by rows only
+        (one time step per chunk), whose one strip would be the whole field, then takes the shared
+        re-layout step: one read of the input into a temporary copy in strips, the passes over the
+        copy (:class:`~daskpca.solvers._geometry.ColumnStrips`, run around ``solve`` by
+        :func:`daskpca._features.solve`; planned by :func:`~daskpca.solvers._geometry.relaid_out`).
     """
 
     name: str
@@ -409,6 +416,7 @@ class SolverDeclaration:
     squares_the_data: bool = False
     fuses_features: object = None
     most_passes: object = None
+    reads_strips: bool = False
 
     def __post_init__(self):
         # The declaration protocol the estimators read (shared with Hilbert's solver modules and
@@ -423,8 +431,9 @@ class SolverDeclaration:
                    if not ok]
         if not isinstance(self.name, str) or not self.name:
             missing.insert(0, "a name")
-        if self.exact_for not in (None, "tall", "wide"):
-            raise MissingDeclaration(f"solver {self.name!r}: exact_for={self.exact_for!r}; expected 'tall', 'wide' or None.")
+        if self.exact_for not in (None, "tall", "wide", "any"):
+            raise MissingDeclaration(f"solver {self.name!r}: exact_for={self.exact_for!r}; expected 'tall', 'wide', 'any' "
+                                     "or None.")
         if self.fallback not in (None, "approximate", "last-resort"):
             raise MissingDeclaration(f"solver {self.name!r}: fallback={self.fallback!r}; expected 'approximate', "
                                      "'last-resort' or None.")

@@ -398,16 +398,18 @@ class BasePCA(Estimator):
         priced; refused before any read when an asked solver's task does not fit
         (:func:`~daskpca._plan.check_requested`) or a knob would be ignored
         (:meth:`~daskpca.models.Estimator.refuse_ignored_knobs`). Reads no data."""
+        # The member's own answers first: asked between the other modules' calls, each would be a
+        # hop back into this one (tests/test_one_road.py counts them).
+        requested, options, declarations = self._requested_solver(), self._plan_options(), self._solver_modules
         k = request.upper_bound if request.needs_spectrum else request.fixed()
-        declarations = self._solver_modules
         plan = _plan.make_plan(
             *array.shape, k, array.chunks, array.dtype.itemsize,
             needs_spectrum=request.needs_spectrum, available=tuple(declarations), tol=self.tol, max_passes=self.max_passes,
-            geometry=geometry_of(array), requested=self._requested_solver(),
+            geometry=geometry_of(array), requested=requested,
             reads=_features.plan_reads(declarations, spec, self.get_params(deep=False)),
             cache_for=_plan.cache_pricing(array, self.cache),  # called by the planner, per solver
             device=_plan.device_pricing(array, moved=_device.moved_from_host(array)),
-            declarations=None if declarations is SOLVERS else declarations, **self._plan_options(),
+            declarations=None if declarations is SOLVERS else declarations, **options,
         )
         self.refuse_ignored_knobs(plan.solver, declarations)
         return plan

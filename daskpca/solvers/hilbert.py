@@ -371,6 +371,16 @@ FFT_FLOPS = 5.0
 EIGH_FLOPS = 25.0
 
 
+#: The host's rate for the exact road's pass flops (the machine's, 2 cores): complex ``zherk`` of
+#: the analytic signal's strips, with their FFTs. Measured on the development machine, n = 3000,
+#: strips of 1200 features: 6.0 s a strip task for its 4.5e10 flops on one core (shared cores).
+HILBERT_GRAM_FLOPS_PER_SECOND = 15e9
+#: The rate of block Krylov's pass flops on the analytic signal: FFT-bound (the series' transforms
+#: dominate its thin products). Measured as above: 1.34 s a strip task for its 2.9e9 flops on one
+#: core (0.42 s of it the analytic signal alone).
+HILBERT_KRYLOV_FLOPS_PER_SECOND = 5e9
+
+
 def analytic_flops(n_samples: int, n_features: int, padding: str = "exp") -> float:
     """Flops of one pass's analytic signals (:func:`analytic_blocks`): per feature an FFT of its
     (padded) series and the inverse, and the padding, centering and copies around them (counted
@@ -401,5 +411,6 @@ def reason(n: int, d: int) -> str:
 
 
 DECLARATION = SolverDeclaration("hilbert", solve, cost=cost, summary="the Hermitian n×n Gram matrix of the analytic signal",
-                                reason=reason, options=OPTIONS, exact=EXACT, exact_for="any", fuses_features=fuses_features,
+                                reason=reason, flop_rate=HILBERT_GRAM_FLOPS_PER_SECOND, options=OPTIONS, exact=EXACT,
+                                exact_for="any", fuses_features=fuses_features,
                                 reads_strips=True)

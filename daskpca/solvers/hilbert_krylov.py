@@ -39,7 +39,7 @@ from ._progress import Passes
 from ._iterative import as_generator
 from ._moments import MERGE_SPLIT_EVERY
 from .._validation import raise_if_nonfinite
-from .hilbert import COMPLEX128, PADDINGS, analytic_flops, gram_graph, strip_bytes, strip_products
+from .hilbert import COMPLEX128, HILBERT_KRYLOV_FLOPS_PER_SECOND, PADDINGS, analytic_flops, gram_graph, strip_bytes, strip_products
 from ._linalg import Basis, orthonormal_extension
 from ._bounds import certify, plain_ritz, tangent_bound
 from .krylov import BASIS_BYTES, check_accuracy_options, client_flops, pass_budget, predicted_passes
@@ -204,5 +204,5 @@ def cost(shape: PlanInput) -> Cost:
 
 
 DECLARATION = SolverDeclaration("hilbert-krylov", solve, cost=cost, summary="block Krylov on the complex Gram matrix",
-                                options=OPTIONS, certifies=reaches, fallback="approximate", fuses_features=fuses_features,
+                                flop_rate=HILBERT_KRYLOV_FLOPS_PER_SECOND, options=OPTIONS, certifies=reaches, fallback="approximate", fuses_features=fuses_features,
                                 most_passes=most_passes, reads_strips=True)

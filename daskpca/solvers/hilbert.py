@@ -365,10 +365,11 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
 #: Flops of one complex FFT of N points (and as many for its inverse): the usual 5·N·log₂N.
 FFT_FLOPS = 5.0
 #: The local step: every eigenpair of the n×n Hermitian Gram (LAPACK ``zheevd``, eigenvectors
-#: included) in real flops per n³ — complex tridiagonalisation, divide and conquer and back
-#: transformation; measured on the development machine at n = 1000–3000: 3.5–40 s (n = 2000,
-#: shared cores), ~25·n³ at the client's rate.
-EIGH_FLOPS = 25.0
+#: included) in real flops per n³ at the client's rate (complex tridiagonalisation, divide and
+#: conquer, back transformation; memory-bound, so the count grows with n). Measured on the
+#: development machine (shared cores): 3.5 s at n = 1000 (26·n³), 39 s at 2000 (37·n³), 183 s
+#: at 3000 in a fit (46·n³).
+EIGH_FLOPS = 40.0
 
 
 #: The host's rate for the exact road's pass flops (the machine's, 2 cores): complex ``zherk`` of

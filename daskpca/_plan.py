@@ -772,8 +772,7 @@ def cached(estimate: SolverEstimate, choice, saved: float | None = None) -> Solv
 
 def with_cache(plan: Plan, matrix, cache="auto") -> Plan:
     """``plan`` with the pass cache of the solver it runs (:func:`cache_choice`) and that solver
-    timed with it: for planners that choose by memory, not time (Hilbert's), and for a plan made
-    earlier and re-costed in the job that runs it (``PCA.fit(X, plan=...)``: the job's cluster and
+    timed with it: for a plan made earlier and re-costed in the job that runs it (``PCA.fit(X, plan=...)``: the job's cluster and
     later reads decide the cache)."""
     names = {e.name for e in plan.estimates}
     chosen = plan.estimate(plan.solver) if plan.solver in names else None

@@ -58,8 +58,12 @@ class HilbertPCA(BasePCA):
         ``"gram"``: exact, through the n×n Hermitian Gram matrix (2 passes; 16·n² bytes per task,
         three in a merge). ``"krylov"``: block Krylov on that matrix applied strip by strip, never
         formed — for long series whose Gram matrix does not fit a task — with an error bound
-        (``error_bound_``); passes: as many as ``tol`` needs, + 1. ``"auto"``: the exact one
-        where it fits the per-task memory budget, else Krylov.
+        (``error_bound_``); passes: as many as ``tol`` needs, + 1. ``"auto"``: the one planner's
+        choice (:mod:`daskpca._plan`, as PCA's), by predicted time among the roads that fit a task
+        and guarantee ``tol`` — without one, the exact road where it costs about what Krylov
+        certified to ``DEFAULT_TOL`` (1e-6) does (its dense n×n ``eigh`` rarely does), else that.
+        Input stored by rows only (one time step per chunk) is re-laid out into column strips
+        first, on either road (one read of it; see :mod:`daskpca.solvers._geometry`).
     tol : float in (0, 1) or None, default=None
         Krylov only: stop when the bound on sin θ of the components' span is ≤ ``tol``.
     max_passes : int or None, default=None

@@ -39,7 +39,7 @@ import numpy as np
 
 from ._validation import NonFinite
 from .exceptions import InputError, InputTypeError, NonFiniteInputError
-from .passes import Passes, SizedByArrays, like, map_row_blocks, meta_of, namespace, share, tree_reduce
+from .passes import Passes, SizedByArrays, like, map_row_blocks, meta_of, namespace, on_column_strips, share, tree_reduce
 from .solvers import ComponentRequest, SolverResult, column_stats_graph
 from .store.checkpoint import CheckpointFile
 
@@ -274,7 +274,10 @@ def _checked(module, X, request, **kwargs) -> SolverResult:
     rescale = ("Rescale the data (e.g. divide it by its largest |value|) before fitting: the "
                "components are the same and the variances scale by the factor squared.")
     try:
-        result = module.solve(X, request, **kwargs)
+        if getattr(module, "reads_strips", False):  # input stored by rows only: the shared re-layout step
+            result = on_column_strips(module.solve, X, request, **kwargs)
+        else:
+            result = module.solve(X, request, **kwargs)
     except np.linalg.LinAlgError as exc:
         raise DataRangeError(
             f"solver {name!r} failed in its small linear-algebra step (LinAlgError: {exc}). This happens "

@@ -53,7 +53,7 @@ import numpy as np
 
 from .solvers import SOLVERS
 from .solvers import DENSE_FLOPS_PER_SECOND, PlanInput
-from .passes import TASK_MEMORY_FRACTION, Geometry, current_client, device_task_bytes, worker_resources
+from .passes import TASK_MEMORY_FRACTION, Geometry, current_client, device_task_bytes, relaid_out, worker_resources
 from .exceptions import InputError
 
 logger = logging.getLogger("daskpca")
@@ -358,13 +358,18 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
     declared = [(name, registry[name]) for name in available if getattr(registry.get(name), "cost", None) is not None]
     # Every cost model first, then the estimates: each model reads the plain ``shape`` and returns
     # its ``Cost``, and the road goes out to the solvers' modules and back once, not once per solver.
-    costs = [declaration.cost(shape) for _, declaration in declared]
+    # A road that reads column strips is priced with the shared re-layout step where the input is
+    # stored by rows only (its declaration's ``reads_strips``; ``_geometry.relaid_out``).
+    costs = [relaid_out(declaration.cost, shape) if declaration.reads_strips else declaration.cost(shape)
+             for _, declaration in declared]
     estimates = []
     for (name, declaration), cost in zip(declared, costs):
         estimate = SolverEstimate(name, cost.passes, float(cost.flops), int(cost.task_bytes),
                                   budget is None or cost.task_bytes <= budget, declaration.exact, cost.note,
                                   tasks=shape.row_tasks if cost.tasks is None else cost.tasks, copy_passes=cost.copy_passes,
                                   client_flops=cost.client_flops, result_bytes=cost.result_size * FLOAT64)
+        if SOLVERS.get(name) is not declaration:  # another estimator's road: its rate stated in the plan
+            estimate = replace(estimate, flop_rate=declaration.flop_rate)
         if device is not None:
             estimate = on_the_device(estimate, declaration, shape, device, budget)
         estimates.append(estimate)
@@ -418,9 +423,10 @@ def flop_rate(estimate: SolverEstimate, registry=None) -> float:
 
 def _roles(available, registry) -> dict:
     """The declarations in ``available`` (of ``registry``) the rules ask for by role: the exact road
-    of a tall and of a wide shape, the approximate solver tried first where none fits (one that
-    certifies a ``tol``, else the first fallback), the last resort, the road taken instead of the
-    exact one where that does not fit, the one for missing values."""
+    of a tall and of a wide shape (one declared for "any" shape serves both), the approximate
+    solver tried first where none fits (one that certifies a ``tol``, else the first fallback),
+    the last resort, the road taken instead of the exact one where that does not fit, the one for
+    missing values."""
     declared = [registry[name] for name in available if getattr(registry.get(name), "cost", None) is not None]
     first = lambda test: next((s for s in declared if test(s)), None)  # noqa: E731
     return {
@@ -457,8 +463,14 @@ def _only_for_missing(name: str, registry=None) -> bool:
 def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=False, available, n_oversamples=10,
               n_power_iter="auto", tol=None, max_passes=None, geometry: Geometry | None = None, requested=None,
               reads=None, cache_for=None, device: DevicePricing | None = None, declarations=None, fields=None,
+              names=None,
               options=None) -> Plan:
     """Choose a solver with ordered rules; see the module docstring.
+
+    ``declarations``: the registry the plan chooses from (None: :data:`daskpca.solvers.SOLVERS`,
+    PCA's; HilbertPCA passes its two roads through the Hermitian Gram of the analytic signal),
+    ``names`` how the estimator spells them in messages (:func:`check_requested`), ``options``
+    the further estimator options their cost models read (Hilbert's ``padding``).
 
     ``tol`` is the accuracy asked for (a bound on the sine of the largest principal angle; None:
     none asked, exact where exact fits) and ``max_passes`` the read budget of approximate solvers.
@@ -493,7 +505,9 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
         if getattr(registry.get(name), "certifies", None) is not None:
             reads[name] = (reads[name][0], _read_budget(name, road_tol, max_passes, registry))
     estimates = [
-        e.with_reads(*reads.get(e.name, (0, None))).with_seconds(n, d, itemsize, threads, distributed, registry)
+        # A road that re-lays the input out reads it once, whatever its passes over the copy.
+        e.with_reads(reads.get(e.name, (0, None))[0], None if e.copy_passes else reads.get(e.name, (0, None))[1])
+        .with_seconds(n, d, itemsize, threads, distributed, registry)
         for e in estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget,
                                   available=available, tol=road_tol, max_passes=max_passes, device=device,
                                   declarations=registry, options=options, fields=fields)
@@ -568,7 +582,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     plan = Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, tol, geometry, threads,
                 cache=caches.get(solver), default_tol=default_tol, device=device, fields=fields)
     if requested is not None:
-        check_requested(requested, plan, registry)
+        check_requested(requested, plan, registry, names)
     logger.info("daskpca: solver=%r (%s)", solver, reason)
     return plan
 
@@ -633,14 +647,18 @@ def _shape_reason(name: str, dims: tuple, registry) -> str:
     return reason(*dims) if reason is not None else f"the exact {name!r} for this shape"
 
 
-def check_requested(name: str, plan: Plan, registry=None) -> None:
-    """Raise when an explicitly requested solver cannot fit in memory, naming one that does."""
+def check_requested(name: str, plan: Plan, registry=None, names=None) -> None:
+    """Raise when an explicitly requested solver cannot fit in memory, naming one that does;
+    ``names``: how the estimator's ``solver=`` spells each solver of ``registry`` (HilbertPCA names
+    its roads by their method), None where it uses their names."""
     if name not in {e.name for e in plan.estimates}:
         return
     estimate = plan.estimate(name)
     if estimate.feasible:
         return
-    alternatives = [e.name for e in plan.estimates if e.feasible and not _only_for_missing(e.name, registry)]
+    spelled = (names or {}).get
+    alternatives = [spelled(e.name, e.name) for e in plan.estimates if e.feasible and not _only_for_missing(e.name, registry)]
+    name = spelled(name, name)
     raise InputError(
         f"solver={name!r} needs about {format_bytes(estimate.task_bytes)} in one task for X of shape "
         f"({plan.n_samples}, {plan.n_features}), more than the budget of "
@@ -793,8 +811,7 @@ def cached(estimate: SolverEstimate, choice, saved: float | None = None) -> Solv
 
 def with_cache(plan: Plan, matrix, cache="auto") -> Plan:
     """``plan`` with the pass cache of the solver it runs (:func:`cache_choice`) and that solver
-    timed with it: for planners that choose by memory, not time (Hilbert's), and for a plan made
-    earlier and re-costed in the job that runs it (``PCA.fit(X, plan=...)``: the job's cluster and
+    timed with it: for a plan made earlier and re-costed in the job that runs it (``PCA.fit(X, plan=...)``: the job's cluster and
     later reads decide the cache)."""
     names = {e.name for e in plan.estimates}
     chosen = plan.estimate(plan.solver) if plan.solver in names else None

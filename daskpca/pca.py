@@ -387,6 +387,36 @@ class BasePCA(Estimator):
         matrix, _, spec = self._fit_input(X, sample_dims)
         return self._make_plan(matrix, self._request(matrix), spec)
 
+    def _make_plan(self, array, request: ComponentRequest, spec) -> _plan.Plan:
+        """The plan ``fit`` runs: the solver asked for (or the one planner's choice among this
+        estimator's declarations, ``_solver_modules``) with every read counted and the pass cache
+        priced; refused before any read when an asked solver's task does not fit
+        (:func:`~daskpca._plan.check_requested`) or a knob would be ignored
+        (:meth:`~daskpca.models.Estimator.refuse_ignored_knobs`). Reads no data."""
+        # The member's own answers first: asked between the other modules' calls, each would be a
+        # hop back into this one (tests/test_one_road.py counts them).
+        requested, options, declarations = self._requested_solver(), self._plan_options(), self._solver_modules
+        k = request.upper_bound if request.needs_spectrum else request.fixed()
+        plan = _plan.make_plan(
+            *array.shape, k, array.chunks, array.dtype.itemsize,
+            needs_spectrum=request.needs_spectrum, available=tuple(declarations), tol=self.tol, max_passes=self.max_passes,
+            geometry=geometry_of(array), requested=requested,
+            reads=_features.plan_reads(declarations, spec, self.get_params(deep=False)),
+            cache_for=_plan.cache_pricing(array, self.cache),  # called by the planner, per solver
+            device=_plan.device_pricing(array),
+            declarations=None if declarations is SOLVERS else declarations, **options,
+        )
+        self.refuse_ignored_knobs(plan.solver, declarations)
+        return plan
+
+    def _requested_solver(self) -> str | None:
+        """The declaration ``solver=`` names (None: ``"auto"``, the planner chooses)."""
+        return None if self.solver == "auto" else self.solver
+
+    def _plan_options(self) -> dict:
+        """Further ``make_plan`` keywords of this member (the knobs its cost models read)."""
+        return {}
+
     def _check_given_plan(self, plan, matrix, request: ComponentRequest) -> None:
         """Refuse a plan ``fit`` was given that is not this fit's (reads nothing)."""
         k = request.upper_bound if request.needs_spectrum else request.fixed()
@@ -1012,20 +1042,7 @@ class PCA(ProbabilisticMixin, BasePCA):
             )
         return self.layout_ and (self.layout_ if X is None else self.layout_.with_new_samples(X))
 
-    def _make_plan(self, array, request: ComponentRequest, spec) -> _plan.Plan:
-        """The plan ``fit`` runs: the solver asked for (or the planner's choice) with every read
-        counted; its knobs checked (:meth:`~daskpca.models.Estimator.refuse_ignored_knobs`). Reads no data."""
-        k = request.upper_bound if request.needs_spectrum else request.fixed()
-        plan = _plan.make_plan(
-            *array.shape, k, array.chunks, array.dtype.itemsize,
-            needs_spectrum=request.needs_spectrum, available=tuple(SOLVERS),
-            n_oversamples=self.n_oversamples, n_power_iter=self.n_power_iter, tol=self.tol, max_passes=self.max_passes,
-            geometry=geometry_of(array),
-            requested=None if self.solver == "auto" else self.solver,
-            reads=_features.plan_reads(SOLVERS, spec, self.get_params(deep=False)),
-            cache_for=_plan.cache_pricing(array, self.cache),  # called by the planner, per solver
-            device=_plan.device_pricing(array),
-        )
-        self.refuse_ignored_knobs(plan.solver, SOLVERS)
-        return plan
+    def _plan_options(self) -> dict:
+        """PCA's knobs the planner's cost models read (:meth:`BasePCA._make_plan`)."""
+        return dict(n_oversamples=self.n_oversamples, n_power_iter=self.n_power_iter)
 

@@ -127,6 +127,10 @@ ESTIMATOR_CASES = {
     "hilbert-krylov-auto": ("HilbertPCA", dict(n_components=5), ((20_000, 300), (20_000, 50)), None, 512 * 2**20),
     "hilbert-krylov-tol": ("HilbertPCA", dict(n_components=5, solver="krylov", tol=1e-4), ((2_000, 300), (2_000, 50)), None,
                            8 * GiB),
+    # Since Hilbert plans through the one planner (by predicted time: the exact road's n×n eigh
+    # against Krylov to the default accuracy), its exact road is chosen where every eigenvalue is.
+    "hilbert-fraction": ("HilbertPCA", dict(n_components=0.9), ((2_000, 300), (2_000, 50)), None, 8 * GiB),
+    "hilbert-one-step-per-chunk": ("HilbertPCA", dict(n_components=4), ((8_760, 65_160), (1, 65_160)), None, 8 * GiB),
     "mca-exact": ("MCA", dict(n_components=3), ((2_000, 300), (2_000, 50)), ((2_000, 120), (500, 120)), 8 * GiB),
     "mca-krylov-auto": ("MCA", dict(n_components=3), ((20_000, 3_000), (1_000, 3_000)), ((20_000, 2_000), (1_000, 2_000)),
                         16 * 2**20),

@@ -25,19 +25,19 @@ and no statistics are kept to fold new ones into) and no ``score`` / ``score_sam
 
 from __future__ import annotations
 
+from dataclasses import replace
 from numbers import Integral, Real
 
 import numpy as np
 
-from .. import _features, _plan, labeled
+from .. import _plan, labeled
 from ..models import BOOL, NONE, RANDOM_STATE, WEIGHTS, Interval, Options, Predicate, scores_out
 from ..passes import like, map_column_blocks, namespace, on_device, tree_reduce
 from .._validation import check_nan_policy, find_nonfinite
-from ..exceptions import InputError, InvalidParameterError, NonFiniteInputError
+from ..exceptions import InvalidParameterError, NonFiniteInputError
 from ..pca import PCA, BasePCA
 from ..solvers import hilbert as hilbert_solver
 from ..solvers import hilbert_krylov
-from ..solvers import PlanInput
 
 SOLVER, KRYLOV = "hilbert", "hilbert-krylov"
 #: ``solver=`` → (the fitted ``solver_`` name, the solver module).
@@ -56,8 +56,12 @@ class HilbertPCA(BasePCA):
         ``"gram"``: exact, through the n×n Hermitian Gram matrix (2 passes; 16·n² bytes per task,
         three in a merge). ``"krylov"``: block Krylov on that matrix applied strip by strip, never
         formed — for long series whose Gram matrix does not fit a task — with an error bound
-        (``error_bound_``); passes: as many as ``tol`` needs, + 1. ``"auto"``: the exact one
-        where it fits the per-task memory budget, else Krylov.
+        (``error_bound_``); passes: as many as ``tol`` needs, + 1. ``"auto"``: the one planner's
+        choice (:mod:`daskpca._plan`, as PCA's), by predicted time among the roads that fit a task
+        and guarantee ``tol`` — without one, the exact road where it costs about what Krylov
+        certified to ``DEFAULT_TOL`` (1e-6) does (its dense n×n ``eigh`` rarely does), else that.
+        Input stored by rows only (one time step per chunk) is re-laid out into column strips
+        first, on either road (one read of it; see :mod:`daskpca.passes._geometry`).
     tol : float in (0, 1) or None, default=None
         Krylov only: stop when the bound on sin θ of the components' span is ≤ ``tol``.
     max_passes : int or None, default=None
@@ -142,72 +146,27 @@ class HilbertPCA(BasePCA):
         except ValueError as error:
             raise InvalidParameterError(str(error)) from None
 
+    def _requested_solver(self) -> str | None:
+        return None if self.solver == "auto" else HILBERT_SOLVERS[self.solver][0]
+
+    def _plan_options(self) -> dict:
+        """What the one planner needs of HilbertPCA besides its declarations (``_solver_modules``:
+        the exact Gram road and block Krylov on the n×n Hermitian Gram of the analytic signal):
+        how ``solver=`` spells them, and the padding their strips' FFTs take."""
+        return dict(names={name: spelled for spelled, (name, _) in HILBERT_SOLVERS.items()},
+                    options={"padding": self.padding})
+
     def _make_plan(self, array, request, spec) -> _plan.Plan:
-        """The plan ``fit`` runs (the solver asked for, or the exact one where it fits), every
-        read counted; refused before any read when its strips do not fit a task or a knob would
-        be ignored."""
-        n, d = array.shape
-        k = request.upper_bound if request.needs_spectrum else request.fixed()
-        budget, source = _plan.task_memory_budget()
+        """The one planner's plan (:meth:`BasePCA._make_plan`), and what Hilbert's strips add:
+        input stored in a few row blocks (too small to re-lay out) is rechunked into strips."""
+        plan = super()._make_plan(array, request, spec)
         row_blocks = len(array.chunks[0])
-        warnings = []
-        if row_blocks > 1:
-            warnings.append(
-                f"X is stored in {row_blocks} row blocks: each column strip (all {n} samples) is assembled "
-                "from them by a rechunk — no extra read, but the strip is held twice while it is built. "
-                "Chunks that span the sample dimension avoid it."
-            )
-        # Each solver's costs from its declaration (solvers/hilbert.py, solvers/hilbert_krylov.py).
-        reads = _features.plan_reads(self._solver_modules, spec, self.get_params(deep=False))
-        estimates = [e.with_reads(*reads[e.name]) for e in _plan.estimate_solvers(
-            n, d, k, array.chunks, array.dtype.itemsize, budget=budget, available=(SOLVER, KRYLOV), tol=self.tol,
-            max_passes=self.max_passes, declarations=self._solver_modules, options={"padding": self.padding})]
-        exact, approximate = estimates
-        if self.solver != "auto":
-            solver, reason = HILBERT_SOLVERS[self.solver][0], "requested by the caller"
-        elif exact.feasible or request.needs_spectrum or not approximate.feasible:
-            solver = SOLVER
-            reason = (f"complex EOFs of the analytic signal along the {n} samples: a Hermitian {n}×{n} Gram "
-                      "matrix from column strips (the Hilbert transform needs each feature's whole series)")
-        else:
-            solver = KRYLOV
-            reason = (f"the {n}×{n} complex Gram matrix ({_plan.format_bytes(16 * n * n)}, a merge holds three) exceeds the "
-                      "per-task budget: block Krylov applies it to n×ℓ blocks strip by strip, with an error bound")
-            if self.tol is None:
-                warnings.append("no tol given and an approximate solver chosen: the fit reports its error bound "
-                                "(error_bound_); pass tol= to ask for an accuracy")
-        runner_up = next((e.name for e in estimates if e.name != solver and e.feasible), None)
-        plan = _plan.Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, self.tol)
-        if not plan.estimate(solver).feasible:
-            raise InputError(self._strip_advice(plan, array, solver))
-        self.refuse_ignored_knobs(solver, self._solver_modules)
-        return _plan.with_cache(plan, array, self.cache)
-
-    def _task_bytes(self, name, n, strip, itemsize, k, rechunked) -> int:
-        """The largest task of solver ``name`` on strips of ``strip`` features (+ the rechunk's
-        second copy of a strip when the input is stored in row blocks), from its cost model."""
-        rows = (n - n // 2, n // 2) if rechunked else (n,)
-        shape = PlanInput(n, strip, k, (rows, (strip,)), itemsize, options={"padding": self.padding})
-        return self._solver_modules[name].cost(shape).task_bytes
-
-    def _strip_advice(self, plan: _plan.Plan, array, name: str) -> str:
-        """The error for a strip that does not fit: how wide strips may be, and how to get them."""
-        n, budget, k = plan.n_samples, plan.task_memory_budget, plan.n_components
-        itemsize, rechunked = array.dtype.itemsize, len(array.chunks[0]) > 1
-        widest = 0
-        for width in (2**p for p in range(40)):
-            if self._task_bytes(name, n, width, itemsize, k, rechunked) > budget or width >= plan.n_features:
-                break
-            widest = width
-        merge = _plan.format_bytes(3 * 16 * n * (n if name == SOLVER else k + hilbert_krylov.N_OVERSAMPLES))
-        fix = (f"chunk the feature dimensions so each chunk holds at most ~{widest} features (all samples), "
-               "e.g. data.chunk({'lat': ..., 'time': -1})" if widest else
-               f"even one feature per strip does not fit: merging the {n}-row blocks takes {merge} per task. "
-               + ("Use solver='krylov' (n×ℓ blocks instead of the n×n matrix), workers with more memory per "
-                  "thread, or fewer samples" if name == SOLVER else "Use workers with more memory per thread"))
-        return (f"HilbertPCA ({name}) needs about {_plan.format_bytes(plan.estimate(name).task_bytes)} in one task: the widest "
-                f"column strip of X holds {max(array.chunks[1])} features of all {n} samples, more than the "
-                f"budget of {_plan.format_bytes(budget)} ({plan.memory_source}). Fix: {fix}.")
+        if row_blocks > 1 and not plan.estimate(plan.solver).copy_passes:
+            warning = (f"X is stored in {row_blocks} row blocks: each column strip (all {array.shape[0]} samples) is "
+                       "assembled from them by a rechunk — no extra read, but the strip is held twice while it is "
+                       "built. Chunks that span the sample dimension avoid it.")
+            plan = replace(plan, warnings=[*plan.warnings, warning])
+        return plan
 
     def transform(self, X, *, scaling=None, nan="raise"):
         """Complex scores of ``X`` (lazy for lazy input; one pass over column strips).

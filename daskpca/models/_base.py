@@ -29,7 +29,7 @@ from .. import labeled
 from .._probabilistic import project_block
 from .._validation import as_dask_matrix, check_n_features, check_nan_policy
 from ..exceptions import InputTypeError, InvalidParameterError, NotFittedError
-from ..passes import like, lookup, meta_of, namespace, regroup, share, shared, to_device, to_host
+from ..passes import like, lookup, meta_of, namespace, regroup, share, shared, to_host
 from . import _format
 from ._constraints import check
 from ._params import ParamsMixin, _equal

@@ -61,7 +61,6 @@ each pass's blocks come from. The estimators make the choice (:func:`choose`, th
 from __future__ import annotations
 
 import logging
-import math
 import os
 import socket
 import warnings

@@ -395,6 +395,36 @@ def strip_columns(n_rows: int, n_features: int, itemsize: int) -> int:
     return int(min(n_features, max(1, STRIP_BYTES // max(n_rows * itemsize, 1))))
 
 
+def relaid_out(cost_of, shape):
+    """The cost of a road that reads column strips (a declaration's ``reads_strips``): its cost
+    model ``cost_of(PlanInput) -> Cost`` on ``shape`` as stored, or — stored by rows only
+    (:func:`needs_column_strips`) — on the strips of the copy :class:`ColumnStrips` makes, with
+    that step added: one read of the input (``passes``), the road's own passes over the copy
+    (``copy_passes``, at the copy's rates), its tasks and task memory those of the strips, not of
+    one strip holding the whole field. The one planning of the step, for every road that takes it."""
+    if not needs_column_strips(shape.chunks, shape.itemsize):
+        return cost_of(shape)
+    n, d = shape.n, shape.d
+    width = strip_columns(n, d, shape.itemsize)
+    strips = (width,) * (d // width) + ((d % width,) if d % width else ())
+    cost = cost_of(replace(shape, chunks=((n,), strips)))
+    note = (f"stored by rows only: re-laid out into {len(strips)} column strips of {width} columns first "
+            f"(one read and one write of a temporary copy, then {cost.passes} passes over it)")
+    return replace(cost, passes=1, copy_passes=cost.passes, note=note + (f"; {cost.note}" if cost.note else ""))
+
+
+def on_column_strips(solve, X, *args, **kwargs):
+    """``solve(X, *args, **kwargs)`` (a solver that reads column strips) on ``X`` as stored, or on
+    its strip copy (:class:`ColumnStrips`) when ``X`` is stored by rows only: the result then
+    counts the one read of ``X`` (``n_passes``) and says what was done (``info["relayout"]``, the
+    passes over the copy ``info["copy_passes"]``)."""
+    with ColumnStrips(X) as strips:
+        result = solve(strips.array, *args, **kwargs)
+    if strips.how is None:
+        return result
+    return replace(result, n_passes=1, info={**result.info, "relayout": strips.how, "copy_passes": result.n_passes})
+
+
 class ColumnStrips:
     """``X`` re-laid out in column strips for the solvers that read strips (Gram), when it is
     stored by rows only (one time step per chunk): a strip would otherwise be the whole field.

@@ -384,7 +384,8 @@ class SolverDeclaration:
     exact : bool
         Its answer is exact to round-off: it meets any ``tol``.
     exact_for : {"tall", "wide", "any"} or None
-        The exact road the planner takes for that shape (tall: n ≥ d; wide: n < d; any: both).
+        The exact road the planner takes for that shape (tall: n ≥ d; wide: n < d; any: both, for
+        a registry with one exact road, HilbertPCA's).
     certifies : callable or None
         ``certifies(tol, max_passes) -> bool``: an approximate solver that guarantees ``tol``
         within the read budget (block Krylov); the planner weighs it against the exact roads.
@@ -402,6 +403,12 @@ class SolverDeclaration:
         ``fuses_features(spec) -> bool``: it resolves the feature stage in its own first pass.
     most_passes : callable or None
         ``most_passes(options) -> int``: the most reads of a solver that stops on convergence.
+    reads_strips : bool
+        Its passes read column strips (every row of a range of columns). Input stored by rows only
+        (one time step per chunk), whose one strip would be the whole field, then takes the shared
+        re-layout step: one read of the input into a temporary copy in strips, the passes over the
+        copy (:class:`~daskpca.passes._geometry.ColumnStrips`, run around ``solve`` by
+        :func:`daskpca._features.solve`; planned by :func:`~daskpca.passes._geometry.relaid_out`).
     """
 
     name: str
@@ -422,6 +429,7 @@ class SolverDeclaration:
     squares_the_data: bool = False
     fuses_features: object = None
     most_passes: object = None
+    reads_strips: bool = False
 
     def __post_init__(self):
         # The declaration protocol the estimators read (shared with Hilbert's solver modules and

@@ -26,7 +26,8 @@ to ~20k and d is large. Column strips need every row of a range of columns: data
 row-only chunks (n_i × d: one time step per chunk) is first copied into strips
 (:class:`~daskpca.passes._geometry.ColumnStrips`: one read of the input and one write; both
 passes then read the copy, ``info["relayout"]`` says so and ``n_passes`` counts the one read of
-the input).
+the input) — the shared step of every road that reads strips (the declaration's
+``reads_strips``; :func:`daskpca._features.solve` runs it around ``solve``).
 """
 
 from __future__ import annotations
@@ -36,10 +37,9 @@ from dataclasses import dataclass, field, replace
 import dask
 import numpy as np
 
-from ..passes import (LANCZOS_MAX_FRACTION, LANCZOS_MIN_SIZE, MERGE_SPLIT_EVERY, ColumnStrips, Passes, SizedByArrays,
-                      backend_of, center_block, eigh_descending, eigh_descending_on_device, like, map_column_blocks,
-                      namespace, needs_column_strips, on_device, solve_on_device, strip_columns, to_host,
-                      top_eigenpairs, tree_reduce)
+from ..passes import (LANCZOS_MAX_FRACTION, LANCZOS_MIN_SIZE, MERGE_SPLIT_EVERY, Passes, SizedByArrays, backend_of,
+                      center_block, eigh_descending, eigh_descending_on_device, like, map_column_blocks, namespace,
+                      on_device, solve_on_device, to_host, top_eigenpairs, tree_reduce)
 from .._validation import NonFinite, raise_if_nonfinite
 from ._base import FLOAT64, ComponentRequest, Cost, DeviceCost, PlanInput, SolverDeclaration, SolverResult
 
@@ -142,16 +142,6 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None) -> 
     -------
     SolverResult
     """
-    with ColumnStrips(X) as strips:  # input stored by rows only: one read into a strip copy
-        result = _solve_strips(strips.array, request, random_state, features)
-    if strips.how is None:
-        return result
-    # The input was read once (into the copy); both passes read the copy.
-    info = {**result.info, "relayout": strips.how, "copy_passes": result.n_passes}
-    return replace(result, n_passes=1, info=info)
-
-
-def _solve_strips(X, request, random_state, features) -> SolverResult:
     if features is not None:
         X = features.weigh(X)
     passes = Passes("gram", N_PASSES)
@@ -294,18 +284,11 @@ def local_flops(n: int, k: int) -> float:
 def cost(shape: PlanInput) -> Cost:
     """Two passes. A leaf holds its strip, one float64 copy and its n×n product; a merge its
     MERGE_SPLIT_EVERY inputs and one output; each task returns an n×n Gram. One task per column
-    strip — except for input stored by rows only, where a strip would be the whole field: the
-    road then copies it into strips (one read, one write) and reads the copy twice."""
+    strip (input stored by rows only is re-laid out into strips first: the declaration's
+    ``reads_strips``, priced by :func:`~daskpca.passes._geometry.relaid_out`)."""
     n, d, k, itemsize = shape.n, shape.d, shape.k, shape.itemsize
     flops = n * n * d + 2 * n * d * k + local_flops(n, k)
     merge = (MERGE_SPLIT_EVERY + 1) * n * n * FLOAT64
-    if needs_column_strips(shape.chunks, itemsize):
-        width = strip_columns(n, d, itemsize)
-        strips = -(-d // width)
-        return Cost(1, flops, max(n * width * (itemsize + FLOAT64) + n * n * FLOAT64, merge),
-                    f"stored by rows only: re-laid out into {strips} column strips of {width} columns first "
-                    "(one read and one write of a temporary copy, then 2 passes over it)",
-                    result_size=n * n, tasks=strips, copy_passes=2)
     return Cost(N_PASSES, flops, max(n * shape.col_strip * (itemsize + FLOAT64) + n * n * FLOAT64, merge),
                 result_size=n * n, tasks=len(shape.chunks[1]))
 
@@ -321,5 +304,5 @@ DECLARATION = SolverDeclaration(
     "gram", solve, cost=cost, summary="the n×n Gram matrix (the N < D trick)",
     reason=lambda n, d: f"n_samples ({n}) < n_features ({d}): two passes through the {n}×{n} Gram matrix (the N < D trick)",
     flop_rate=GRAM_FLOPS_PER_SECOND, device_rate="flops", on_device=device_cost, exact=EXACT, exact_for="wide",
-    squares_the_data=SQUARES_THE_DATA, fuses_features=fuses_features,
+    squares_the_data=SQUARES_THE_DATA, fuses_features=fuses_features, reads_strips=True,
 )

@@ -38,8 +38,10 @@ Flops: 4·n²·d (complex ``herk``, one triangle) + O(n·d·log n) FFTs + 8·n·
 (:func:`task_memory`): the strip as read, one float64 copy, a bounded FFT scratch and the n×n
 complex128 Gram matrix; a merge holds three Gram matrices (pairwise, like the covariance tree).
 Row-chunked storage is regrouped into column strips by dask's rechunk, which holds the row blocks
-a strip needs while it assembles it — store long time series in column strips (chunks spanning
-the time axis); the plan (``daskpca inspect``) says when it will rechunk.
+a strip needs while it assembles it; input stored by rows only (one time step per chunk), whose
+one strip would be the whole field, is first copied into strips — the re-layout step the Gram
+road takes (the declaration's ``reads_strips``: one read of the input, both passes over the
+copy). The plan (``daskpca inspect``) says which.
 
 References
 ----------
@@ -357,15 +359,56 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
 # ---------------------------------------------------------------------------------- declaration
 
 
+#: Flops of one complex FFT of N points (and as many for its inverse): the usual 5·N·log₂N.
+FFT_FLOPS = 5.0
+#: The local step: every eigenpair of the n×n Hermitian Gram (LAPACK ``zheevd``, eigenvectors
+#: included) in real flops per n³ at the client's rate (complex tridiagonalisation, divide and
+#: conquer, back transformation; memory-bound, so the count grows with n). Measured on the
+#: development machine (shared cores): 3.5 s at n = 1000 (26·n³), 39 s at 2000 (37·n³), 183 s
+#: at 3000 in a fit (46·n³).
+EIGH_FLOPS = 40.0
+
+
+#: The host's rate for the exact road's pass flops (the machine's, 2 cores): complex ``zherk`` of
+#: the analytic signal's strips, with their FFTs. Measured on the development machine, n = 3000,
+#: strips of 1200 features: 6.0 s a strip task for its 4.5e10 flops on one core (shared cores).
+HILBERT_GRAM_FLOPS_PER_SECOND = 15e9
+#: The rate of block Krylov's pass flops on the analytic signal: FFT-bound (the series' transforms
+#: dominate its thin products). Measured as above: 1.34 s a strip task for its 2.9e9 flops on one
+#: core (0.42 s of it the analytic signal alone).
+HILBERT_KRYLOV_FLOPS_PER_SECOND = 5e9
+
+
+def analytic_flops(n_samples: int, n_features: int, padding: str = "exp") -> float:
+    """Flops of one pass's analytic signals (:func:`analytic_blocks`): per feature an FFT of its
+    (padded) series and the inverse, and the padding, centering and copies around them (counted
+    as one more transform's worth)."""
+    padded = 3 * n_samples if padding == "exp" else n_samples
+    return 3 * FFT_FLOPS * padded * np.log2(max(padded, 2)) * n_features
+
+
 def cost(shape: PlanInput) -> Cost:
-    """Two passes over column strips (the Gram matrix, then the components): 4·n²·d flops for the
-    Hermitian n×n Gram of the analytic signal and 8·n·d·k for the components; the largest task
-    (:func:`task_memory`) plus, for input stored in row blocks, the rechunk's second copy of a
-    strip."""
+    """Two passes over column strips (the Gram matrix, then the components): per pass the
+    analytic signal of every feature (:func:`analytic_flops`), 4·n²·d flops for the Hermitian n×n
+    Gram (``zherk``) and 8·n·d·k for the components; each strip task returns its n×n complex
+    Gram; the client's dense ``eigh`` of it (:data:`EIGH_FLOPS`). The largest task
+    (:func:`task_memory`) plus, for input stored in a few row blocks, the rechunk's second copy of
+    a strip (stored by rows only: the declaration's re-layout step, ``reads_strips``)."""
     n, d, k, strip, itemsize = shape.n, shape.d, shape.k, shape.col_strip, shape.itemsize
-    task = task_memory(n, strip, itemsize, shape.options.get("padding", "exp")) + (shape.row_tasks > 1) * n * strip * itemsize
-    return Cost(N_PASSES, 4.0 * n * n * d + 8.0 * n * d * k, task, f"column strips of ≤ {strip} features", tasks=1)
+    padding = shape.options.get("padding", "exp")
+    task = task_memory(n, strip, itemsize, padding) + (shape.row_tasks > 1) * n * strip * itemsize
+    flops = 4.0 * n * n * d + 8.0 * n * d * k + N_PASSES * analytic_flops(n, d, padding)
+    return Cost(N_PASSES, flops, task, f"column strips of ≤ {strip} features", result_size=2 * n * n,
+                tasks=len(shape.chunks[1]), client_flops=EIGH_FLOPS * float(n) ** 3)
+
+
+def reason(n: int, d: int) -> str:
+    """Why the planner takes the exact road (its only one, for any shape)."""
+    return (f"complex EOFs of the analytic signal along the {n} samples: a Hermitian {n}×{n} Gram matrix from "
+            "column strips (the Hilbert transform needs each feature's whole series)")
 
 
 DECLARATION = SolverDeclaration("hilbert", solve, cost=cost, summary="the Hermitian n×n Gram matrix of the analytic signal",
-                                options=OPTIONS, exact=EXACT, fuses_features=fuses_features)
+                                reason=reason, flop_rate=HILBERT_GRAM_FLOPS_PER_SECOND, options=OPTIONS, exact=EXACT,
+                                exact_for="any", fuses_features=fuses_features,
+                                reads_strips=True)

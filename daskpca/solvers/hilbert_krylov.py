@@ -38,9 +38,9 @@ from ._base import ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverR
 from ..passes import MERGE_SPLIT_EVERY, Basis, Passes, orthonormal_extension
 from ._iterative import as_generator
 from .._validation import raise_if_nonfinite
-from .hilbert import COMPLEX128, PADDINGS, gram_graph, strip_bytes, strip_products
+from .hilbert import COMPLEX128, HILBERT_KRYLOV_FLOPS_PER_SECOND, PADDINGS, analytic_flops, gram_graph, strip_bytes, strip_products
 from ._bounds import certify, plain_ritz, tangent_bound
-from .krylov import BASIS_BYTES, check_accuracy_options, pass_budget, predicted_passes
+from .krylov import BASIS_BYTES, check_accuracy_options, client_flops, pass_budget, predicted_passes
 
 OPTIONS = ("padding", "decay_factor", "tol", "max_passes")
 #: Block size ℓ = k + N_OVERSAMPLES (as the real Krylov solver's default).
@@ -176,17 +176,31 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
 # ---------------------------------------------------------------------------------- declaration
 
 
+def reaches(tol: float, max_passes) -> bool:
+    """Whether the Krylov passes predicted for ``tol`` (:func:`.krylov.predicted_passes`,
+    uncapped) and the components' pass fit the read budget: the planner then counts this road
+    among those that guarantee ``tol``."""
+    return tol > 0 and predicted_passes(tol, 10**9) + 1 <= pass_budget(tol, max_passes)
+
+
 def cost(shape: PlanInput) -> Cost:
     """Block Krylov's predicted passes for ``tol`` (:func:`.krylov.predicted_passes`) and the
-    components' pass, within the read budget; 16·n·d·ℓ flops a pass (complex n×ℓ blocks through
-    the strips); the largest task (:func:`block_task_memory`) plus, for input stored in row
-    blocks, the rechunk's second copy of a strip."""
+    components' pass, within the read budget; per pass the analytic signals
+    (:func:`.hilbert.analytic_flops`) and 16·n·d·ℓ flops (complex n×ℓ blocks through the strips),
+    each strip task returning n×ℓ complex; on the client the basis (``Basis``: complex, 4× the
+    real solver's :func:`.krylov.client_flops` on n rows). The largest task
+    (:func:`block_task_memory`) plus, for input stored in a few row blocks, the rechunk's second
+    copy of a strip (stored by rows only: the declaration's re-layout step, ``reads_strips``)."""
     n, d, k, strip, itemsize = shape.n, shape.d, shape.k, shape.col_strip, shape.itemsize
+    padding = shape.options.get("padding", "exp")
     passes = min(predicted_passes(shape.tol, shape.max_passes) + 1, pass_budget(shape.tol, shape.max_passes))
     ell = min(k + N_OVERSAMPLES, n, d)
-    task = block_task_memory(n, strip, itemsize, k, shape.options.get("padding", "exp")) + (shape.row_tasks > 1) * n * strip * itemsize
-    return Cost(passes, passes * 16.0 * n * d * ell, task, f"ℓ = {ell}; error bound reported", tasks=1)
+    task = block_task_memory(n, strip, itemsize, k, padding) + (shape.row_tasks > 1) * n * strip * itemsize
+    flops = passes * (16.0 * n * d * ell + analytic_flops(n, d, padding))
+    return Cost(passes, flops, task, f"ℓ = {ell}; error bound reported", result_size=2 * n * ell,
+                tasks=len(shape.chunks[1]), client_flops=4 * client_flops(n, ell, passes - 1, k))
 
 
 DECLARATION = SolverDeclaration("hilbert-krylov", solve, cost=cost, summary="block Krylov on the complex Gram matrix",
-                                options=OPTIONS, fuses_features=fuses_features, most_passes=most_passes)
+                                flop_rate=HILBERT_KRYLOV_FLOPS_PER_SECOND, options=OPTIONS, certifies=reaches, fallback="approximate", fuses_features=fuses_features,
+                                most_passes=most_passes, reads_strips=True)

@@ -353,3 +353,20 @@ def tangent_bound(sine: float) -> float:
     for components computed one product beyond them: with U_k = U·A + U_⊥·B (‖B‖ = sin θ),
     Zᴴ·U_k = V·Σ·A + V_⊥·Σ_⊥·B, so tan θ(span Zᴴ·U_k, V) ≤ (σ_{k+1}/σ_k)·tan θ(U_k, U) ≤ tan θ(U_k, U)."""
     return 1.0 if sine >= 1.0 else min(1.0, sine / np.sqrt(1.0 - sine * sine))
+
+
+def product_bound(sine: float, upper: float, low: float, top: float, n_samples: int) -> float:
+    """A bound b = ``sine`` on sin θ of an orthonormal n×k answer Û of the Gram operator G = ZZᴴ
+    turned into one on the span of Zᴴ·Û (the components, one product further), with the power
+    step's contraction: Û = U·A + U_⊥·B gives Zᴴ·Û = V·Σ·A + V_⊥·Σ_⊥·B, so
+    tan θ(Zᴴ·Û) ≤ (σ_{k+1}/σ_k)·tan θ(Û) ≤ √(λ̂_{k+1}/``low``)·b/√(1 − b²), ``low`` ≤ λ_k (θ_k,
+    or μ_k of the augmented answer) and ``upper`` = λ̂_{k+1} (:func:`next_eigenvalue`). The
+    product's own round-off, 4ε·√n·σ₁ per column against σ_k (``top`` = θ₁), is added: it moves
+    the span by up to its ratio and no residual shows it. The smaller of this and
+    :func:`tangent_bound`'s b/√(1 − b²) (no contraction, no estimate)."""
+    plain = tangent_bound(sine)
+    if not (sine < 1.0 and 0.0 <= upper < low and top > 0.0):
+        return plain
+    tangent = np.sqrt(upper / low) * sine / np.sqrt(1.0 - sine * sine)
+    contracted = tangent / np.sqrt(1.0 + tangent * tangent) + ROUNDOFF_RESIDUAL * np.sqrt(n_samples) * np.sqrt(top / low)
+    return min(plain, float(contracted))

@@ -326,7 +326,8 @@ def certify(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray, n_samples: i
             "augmented_vectors": vectors, "augmented_values": values, "left_bound": left_bound}
 
 
-def wedin(sigma: np.ndarray, r_norms: np.ndarray, s_norms: np.ndarray, k: int, full: bool) -> float:
+def wedin(sigma: np.ndarray, r_norms: np.ndarray, s_norms: np.ndarray, k: int, full: bool,
+          spectral: float | None = None) -> float:
     """Wedin's sin θ bound (1972) on the k leading singular triplets of a cross operator C from
     Ritz values ``sigma`` (descending, at least k + 1 when available) and the residual norms of
     the left (``r_norms``: C·w − σ·x) and right (``s_norms``: Cᵀ·x − σ·w) Ritz vectors, round-off
@@ -337,8 +338,17 @@ def wedin(sigma: np.ndarray, r_norms: np.ndarray, s_norms: np.ndarray, k: int, f
     above by σ̂_{k+1} + max(‖r_{k+1}‖, ‖s_{k+1}‖) (the next Ritz value, ≤ σ_{k+1} by interlacing,
     plus its residual). ``full``: k = min(dx, dy), C has no singular value beyond the k-th (α = 0),
     so the gap is σ̂_k itself: an exact answer (the residuals at round-off) gets a round-off bound.
+
+    ``spectral`` = max(‖R_k‖₂, ‖S_k‖₂), round-off included (issue 41): the theorem holds in every
+    unitarily invariant norm in the form max(‖sin Θ_left‖, ‖sin Θ_right‖) ≤ max(‖R‖, ‖S‖)/δ
+    (Stewart & Sun, *Matrix Perturbation Theory*, 1990, Thm V.4.4), and in the spectral norm the
+    left side is what is reported — the largest principal angle of either side. The Frobenius
+    form above is up to √(2k) larger (measured 2.5–3.6× on the tests' fields, k = 3 … 6); the
+    smaller of the two is used.
     """
     residual = np.sqrt(np.sum(r_norms[:k] ** 2) + np.sum(s_norms[:k] ** 2))
+    if spectral is not None:
+        residual = min(residual, spectral)
     if full:
         smallest = sigma[k - 1] if len(sigma) >= k else 0.0
         return 1.0 if smallest <= DEFLATION_RTOL * sigma[0] else min(1.0, float(residual / smallest))

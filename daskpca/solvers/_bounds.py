@@ -20,9 +20,12 @@ eigenvectors or singular vectors). Every bound here
 The bounds: :func:`plain_ritz` (Davis–Kahan on the plain Ritz vectors of a symmetric operator;
 block Krylov, Hilbert's Krylov), :func:`certify` (the same with λ_{k+1} bounded by the trace too,
 sharpened by the next Ritz block where it is a converged cluster, :func:`split_bounds`, and the
-refined span(C·X_k) one product further), :func:`wedin` (Wedin's sin θ theorem for the
-singular vectors of a cross operator: MCA's Krylov SVD) and :func:`tangent_bound` (a sine bound
-turned into one on the tangent: the components one product beyond the Ritz vectors, Hilbert's).
+refined span(C·X_k) one product further, and the augmented vectors of
+:func:`unseen_variance_bound`), :func:`nystrom_bound` (the left projection's components, from the
+variance the Nyström approximation leaves out), :func:`wedin` (Wedin's sin θ theorem for the
+singular vectors of a cross operator, spectral and Frobenius forms: MCA's Krylov SVD),
+:func:`tangent_bound` and :func:`product_bound` (a sine bound turned into one on the components
+one product beyond the vectors it certifies, with the power step's contraction: Hilbert's).
 The solvers call these; none computes a bound of its own.
 """
 

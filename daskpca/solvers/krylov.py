@@ -461,8 +461,9 @@ def _gap_ratio(theta: np.ndarray, upper: float) -> float | None:
 
 
 def certified_bound(basis: Basis, k: int, n_samples: int = 1, total: float | None = None) -> float:
-    """The smallest bound of the plain Ritz vectors and of the refined span(C·X_k) (:func:`._bounds.certify`):
-    what a fit with a ``tol`` stops on, without the left projection's m×m eigenproblem."""
+    """The smallest bound of the plain Ritz vectors, the refined span(C·X_k) and the augmented
+    vectors (:func:`._bounds.certify`), without the left projection's m×m eigenproblem — so
+    without its Nyström bound, which the fit also stops on (:func:`estimate`)."""
     found = certify(basis, k, *basis.ritz(), n_samples, total)
     return smallest_bound(min(found["bound"], found["refined"]), found["augmented"])
 

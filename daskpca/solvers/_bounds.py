@@ -123,7 +123,11 @@ def split_bounds(theta: np.ndarray, norms: np.ndarray, gram: np.ndarray, k: int,
     error X_k can hold sits below the plateau: measured on λ_k/λ_{k+1} = 1.5 with five equal modes
     under λ_k, 3.9× tighter than s = 0 (benchmarks/README.md, "Tightness"). Every λ̂ is
     :func:`next_eigenvalue`'s (the same estimate as the plain bound's), so the min over s is a
-    bound wherever that one is.
+    bound wherever that one is. Two cuts s1 < s2 split the same way into three bands — the plateau,
+    a second Ritz block below it (Davis–Kahan for an interior cluster: δ = min(θ_{k+s1} − θ_{k+s1+1},
+    θ_{k+s2} − λ̂_{k+s2+1}), λ_{k+s1} ≥ θ_{k+s1}) with the gap θ_k − λ̂_{k+s1+1} and contraction
+    λ̂_{k+s1+1}, and the rest below λ̂_{k+s2+1}: a plateau's decaying tail converges too (test
+    plateau, tol 1e-5: bound/true 7.7 → 5.6).
     """
     theta_k = theta[k - 1]
     top = max(theta[0], 0.0)
@@ -132,29 +136,45 @@ def split_bounds(theta: np.ndarray, norms: np.ndarray, gram: np.ndarray, k: int,
     if not gap > 0:
         return 1.0, 1.0
     best_plain, best_refined = 1.0, 1.0
-    for s in range(0, min(NEXT_CLUSTER, norms.size - k - 1) + 1):
-        below = next_eigenvalue(theta, norms, k + s, total)  # λ̂_{k+s+1}
-        if s == 0:
-            b_p, b_r = 0.0, residual / gap
-        else:
-            interior = min(theta_k - theta[k], theta[k + s - 1] - below)
-            if not (interior > 0 and theta_k > below):
-                continue
-            cluster = np.sqrt(max(np.linalg.eigvalsh(gram[k:k + s, k:k + s])[-1], 0.0)) + roundoff  # ‖R_Z‖
-            # Only the computed residual lies in span V's complement: round-off (W's, and V's
-            # orthogonality) is not contracted by sin θ(U_p, Z) (measured: a bound of 1.5e-13
-            # against a true 2.7e-10 at λ_k/λ_{k+1} = 1 + 1e-6 when it was).
-            b_p = (min(1.0, cluster / interior) * (residual - roundoff) + roundoff) / gap
-            b_r = residual / (theta_k - below)
-        sine = float(np.hypot(b_p, b_r))
-        if not sine < 1.0:
+    most = min(NEXT_CLUSTER, norms.size - k - 1)
+    below = [next_eigenvalue(theta, norms, k + s, total) for s in range(most + 1)]  # λ̂_{k+s+1}
+
+    def band(first: int, last: int) -> float | None:
+        """The part of ‖B‖ on the eigenvectors of λ_{k+first+1} … λ_{k+last}, through their Ritz
+        block's sin θ (Davis–Kahan for an interior cluster); None where it is not separated."""
+        interior = min(theta[k + first - 1] - theta[k + first], theta[k + last - 1] - below[last])
+        if not (interior > 0 and theta_k > below[first]):
+            return None
+        cluster = np.sqrt(max(np.linalg.eigvalsh(gram[k + first:k + last, k + first:k + last])[-1], 0.0)) + roundoff
+        # Only the computed residual lies in span V's complement: round-off (W's, and V's
+        # orthogonality) is not contracted by sin θ(U_p, Z) (measured: a bound of 1.5e-13
+        # against a true 2.7e-10 at λ_k/λ_{k+1} = 1 + 1e-6 when it was).
+        return (min(1.0, cluster / interior) * (residual - roundoff) + roundoff) / (theta_k - below[first])
+
+    # Cuts 0 ≤ s1 ≤ s2: the band of the next s1 Ritz vectors (the plateau), the band of the s2 − s1
+    # after it (a second, lower cluster: a plateau's tail converges too), and the rest below
+    # λ̂_{k+s2+1}; each part of B contracted in the refined span by its band's top eigenvalue.
+    for s2 in range(most + 1):
+        if not theta_k > below[s2]:
             continue
-        best_plain = min(best_plain, sine)
-        if theta_k > DEFLATION_RTOL * top:
-            # W's own round-off (relative ROUNDOFF_RESIDUAL·√n to θ₁, which the residuals cannot
-            # see) moves span(C·X_k) by up to that over θ_k.
-            tangent = np.hypot(upper * b_p, (upper if s == 0 else below) * b_r) / (theta_k * np.sqrt(1.0 - sine * sine))
-            best_refined = min(best_refined, tangent / np.sqrt(1.0 + tangent * tangent) + roundoff / theta_k)
+        for s1 in range(s2 + 1):
+            parts = [(residual / (theta_k - below[s2]), below[s2])]
+            if s1 > 0:
+                parts.append((band(0, s1), upper))
+            if s2 > s1:
+                parts.append((band(s1, s2), below[s1]))
+            if any(part is None for part, _ in parts):
+                continue
+            sine = float(np.sqrt(sum(part * part for part, _ in parts)))
+            if not sine < 1.0:
+                continue
+            best_plain = min(best_plain, sine)
+            if theta_k > DEFLATION_RTOL * top:
+                # W's own round-off (relative ROUNDOFF_RESIDUAL·√n to θ₁, which the residuals
+                # cannot see) moves span(C·X_k) by up to that over θ_k.
+                image = np.sqrt(sum((level * part) ** 2 for part, level in parts))
+                tangent = image / (theta_k * np.sqrt(1.0 - sine * sine))
+                best_refined = min(best_refined, tangent / np.sqrt(1.0 + tangent * tangent) + roundoff / theta_k)
     return best_plain, min(1.0, best_refined)
 
 

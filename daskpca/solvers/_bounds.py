@@ -20,9 +20,12 @@ eigenvectors or singular vectors). Every bound here
 The bounds: :func:`plain_ritz` (Davis–Kahan on the plain Ritz vectors of a symmetric operator;
 block Krylov, Hilbert's Krylov), :func:`certify` (the same with λ_{k+1} bounded by the trace too,
 sharpened by the next Ritz block where it is a converged cluster, :func:`split_bounds`, and the
-refined span(C·X_k) one product further), :func:`wedin` (Wedin's sin θ theorem for the
-singular vectors of a cross operator: MCA's Krylov SVD) and :func:`tangent_bound` (a sine bound
-turned into one on the tangent: the components one product beyond the Ritz vectors, Hilbert's).
+refined span(C·X_k) one product further, and the augmented vectors of
+:func:`unseen_variance_bound`), :func:`nystrom_bound` (the left projection's components, from the
+variance the Nyström approximation leaves out), :func:`wedin` (Wedin's sin θ theorem for the
+singular vectors of a cross operator, spectral and Frobenius forms: MCA's Krylov SVD),
+:func:`tangent_bound` and :func:`product_bound` (a sine bound turned into one on the components
+one product beyond the vectors it certifies, with the power step's contraction: Hilbert's).
 The solvers call these; none computes a bound of its own.
 """
 
@@ -120,7 +123,11 @@ def split_bounds(theta: np.ndarray, norms: np.ndarray, gram: np.ndarray, k: int,
     error X_k can hold sits below the plateau: measured on λ_k/λ_{k+1} = 1.5 with five equal modes
     under λ_k, 3.9× tighter than s = 0 (benchmarks/README.md, "Tightness"). Every λ̂ is
     :func:`next_eigenvalue`'s (the same estimate as the plain bound's), so the min over s is a
-    bound wherever that one is.
+    bound wherever that one is. Two cuts s1 < s2 split the same way into three bands — the plateau,
+    a second Ritz block below it (Davis–Kahan for an interior cluster: δ = min(θ_{k+s1} − θ_{k+s1+1},
+    θ_{k+s2} − λ̂_{k+s2+1}), λ_{k+s1} ≥ θ_{k+s1}) with the gap θ_k − λ̂_{k+s1+1} and contraction
+    λ̂_{k+s1+1}, and the rest below λ̂_{k+s2+1}: a plateau's decaying tail converges too (test
+    plateau, tol 1e-5: bound/true 7.7 → 5.6).
     """
     theta_k = theta[k - 1]
     top = max(theta[0], 0.0)
@@ -129,29 +136,45 @@ def split_bounds(theta: np.ndarray, norms: np.ndarray, gram: np.ndarray, k: int,
     if not gap > 0:
         return 1.0, 1.0
     best_plain, best_refined = 1.0, 1.0
-    for s in range(0, min(NEXT_CLUSTER, norms.size - k - 1) + 1):
-        below = next_eigenvalue(theta, norms, k + s, total)  # λ̂_{k+s+1}
-        if s == 0:
-            b_p, b_r = 0.0, residual / gap
-        else:
-            interior = min(theta_k - theta[k], theta[k + s - 1] - below)
-            if not (interior > 0 and theta_k > below):
-                continue
-            cluster = np.sqrt(max(np.linalg.eigvalsh(gram[k:k + s, k:k + s])[-1], 0.0)) + roundoff  # ‖R_Z‖
-            # Only the computed residual lies in span V's complement: round-off (W's, and V's
-            # orthogonality) is not contracted by sin θ(U_p, Z) (measured: a bound of 1.5e-13
-            # against a true 2.7e-10 at λ_k/λ_{k+1} = 1 + 1e-6 when it was).
-            b_p = (min(1.0, cluster / interior) * (residual - roundoff) + roundoff) / gap
-            b_r = residual / (theta_k - below)
-        sine = float(np.hypot(b_p, b_r))
-        if not sine < 1.0:
+    most = min(NEXT_CLUSTER, norms.size - k - 1)
+    below = [next_eigenvalue(theta, norms, k + s, total) for s in range(most + 1)]  # λ̂_{k+s+1}
+
+    def band(first: int, last: int) -> float | None:
+        """The part of ‖B‖ on the eigenvectors of λ_{k+first+1} … λ_{k+last}, through their Ritz
+        block's sin θ (Davis–Kahan for an interior cluster); None where it is not separated."""
+        interior = min(theta[k + first - 1] - theta[k + first], theta[k + last - 1] - below[last])
+        if not (interior > 0 and theta_k > below[first]):
+            return None
+        cluster = np.sqrt(max(np.linalg.eigvalsh(gram[k + first:k + last, k + first:k + last])[-1], 0.0)) + roundoff
+        # Only the computed residual lies in span V's complement: round-off (W's, and V's
+        # orthogonality) is not contracted by sin θ(U_p, Z) (measured: a bound of 1.5e-13
+        # against a true 2.7e-10 at λ_k/λ_{k+1} = 1 + 1e-6 when it was).
+        return (min(1.0, cluster / interior) * (residual - roundoff) + roundoff) / (theta_k - below[first])
+
+    # Cuts 0 ≤ s1 ≤ s2: the band of the next s1 Ritz vectors (the plateau), the band of the s2 − s1
+    # after it (a second, lower cluster: a plateau's tail converges too), and the rest below
+    # λ̂_{k+s2+1}; each part of B contracted in the refined span by its band's top eigenvalue.
+    for s2 in range(most + 1):
+        if not theta_k > below[s2]:
             continue
-        best_plain = min(best_plain, sine)
-        if theta_k > DEFLATION_RTOL * top:
-            # W's own round-off (relative ROUNDOFF_RESIDUAL·√n to θ₁, which the residuals cannot
-            # see) moves span(C·X_k) by up to that over θ_k.
-            tangent = np.hypot(upper * b_p, (upper if s == 0 else below) * b_r) / (theta_k * np.sqrt(1.0 - sine * sine))
-            best_refined = min(best_refined, tangent / np.sqrt(1.0 + tangent * tangent) + roundoff / theta_k)
+        for s1 in range(s2 + 1):
+            parts = [(residual / (theta_k - below[s2]), below[s2])]
+            if s1 > 0:
+                parts.append((band(0, s1), upper))
+            if s2 > s1:
+                parts.append((band(s1, s2), below[s1]))
+            if any(part is None for part, _ in parts):
+                continue
+            sine = float(np.sqrt(sum(part * part for part, _ in parts)))
+            if not sine < 1.0:
+                continue
+            best_plain = min(best_plain, sine)
+            if theta_k > DEFLATION_RTOL * top:
+                # W's own round-off (relative ROUNDOFF_RESIDUAL·√n to θ₁, which the residuals
+                # cannot see) moves span(C·X_k) by up to that over θ_k.
+                image = np.sqrt(sum((level * part) ** 2 for part, level in parts))
+                tangent = image / (theta_k * np.sqrt(1.0 - sine * sine))
+                best_refined = min(best_refined, tangent / np.sqrt(1.0 + tangent * tangent) + roundoff / theta_k)
     return best_plain, min(1.0, best_refined)
 
 
@@ -207,6 +230,73 @@ def unseen_variance_bound(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray
     gap = low - upper
     if not gap > 0:
         return 1.0, None, None
+    bound = split_residual_bound(inside, beyond, low, upper, theta, norms, gram, k, roundoff, total)
+    vectors = V @ (Y @ Z[:m]) + Q @ Z[m:]
+    return bound, tall_qr(vectors)[0], np.clip(mu, 0.0, None)
+
+
+def nystrom_bound(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray, U: np.ndarray, values: np.ndarray,
+                  norms: np.ndarray, gram: np.ndarray, upper: float, roundoff: float, total: float | None) -> float:
+    """A bound on sin θ of the left projection's components ``U`` (d×k, orthonormal; ``values``
+    their σ_i, descending) from the variance the Nyström approximation leaves out.
+
+    ``theta``, ``Y``: all m Ritz values and vectors of span V; ``norms``, ``gram``: the residual
+    norms and Gram of the first k + 1 + s Ritz vectors; ``upper`` = λ̂_{k+1}; ``total`` = trace C
+    (None: 1.0, nothing certified). Costs three d×m×k products, no pass.
+
+    Why (issue 41: the left projection was ~10⁴× more accurate than any certified answer on
+    fast-decaying spectra, 9.6e-7 true against 3.3e-3): the left projection's components are the
+    top eigenvectors of M = C·V·T⁺·Vᴴ·C (T = VᴴCV; its right singular vectors span X̃ᴴΠX̃,
+    Π the projector on range X̃V), so M·U = U·Σ² up to the solve's round-off. E = C − M = X̃ᴴ(I − Π)X̃
+    is positive semi-definite, vanishes on span V' (the Ritz vectors with θ_i > 0: (I − Π)X̃V' = 0)
+    and has the trace τ_N = trace C − trace(T⁺·VᴴC²V) = trace C − Σ_{θ_i>0} (θ_i + ‖r_i‖²/θ_i)
+    (C·x_i = θ_i·x_i + r_i, r_i ⟂ x_i): a number the fit holds. So the residual of U under C is
+    C·U − U·Σ² = (M·U − U·Σ²) + E·(I − V'V'ᴴ)·U with ‖E‖ ≤ τ_N — the unseen variance times U's
+    component outside span V, a product of two small numbers — and the second term lies outside
+    span V' (E's range does). :func:`split_residual_bound` with the gap σ_k² − λ̂_{k+1} (σ_k² ≤ λ_k:
+    M ⪯ C) gives the bound. ‖r_i‖² = (YᴴPY)_ii − θ_i² (P = WᴴW) loses ~m²·ε·‖P‖ to cancellation,
+    which is subtracted before it is used: τ_N is only ever overstated. A proof but for λ̂
+    (:func:`next_eigenvalue`); on a wide noise continuum τ_N is the continuum's variance and the
+    bound stays 1 (the other answers decide there).
+    """
+    m = theta.size
+    if total is None or not np.isfinite(total) or m <= k or values.size < k or U.shape[1] < k:
+        return 1.0
+    V, W, P = basis.V, basis.W, basis.P
+    top = max(float(theta[0]), 0.0)
+    positive = theta > DEFLATION_RTOL * top  # V' (the left projection keeps the same directions)
+    Yp, thetap = Y[:, positive], theta[positive]
+    captured = np.real(np.einsum("ij,jk,ki->i", Yp.conj().T, P, Yp)) - thetap**2  # ‖r_i‖², V' only
+    slack = 8 * m * np.finfo(np.float64).eps * float(np.abs(P).max(initial=0.0)) * m
+    tau = float(total) - float(thetap.sum()) - float(np.sum(np.clip(captured - slack, 0.0, None) / thetap))
+    tau = max(tau, 0.0) + TRACE_RTOL * max(float(total), 0.0)
+    # The next Ritz block split_residual_bound takes lies in V' (its contraction needs R_out ⟂ it).
+    count = int(positive.sum())
+    norms, gram = norms[:count], gram[:count, :count]
+    Vp = V @ Yp  # orthonormal basis of V'
+    images = W.conj().T @ U  # (m, k): VᴴC·U
+    inside = tall_norm2(W @ (Yp @ ((Yp.conj().T @ images) / thetap[:, None])) - U * values**2)  # ‖M·U − U·Σ²‖
+    outside = tall_norm2(U - Vp @ (Vp.conj().T @ U))  # ‖(I − V'V'ᴴ)·U‖
+    return split_residual_bound(inside, tau * outside + roundoff, float(values[k - 1]) ** 2, upper, theta, norms, gram,
+                                k, roundoff, total)
+
+
+def split_residual_bound(inside: float, beyond: float, low: float, upper: float, theta: np.ndarray, norms: np.ndarray,
+                         gram: np.ndarray, k: int, roundoff: float, total: float | None) -> float:
+    """Davis–Kahan for an orthonormal Û (d×k) with C·Û − Û·M = R, M symmetric with eigenvalues
+    ≥ ``low``, R = R_in + R_out, ‖R_in‖ ≤ ``inside`` and ‖R_out‖ ≤ ``beyond`` with R_out ⟂ span V;
+    ``upper`` = λ̂_{k+1}; ``theta``, ``norms``, ``gram``: the Ritz values, residual norms and Gram
+    of the first k + 1 + s Ritz vectors (:func:`certify`).
+
+    sin θ(Û, U_k) ≤ ‖R‖/(low − λ_{k+1}) (the sin θ theorem: U_⊥ᴴR solves a Sylvester equation
+    whose two spectra are ``low`` − λ_{k+1} apart), split as :func:`split_bounds` does: the part on
+    the eigenvectors U_p of λ_{k+1} … λ_{k+s} has ‖U_pᴴR_out‖ ≤ sin θ(U_{k+s}, V)·‖R_out‖ (R_out ⟂ V),
+    sin θ(U_{k+s}, V) ≤ ‖R_{k+s}‖/(θ_{k+s} − λ̂_{k+s+1}), and the rest has the gap low − λ̂_{k+s+1}.
+    The best over s = 0 … :data:`NEXT_CLUSTER`; 1 where the gap is not positive.
+    """
+    gap = low - upper
+    if not gap > 0:
+        return 1.0
     whole = float(np.hypot(inside, beyond))
     bound = whole / gap
     for s in range(1, min(NEXT_CLUSTER, norms.size - k - 1) + 1):
@@ -216,8 +306,7 @@ def unseen_variance_bound(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray
         head = np.sqrt(max(np.linalg.eigvalsh(gram[:k + s, :k + s])[-1], 0.0)) + roundoff  # ‖R_{k+s}‖
         captured = min(1.0, head / (theta[k + s - 1] - below))  # sin θ(U_{k+s}, span V)
         bound = min(bound, float(np.hypot((inside + captured * beyond) / gap, whole / (low - below))))
-    vectors = V @ (Y @ Z[:m]) + Q @ Z[m:]
-    return min(1.0, bound), tall_qr(vectors)[0], np.clip(mu, 0.0, None)
+    return min(1.0, bound)
 
 
 def certify(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray, n_samples: int, total: float | None) -> dict:
@@ -245,15 +334,23 @@ def certify(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray, n_samples: i
         bound, refined = 1.0, 1.0
     eig_error = min(residual, residual**2 / gap) if gap > 0 else residual
     augmented, vectors, values = 1.0, None, None
+    gram = R.conj().T @ R
     if 0 < k < basis.V.shape[0] and gap > 0 and np.isfinite(residual):
-        augmented, vectors, values = unseen_variance_bound(basis, k, theta, Y, R, R.conj().T @ R, norms, upper,
-                                                           roundoff, total)
+        augmented, vectors, values = unseen_variance_bound(basis, k, theta, Y, R, gram, norms, upper, roundoff, total)
+
+    def left_bound(components: np.ndarray, singular_values: np.ndarray) -> float:
+        """:func:`nystrom_bound` of the left projection's components (d×k) and their σ_i."""
+        if not (0 < k < basis.V.shape[0] and gap > 0 and np.isfinite(residual)):
+            return 1.0  # the others' bounds decide (0 where the kept subspace is the whole space)
+        return nystrom_bound(basis, k, theta, Y, components, singular_values, norms, gram, upper, roundoff, total)
+
     return {"X": X[:, :k], "image": image[:, :k], "theta": theta[:k], "norms": norms[:k], "bound": bound,
             "eig_error": eig_error, "gap": gap, "upper": upper, "refined": refined, "augmented": augmented,
-            "augmented_vectors": vectors, "augmented_values": values}
+            "augmented_vectors": vectors, "augmented_values": values, "left_bound": left_bound}
 
 
-def wedin(sigma: np.ndarray, r_norms: np.ndarray, s_norms: np.ndarray, k: int, full: bool) -> float:
+def wedin(sigma: np.ndarray, r_norms: np.ndarray, s_norms: np.ndarray, k: int, full: bool,
+          spectral: float | None = None) -> float:
     """Wedin's sin θ bound (1972) on the k leading singular triplets of a cross operator C from
     Ritz values ``sigma`` (descending, at least k + 1 when available) and the residual norms of
     the left (``r_norms``: C·w − σ·x) and right (``s_norms``: Cᵀ·x − σ·w) Ritz vectors, round-off
@@ -264,8 +361,17 @@ def wedin(sigma: np.ndarray, r_norms: np.ndarray, s_norms: np.ndarray, k: int, f
     above by σ̂_{k+1} + max(‖r_{k+1}‖, ‖s_{k+1}‖) (the next Ritz value, ≤ σ_{k+1} by interlacing,
     plus its residual). ``full``: k = min(dx, dy), C has no singular value beyond the k-th (α = 0),
     so the gap is σ̂_k itself: an exact answer (the residuals at round-off) gets a round-off bound.
+
+    ``spectral`` = max(‖R_k‖₂, ‖S_k‖₂), round-off included (issue 41): the theorem holds in every
+    unitarily invariant norm in the form max(‖sin Θ_left‖, ‖sin Θ_right‖) ≤ max(‖R‖, ‖S‖)/δ
+    (Stewart & Sun, *Matrix Perturbation Theory*, 1990, Thm V.4.4), and in the spectral norm the
+    left side is what is reported — the largest principal angle of either side. The Frobenius
+    form above is up to √(2k) larger (measured 2.5–3.6× on the tests' fields, k = 3 … 6); the
+    smaller of the two is used.
     """
     residual = np.sqrt(np.sum(r_norms[:k] ** 2) + np.sum(s_norms[:k] ** 2))
+    if spectral is not None:
+        residual = min(residual, spectral)
     if full:
         smallest = sigma[k - 1] if len(sigma) >= k else 0.0
         return 1.0 if smallest <= DEFLATION_RTOL * sigma[0] else min(1.0, float(residual / smallest))
@@ -280,3 +386,20 @@ def tangent_bound(sine: float) -> float:
     for components computed one product beyond them: with U_k = U·A + U_⊥·B (‖B‖ = sin θ),
     Zᴴ·U_k = V·Σ·A + V_⊥·Σ_⊥·B, so tan θ(span Zᴴ·U_k, V) ≤ (σ_{k+1}/σ_k)·tan θ(U_k, U) ≤ tan θ(U_k, U)."""
     return 1.0 if sine >= 1.0 else min(1.0, sine / np.sqrt(1.0 - sine * sine))
+
+
+def product_bound(sine: float, upper: float, low: float, top: float, n_samples: int) -> float:
+    """A bound b = ``sine`` on sin θ of an orthonormal n×k answer Û of the Gram operator G = ZZᴴ
+    turned into one on the span of Zᴴ·Û (the components, one product further), with the power
+    step's contraction: Û = U·A + U_⊥·B gives Zᴴ·Û = V·Σ·A + V_⊥·Σ_⊥·B, so
+    tan θ(Zᴴ·Û) ≤ (σ_{k+1}/σ_k)·tan θ(Û) ≤ √(λ̂_{k+1}/``low``)·b/√(1 − b²), ``low`` ≤ λ_k (θ_k,
+    or μ_k of the augmented answer) and ``upper`` = λ̂_{k+1} (:func:`next_eigenvalue`). The
+    product's own round-off, 4ε·√n·σ₁ per column against σ_k (``top`` = θ₁), is added: it moves
+    the span by up to its ratio and no residual shows it. The smaller of this and
+    :func:`tangent_bound`'s b/√(1 − b²) (no contraction, no estimate)."""
+    plain = tangent_bound(sine)
+    if not (sine < 1.0 and 0.0 <= upper < low and top > 0.0):
+        return plain
+    tangent = np.sqrt(upper / low) * sine / np.sqrt(1.0 - sine * sine)
+    contracted = tangent / np.sqrt(1.0 + tangent * tangent) + ROUNDOFF_RESIDUAL * np.sqrt(n_samples) * np.sqrt(top / low)
+    return min(plain, float(contracted))

@@ -46,7 +46,7 @@ from scipy.linalg import blas, svd
 
 from ._base import Cost, PlanInput, SolverDeclaration
 from ..passes import (MERGE_SPLIT_EVERY, SizedByArrays, backend_of, center_block, format_bytes, like, map_row_blocks,
-                      namespace, orthonormal_extension, tree_reduce)
+                      namespace, orthonormal_extension, tall_norm2, tree_reduce)
 from ._bounds import ROUNDOFF_RESIDUAL, wedin
 from .._validation import NonFinite
 from ..exceptions import InputError, InvalidParameterError
@@ -223,9 +223,10 @@ def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: 
 
     The bound (``error_bound``) is Wedin's sin θ theorem (1972): if the singular values of C
     outside the computed triplets are ≤ α and σ̂_k ≥ α + δ, δ > 0, then
-    ``√(‖sin Θ_left‖²_F + ‖sin Θ_right‖²_F) ≤ √(‖R‖²_F + ‖S‖²_F) / δ``; it bounds the sine of
-    the largest principal angle between span X_k and the exact left singular subspace, and
-    between span W_k and the right one. σ_{k+1} is unknown; as in :mod:`daskpca.solvers.krylov`
+    ``√(‖sin Θ_left‖²_F + ‖sin Θ_right‖²_F) ≤ √(‖R‖²_F + ‖S‖²_F) / δ``, and in the spectral norm
+    ``max(‖sin Θ_left‖₂, ‖sin Θ_right‖₂) ≤ max(‖R‖₂, ‖S‖₂) / δ`` (up to √(2k) smaller; the smaller
+    is taken, :func:`._bounds.wedin`); it bounds the sine of the largest principal angle between
+    span X_k and the exact left singular subspace, and between span W_k and the right one. σ_{k+1} is unknown; as in :mod:`daskpca.solvers.krylov`
     it is estimated from above by σ̂_{k+1} + max(‖r_{k+1}‖, ‖s_{k+1}‖) (the next Ritz value,
     ≤ σ_{k+1} by interlacing, plus its residual), so δ̂ = σ̂_k − σ̂_{k+1} − max(‖r_{k+1}‖,
     ‖s_{k+1}‖) — an estimate resting on span U, V not missing σ_{k+1}'s vectors (probability zero
@@ -275,7 +276,8 @@ def _ritz(basis_u, basis_v, images_v, images_u, k, n_samples):
     s_norms = np.linalg.norm(S, axis=0) + roundoff
     # k = min(dx, dy): C has no singular value beyond the k-th (α = 0 in Wedin's theorem).
     full = k >= min(basis_u.shape[0], basis_v.shape[0])
-    return left[:, :k], right[:, :k], sigma[:k], wedin(sigma, r_norms, s_norms, k, full)
+    spectral = max(tall_norm2(R[:, :k]), tall_norm2(S[:, :k])) + roundoff if m >= k else None  # Wedin's ‖·‖₂ form
+    return left[:, :k], right[:, :k], sigma[:k], wedin(sigma, r_norms, s_norms, k, full, spectral)
 
 
 # ---------------------------------------------------------------------------- correlation patterns

@@ -16,7 +16,12 @@ M = ZᴴU_k (d×k), whose SVD gives orthonormal components and their variances.
 
 Bound on the components: with U_k = U A + U_⊥ B (U the exact top-k eigenvectors, ‖B‖ = sin θ),
 ZᴴU_k = V Σ A + V_⊥ Σ_⊥ B, so tan θ(span M, V) ≤ (σ_{k+1}/σ_k)·tan θ(U_k, U) ≤ tan θ(U_k, U): the
-reported ``error_bound`` is the Ritz bound b turned into b/√(1 − b²) (≥ the sine it bounds).
+reported ``error_bound`` is the Ritz bound b turned into √(λ̂_{k+1}/θ_k)·b/√(1 − b²) (σ_{k+1}/σ_k ≤
+that root; the product's round-off added, :func:`._bounds.product_bound`), at most b/√(1 − b²).
+The same holds for any orthonormal n×k answer in place of U_k: where the trace of G (Σ|z|², every
+pass sums it) certifies the augmented vectors Û of :func:`._bounds.unseen_variance_bound` below
+half the Ritz vectors' bound, the components are ZᴴÛ (fast decay: the variance the basis has not
+seen is small and Û's error sits far below λ_{k+1}).
 
 Passes: Krylov passes (until the bound meets ``tol``, at most ``max_passes`` − 1) + 1 for the
 components. Flops per pass: 16·n·d·ℓ (two complex products per strip) + the FFTs. Memory per task:
@@ -39,8 +44,8 @@ from ..passes import MERGE_SPLIT_EVERY, Basis, Passes, orthonormal_extension
 from ._iterative import as_generator
 from .._validation import raise_if_nonfinite
 from .hilbert import COMPLEX128, HILBERT_KRYLOV_FLOPS_PER_SECOND, PADDINGS, analytic_flops, gram_graph, strip_bytes, strip_products
-from ._bounds import certify, plain_ritz, tangent_bound
-from .krylov import BASIS_BYTES, check_accuracy_options, client_flops, pass_budget, predicted_passes
+from ._bounds import certify, plain_ritz, product_bound
+from .krylov import BASIS_BYTES, check_accuracy_options, client_flops, pass_budget, predicted_passes, smallest_bound
 
 OPTIONS = ("padding", "decay_factor", "tol", "max_passes")
 #: Block size ℓ = k + N_OVERSAMPLES (as the real Krylov solver's default).
@@ -133,9 +138,17 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
         theta, Y = basis.ritz()
         ritz, values, norms, ritz_bound, _, gap = plain_ritz(basis, k, theta, Y, n_samples)
         # Sharper where the next Ritz block is a converged cluster (a plateau below λ_k): the same
-        # Davis–Kahan argument split at the cluster, ._bounds.split_bounds.
-        ritz_bound = min(ritz_bound, certify(basis, k, theta, Y, n_samples, None)["bound"])
-        bound = tangent_bound(ritz_bound)  # the components are one product beyond the Ritz vectors
+        # Davis–Kahan argument split at the cluster, ._bounds.split_bounds. The trace of G (Σ|z|²,
+        # this pass's) bounds λ_{k+1} too and certifies the augmented vectors Û from the variance
+        # the basis has not seen (._bounds.unseen_variance_bound), taken as the krylov solver
+        # takes them: where their bound is below AUGMENTED_MARGIN of the Ritz vectors'.
+        found = certify(basis, k, theta, Y, n_samples, part.squares)
+        ritz_bound = min(ritz_bound, found["bound"])
+        low = theta[k - 1] if theta.size >= k else 0.0  # ≤ λ_k
+        if found["augmented_vectors"] is not None and smallest_bound(ritz_bound, found["augmented"]) < ritz_bound:
+            ritz, ritz_bound, low = found["augmented_vectors"], found["augmented"], found["augmented_values"][-1]
+        # The components are one product beyond these vectors: contracted by σ_{k+1}/σ_k.
+        bound = product_bound(ritz_bound, found["upper"], low, max(theta[0], 0.0), n_samples)
         history.append(bound)
         passes.bound(bound)
         if bound <= target or len(history) + 1 >= budget:

@@ -221,16 +221,10 @@ def extra_reads(module, spec: FeatureSpec | None) -> int:
     return 0 if fuses is not None and fuses(spec) else 1
 
 
-def plan_reads(modules: dict, spec: FeatureSpec | None, params: dict) -> dict:
-    """``{name: (reads the feature stage adds before the solver's own, its most reads or None)}``
-    for every solver in ``modules``, the estimator's ``params`` giving each its ``OPTIONS``: what
-    the planner counts, computed here in one call so plan and fit agree."""
-    reads = {}
-    for name, module in modules.items():
-        most = getattr(module, "most_passes", None)
-        options = {option: params[option] for option in getattr(module, "OPTIONS", ()) if option in params}
-        reads[name] = (extra_reads(module, spec), None if most is None else most(options))
-    return reads
+def plan_reads(modules: dict, spec: FeatureSpec | None) -> dict:
+    """``{name: reads the feature stage adds before the solver's own}`` for every solver in
+    ``modules`` (:func:`extra_reads`): what the planner counts, from here so plan and fit agree."""
+    return {name: extra_reads(module, spec) for name, module in modules.items()}
 
 
 def solve(module, X, request: ComponentRequest, spec: FeatureSpec | None, *, random_state=None, **options) -> SolverResult:

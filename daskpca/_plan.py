@@ -206,10 +206,10 @@ class SolverEstimate:
         """The predicted time reading the source on every pass."""
         return self.seconds if self.uncached_seconds is None else self.uncached_seconds
 
-    def with_reads(self, extra: int, most: int | None) -> "SolverEstimate":
-        """This estimate with ``extra`` reads of the feature stage before the solver's own and the
-        solver's read bound ``most`` (None: its passes are a fixed count)."""
-        most = None if most is None else most + extra
+    def with_reads(self, extra: int) -> "SolverEstimate":
+        """This estimate with ``extra`` reads of the feature stage before the solver's own (in its
+        passes and its read bound ``most_passes``, None where its passes are a fixed count)."""
+        most = None if self.most_passes is None else self.most_passes + extra
         passes = self.passes + extra if isinstance(self.passes, int) else (f"≤ {most}" if most else self.passes)
         note = (self.note + "; " if self.note else "") + f"+{extra} read: the feature stage" if extra else self.note
         return replace(self, passes=passes, most_passes=most, note=note)
@@ -367,7 +367,9 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
         estimate = SolverEstimate(name, cost.passes, float(cost.flops), int(cost.task_bytes),
                                   budget is None or cost.task_bytes <= budget, declaration.exact, cost.note,
                                   tasks=shape.row_tasks if cost.tasks is None else cost.tasks, copy_passes=cost.copy_passes,
-                                  client_flops=cost.client_flops, result_bytes=cost.result_size * FLOAT64)
+                                  client_flops=cost.client_flops, result_bytes=cost.result_size * FLOAT64,
+                                  # a road that re-lays the input out reads it once, whatever its passes over the copy
+                                  most_passes=None if cost.copy_passes else cost.most_passes)
         if SOLVERS.get(name) is not declaration:  # another estimator's road: its rate stated in the plan
             estimate = replace(estimate, flop_rate=declaration.flop_rate)
         if device is not None:
@@ -448,13 +450,6 @@ def _certifies(name: str, tol: float, max_passes, registry=None) -> bool:
     return certifies is not None and certifies(tol, max_passes)
 
 
-def _read_budget(name: str, tol, max_passes, registry=None):
-    """The most reads solver ``name`` makes for ``tol`` and ``max_passes`` (its declaration's
-    ``most_passes``; ``max_passes`` for one that declares none)."""
-    most = getattr((SOLVERS if registry is None else registry).get(name), "most_passes", None)
-    return max_passes if most is None else most({"tol": tol, "max_passes": max_passes})
-
-
 def _only_for_missing(name: str, registry=None) -> bool:
     """A solver for missing values (NaN) is no alternative on complete data."""
     return getattr((SOLVERS if registry is None else registry).get(name), "accepts_missing", False)
@@ -476,8 +471,9 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     none asked, exact where exact fits) and ``max_passes`` the read budget of approximate solvers.
     ``requested`` is the solver the caller named (None: the rules choose); the plan is then that
     solver's, refused when its task does not fit (:func:`check_requested`). ``reads`` maps a
-    solver to ``(extra reads of the feature stage before it, its most reads or None)``, from the
-    estimator (:meth:`SolverEstimate.with_reads`), so that the plan counts what the fit reads. ``cache_for`` gives the pass cache each solver's fit
+    solver to the extra reads of the feature stage before it (:func:`daskpca._features.plan_reads`;
+    None: a plain fit, none), so that the plan counts what the fit reads
+    (:meth:`SolverEstimate.with_reads`); its own read bound comes with its cost (``Cost.most_passes``). ``cache_for`` gives the pass cache each solver's fit
     would keep (``estimates -> {solver: CacheChoice}``, :func:`cache_pricing`): every solver is then timed with
     its later passes served by it, so the choice between an exact road and an iterative one weighs
     what each really costs (the cache makes a Krylov pass its flops, not a decode). ``device``
@@ -501,13 +497,8 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     certifying = any(getattr(registry.get(name), "certifies", None) is not None for name in available)
     default_road = tol is None and requested is None and not needs_spectrum and not has_missing and certifying
     road_tol = DEFAULT_TOL if default_road else tol
-    for name in reads if default_road else ():  # a certifying solver will get DEFAULT_TOL, hence its budget
-        if getattr(registry.get(name), "certifies", None) is not None:
-            reads[name] = (reads[name][0], _read_budget(name, road_tol, max_passes, registry))
     estimates = [
-        # A road that re-lays the input out reads it once, whatever its passes over the copy.
-        e.with_reads(reads.get(e.name, (0, None))[0], None if e.copy_passes else reads.get(e.name, (0, None))[1])
-        .with_seconds(n, d, itemsize, threads, distributed, registry)
+        e.with_reads(reads.get(e.name, 0)).with_seconds(n, d, itemsize, threads, distributed, registry)
         for e in estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget,
                                   available=available, tol=road_tol, max_passes=max_passes, device=device,
                                   declarations=registry, options=options, fields=fields)
@@ -565,7 +556,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
         warnings.append(f"estimated task memory {format_bytes(by_name[exact_small].task_bytes)} exceeds the budget {format_bytes(budget)}: "
                         "use smaller chunks or workers with more memory")
     if tol is not None and solver == approximate and not _certifies(solver, tol, max_passes, registry):
-        warnings.append(f"tol = {tol:g} may not be reached within the read budget of {_read_budget(solver, tol, max_passes, registry)} passes "
+        warnings.append(f"tol = {tol:g} may not be reached within the read budget of {by_name[solver].most_passes - reads.get(solver, 0)} passes "
                         "(predicted for λ_k/λ_{ℓ+1} ≈ 2); the fit reports the bound it reaches")
     if tol is None and solver == approximate and default_tol is None:
         warnings.append("no tol given and an approximate solver chosen: the fit reports its error bound "

@@ -401,7 +401,7 @@ class BasePCA(Estimator):
             *array.shape, k, array.chunks, array.dtype.itemsize,
             needs_spectrum=request.needs_spectrum, available=tuple(declarations), tol=self.tol, max_passes=self.max_passes,
             geometry=geometry_of(array), requested=requested,
-            reads=_features.plan_reads(declarations, spec, self.get_params(deep=False)),
+            reads=None if spec is None else _features.plan_reads(declarations, spec),  # a plain fit adds none
             cache_for=_plan.cache_pricing(array, self.cache),  # called by the planner, per solver
             device=_plan.device_pricing(array),
             declarations=None if declarations is SOLVERS else declarations, **options,
@@ -1044,5 +1044,5 @@ class PCA(ProbabilisticMixin, BasePCA):
 
     def _plan_options(self) -> dict:
         """PCA's knobs the planner's cost models read (:meth:`BasePCA._make_plan`)."""
-        return dict(n_oversamples=self.n_oversamples, n_power_iter=self.n_power_iter)
+        return dict(n_oversamples=self.n_oversamples, n_power_iter=self.n_power_iter, options={"max_iter": self.max_iter})
 

@@ -77,8 +77,7 @@ def test_plan_names_the_solver_and_the_reads_fit_makes(tmp_path, estimator, para
     # every chunk read once a pass, or once in all when the pass cache served the later passes
     assert len(reads) == 4 and set(reads.values()) == ({1} if model.cache_["kind"] else {model.n_passes_})
     assert (model.cache_["kind"] is not None) == (plan.cache.kind is not None)  # the plan said so
-    module = model._solver_modules[plan.solver]
-    if hasattr(module, "most_passes"):  # stops on convergence: the plan states the bound
+    if plan.estimate(plan.solver).most_passes is not None:  # stops on convergence: the plan states the bound
         assert model.n_passes_ <= plan.most_passes
         stated = str(plan).splitlines()[2]
         assert stated.startswith(f"  passes over the data: {plan.passes}") and f"{plan.most_passes};" in stated

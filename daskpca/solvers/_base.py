@@ -315,7 +315,10 @@ class Cost:
     ``task_bytes`` the peak memory of its largest task; ``result_size`` the float64 values each
     task of a pass returns (moved between processes on a cluster); ``tasks`` the tasks of one pass
     (None: one per row block); ``copy_passes`` the passes over a temporary re-laid-out copy
-    (written once) besides ``passes``; ``client_flops`` the small dense algebra on the client.
+    (written once) besides ``passes``; ``client_flops`` the small dense algebra on the client;
+    ``most_passes`` the read budget of a solver that stops on convergence, for the plan's ``tol``,
+    ``max_passes`` and options (None: ``passes`` is a fixed count) — the cost model states it, so
+    the planner asks each solver once.
     """
 
     passes: int | str
@@ -326,6 +329,7 @@ class Cost:
     tasks: int | None = None
     copy_passes: int = 0
     client_flops: float = 0.0
+    most_passes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -401,8 +405,6 @@ class SolverDeclaration:
         ones below ~ε·λ_max.
     fuses_features : callable or None
         ``fuses_features(spec) -> bool``: it resolves the feature stage in its own first pass.
-    most_passes : callable or None
-        ``most_passes(options) -> int``: the most reads of a solver that stops on convergence.
     reads_strips : bool
         Its passes read column strips (every row of a range of columns). Input stored by rows only
         (one time step per chunk), whose one strip would be the whole field, then takes the shared
@@ -428,7 +430,6 @@ class SolverDeclaration:
     accepts_missing: bool = False
     squares_the_data: bool = False
     fuses_features: object = None
-    most_passes: object = None
     reads_strips: bool = False
 
     def __post_init__(self):

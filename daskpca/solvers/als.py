@@ -268,9 +268,9 @@ def cost(shape: PlanInput) -> Cost:
     n, d, k = shape.n, shape.d, shape.k
     task = max(shape.block_in + shape.block64 + (2 * shape.row_block + d) * k * FLOAT64, merge_task_bytes(d, k + 2))
     return Cost("1/iter", 4 * n * d * k, task, "iterative; passes = iterations (the mean is fused into the first)",
-                result_size=(k + 2) * d)
+                result_size=(k + 2) * d, most_passes=most_passes(shape.options))
 
 
 DECLARATION = SolverDeclaration(
-    "als", solve, cost=cost, summary="ALS's d×k state", options=OPTIONS, fallback="last-resort", most_passes=most_passes,
+    "als", solve, cost=cost, summary="ALS's d×k state", options=OPTIONS, fallback="last-resort",
 )

@@ -472,6 +472,7 @@ def krylov_cost(shape: PlanInput) -> Cost:
     task = shape.row_block * (dx + dy) * (shape.itemsize + 8) + 2 * (dx + dy) * ell * 8
     passes = f"1 (statistics) + block Krylov until the bound ≤ {shape.tol} (at most {most} in all)" \
         if shape.tol is not None else f"{most} (1 for statistics, then block Krylov)"
+    # The read budget is in the passes' text (MCA's plans state no predicted count, hence no time).
     return Cost(passes, 4 * shape.n * (dx + dy) * ell * max(most - 1, 1), task, result_size=(dx + dy) * ell)
 
 
@@ -488,7 +489,6 @@ EXACT = SolverDeclaration(
 KRYLOV = SolverDeclaration(
     "krylov", solve_krylov, cost=krylov_cost, summary="block Krylov on the cross products (Wedin's bound)",
     options=("tol", "max_passes", "n_oversamples"), fallback="instead",
-    most_passes=lambda options: options.get("max_passes") or DEFAULT_MAX_PASSES,
 )
 #: MCA's paths by name (``MCA(solver=...)``), in the order plans list them.
 MCA_PATHS = {declaration.name: declaration for declaration in (EXACT, KRYLOV)}

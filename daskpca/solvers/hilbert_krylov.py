@@ -66,11 +66,6 @@ def block_task_memory(n_samples: int, strip_columns: int, itemsize: int, n_compo
     return max(strip_bytes(n_samples, strip_columns, itemsize, padding) + 2 * blocks, (MERGE_SPLIT_EVERY + 1) * blocks)
 
 
-def most_passes(options: dict) -> int:
-    """Most reads :func:`solve` makes with these estimator options, the components' pass included."""
-    return pass_budget(options.get("tol"), options.get("max_passes"))
-
-
 def check_read_budget(tol, max_passes) -> tuple[float | None, int | None]:
     """``tol`` and ``max_passes`` as :func:`.krylov.check_accuracy_options` checks them, and at
     least 2 passes (one Krylov pass, then the components'); ValueError naming the value otherwise."""
@@ -211,9 +206,10 @@ def cost(shape: PlanInput) -> Cost:
     task = block_task_memory(n, strip, itemsize, k, padding) + (shape.row_tasks > 1) * n * strip * itemsize
     flops = passes * (16.0 * n * d * ell + analytic_flops(n, d, padding))
     return Cost(passes, flops, task, f"ℓ = {ell}; error bound reported", result_size=2 * n * ell,
-                tasks=len(shape.chunks[1]), client_flops=4 * client_flops(n, ell, passes - 1, k))
+                tasks=len(shape.chunks[1]), client_flops=4 * client_flops(n, ell, passes - 1, k),
+                most_passes=pass_budget(shape.tol, shape.max_passes))
 
 
 DECLARATION = SolverDeclaration("hilbert-krylov", solve, cost=cost, summary="block Krylov on the complex Gram matrix",
                                 flop_rate=HILBERT_KRYLOV_FLOPS_PER_SECOND, options=OPTIONS, certifies=reaches, fallback="approximate", fuses_features=fuses_features,
-                                most_passes=most_passes, reads_strips=True)
+                                reads_strips=True)

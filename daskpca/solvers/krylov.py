@@ -428,11 +428,6 @@ def _missed_tol(tol: float, bound: float, budget: int, passes: int, invariant_si
             f"then they are not unique). Keep fewer components (n_components), loosen tol, {exact}.")
 
 
-def most_passes(options: dict) -> int:
-    """Most reads :func:`solve` makes with these estimator options (the planner states it)."""
-    return pass_budget(options.get("tol"), options.get("max_passes"))
-
-
 def pass_budget(tol, max_passes) -> int:
     """Reads the solver may make: ``max_passes``, else the default for with / without ``tol``."""
     if max_passes is not None:
@@ -846,11 +841,10 @@ def cost(shape: PlanInput) -> Cost:
     else:
         note = f"ℓ = {ell}; budget {passes} passes, error bound reported"
     return Cost(passes, passes * 4 * n * d * ell, sketch_task_bytes(shape), note, result_size=(ell + 1) * d,
-                client_flops=client_flops(d, ell, passes, k))
+                client_flops=client_flops(d, ell, passes, k), most_passes=pass_budget(tol, shape.max_passes))
 
 
 DECLARATION = SolverDeclaration(
     "krylov", solve, cost=cost, summary="block Krylov", flop_rate=SKETCH_FLOPS_PER_SECOND, options=OPTIONS,
     certifies=reaches, fallback="approximate", squares_the_data=SQUARES_THE_DATA, fuses_features=fuses_features,
-    most_passes=most_passes,
 )

@@ -319,10 +319,9 @@ def cost(shape: PlanInput) -> Cost:
     n, d, k = shape.n, shape.d, shape.k
     task = max(shape.block_in + shape.block64 + (2 * shape.row_block + d) * k * FLOAT64, merge_task_bytes(d, k * k + k))
     return Cost("1/iter", 4 * n * d * k + n * d * k * k, task, "missing values; passes = 1 + iterations",
-                result_size=(k * k + k) * d)
+                result_size=(k * k + k) * d, most_passes=most_passes(shape.options))
 
 
 DECLARATION = SolverDeclaration(
     "ppca", solve, cost=cost, summary="EM for probabilistic PCA", options=OPTIONS, accepts_missing=ACCEPTS_MISSING,
-    most_passes=most_passes,
 )

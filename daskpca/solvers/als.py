@@ -265,10 +265,10 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
 def cost(shape: PlanInput) -> Cost:
     """One pass per iteration, 4·n·d·k flops each. A leaf holds its block, one float64 copy and
     its n_i×k and d×k products; a merge SPLIT_EVERY d×(k + 2) statistics, what each task returns."""
-    n, d, k = shape.n, shape.d, shape.k
+    n, d, k, most = shape.n, shape.d, shape.k, most_passes(shape.options)
     task = max(shape.block_in + shape.block64 + (2 * shape.row_block + d) * k * FLOAT64, merge_task_bytes(d, k + 2))
     return Cost("1/iter", 4 * n * d * k, task, "iterative; passes = iterations (the mean is fused into the first)",
-                result_size=(k + 2) * d, most_passes=most_passes(shape.options))
+                result_size=(k + 2) * d, most_passes=most)
 
 
 DECLARATION = SolverDeclaration(

@@ -840,8 +840,9 @@ def cost(shape: PlanInput) -> Cost:
                 "the fit predicts its own once its bound falls)")
     else:
         note = f"ℓ = {ell}; budget {passes} passes, error bound reported"
+    client = client_flops(d, ell, passes, k)
     return Cost(passes, passes * 4 * n * d * ell, sketch_task_bytes(shape), note, result_size=(ell + 1) * d,
-                client_flops=client_flops(d, ell, passes, k), most_passes=pass_budget(tol, shape.max_passes))
+                client_flops=client, most_passes=pass_budget(tol, shape.max_passes))
 
 
 DECLARATION = SolverDeclaration(

@@ -316,10 +316,10 @@ def solve(X, request: ComponentRequest, *, random_state=None, max_iter=None, tol
 def cost(shape: PlanInput) -> Cost:
     """One pass per EM iteration (after the first), 4·n·d·k flops each, and with missing values
     each E-step node also holds one k×k matrix per feature (d·k²): the tasks return d×(k² + k)."""
-    n, d, k = shape.n, shape.d, shape.k
+    n, d, k, most = shape.n, shape.d, shape.k, most_passes(shape.options)
     task = max(shape.block_in + shape.block64 + (2 * shape.row_block + d) * k * FLOAT64, merge_task_bytes(d, k * k + k))
     return Cost("1/iter", 4 * n * d * k + n * d * k * k, task, "missing values; passes = 1 + iterations",
-                result_size=(k * k + k) * d, most_passes=most_passes(shape.options))
+                result_size=(k * k + k) * d, most_passes=most)
 
 
 DECLARATION = SolverDeclaration(

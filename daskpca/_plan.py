@@ -667,13 +667,15 @@ def error_bound(info: dict) -> float:
     return float(info.get("error_bound", float("nan")))
 
 
-def fit_warnings(model, module, solver: str, *, chosen_by_planner: bool) -> list[tuple[str, type]]:
+def fit_warnings(model, module, solver: str, *, chosen_by_planner: bool, registry=None, names=None) -> list[tuple[str, type]]:
     """``(message, category)`` of every warning a finished fit owes its caller (the estimator
     emits them): kept components too small for a solver that squares the data, an approximate
     answer nobody asked for (``solver="auto"`` without ``tol`` where no exact solver fit and no
     bound was certified) with the bound it carries, and a default accuracy (DEFAULT_TOL) missed. A ``tol`` missed within ``max_passes`` is the solver's own
     warning (it knows the bound it reached). ``module`` is the solver that ran (its declarations
-    say whether it squares the data), ``solver`` its name for the messages."""
+    say whether it squares the data), ``solver`` its name for the messages; the exact roads a
+    message recommends are ``registry``'s (None: PCA's, :data:`daskpca.solvers.SOLVERS`), spelled
+    as the estimator's ``solver=`` takes them (``names``, as for :func:`check_requested`)."""
     from .exceptions import AccuracyWarning, IllConditionedWarning
 
     out = []
@@ -689,7 +691,7 @@ def fit_warnings(model, module, solver: str, *, chosen_by_planner: bool) -> list
         out.append((
             f"solver='auto' ran block Krylov for the default accuracy sin θ ≤ {default:g} without reaching it: its "
             f"error bound is {model.error_bound_:.1e} (error_bound_). Raise max_passes, or use an exact solver "
-            f"({_either(s.name for s in SOLVERS.values() if s.exact_for)}).",
+            f"({_either((names or {}).get(s.name, s.name) for s in (registry or SOLVERS).values() if s.exact_for)}).",
             AccuracyWarning,
         ))
     elif default is None and chosen_by_planner and model.tol is None and solver_bound != 0:

@@ -346,7 +346,8 @@ class BasePCA(Estimator):
         if spec is not None:
             self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
         unasked = self.solver == "auto" and not getattr(module, "ACCEPTS_MISSING", False)  # ppca: NaN chose it
-        for message, category in _plan.fit_warnings(self, module, name, chosen_by_planner=unasked):
+        for message, category in _plan.fit_warnings(self, module, name, chosen_by_planner=unasked,
+                                                    registry=self._solver_modules, names=self._plan_options().get("names")):
             warnings.warn(message, category, stacklevel=3)
         message = input_precision_warning(self, matrix.dtype)
         if message:

@@ -220,6 +220,11 @@ def test_the_plan_names_the_rechunk_and_a_strip_too_wide_for_the_budget(monkeypa
     assert not plan.estimate("hilbert").feasible and plan.estimate("hilbert-krylov").feasible
     model = HilbertPCA(2, random_state=0).fit(narrow)
     assert model.solver_ == "hilbert-krylov" and 0 < model.error_bound_ <= _plan.DEFAULT_TOL
+    # The default accuracy missed within the read budget: the warning recommends Hilbert's exact
+    # road as its solver= spells it ('gram'), not PCA's solvers ('covariance' does not exist here).
+    noise = da.from_array(np.random.default_rng(0).standard_normal((240, 120)), chunks=(240, 12))
+    with pytest.warns(AccuracyWarning, match=r"default accuracy .* use an exact solver \(solver='gram'\)\."):
+        HilbertPCA(2, max_passes=8, random_state=0).fit(noise)
 
 
 def _modes_above_noise(n=400, d=360, seed=0, ratios=(1.6, 1.3, 1.15)):

@@ -278,6 +278,8 @@ class BasePCA(Estimator):
     _cannot_update: str | None = None
     #: The solvers ``solver=`` names, name → module.
     _solver_modules = SOLVERS
+    #: How ``solver=`` spells each of them where that is not its declared name (messages; None: as declared).
+    _solver_names: dict | None = None
 
     # ------------------------------------------------------------------ fitting
 
@@ -347,7 +349,7 @@ class BasePCA(Estimator):
             self.solver_info_["n_masked_features"] = int(np.sum(~self.feature_stage_.keep))
         unasked = self.solver == "auto" and not getattr(module, "ACCEPTS_MISSING", False)  # ppca: NaN chose it
         for message, category in _plan.fit_warnings(self, module, name, chosen_by_planner=unasked,
-                                                    registry=self._solver_modules, names=self._plan_options().get("names")):
+                                                    registry=self._solver_modules, names=self._solver_names):
             warnings.warn(message, category, stacklevel=3)
         message = input_precision_warning(self, matrix.dtype)
         if message:

@@ -97,6 +97,7 @@ class HilbertPCA(BasePCA):
     """
 
     _solver_modules = dict(HILBERT_SOLVERS.values())
+    _solver_names = {name: spelled for spelled, (name, _) in HILBERT_SOLVERS.items()}
     _parameter_constraints = {
         "solver": [Options(("auto", *HILBERT_SOLVERS))],
         "tol": [NONE, Interval(Real, 0, 1, "neither")],
@@ -153,8 +154,7 @@ class HilbertPCA(BasePCA):
         """What the one planner needs of HilbertPCA besides its declarations (``_solver_modules``:
         the exact Gram road and block Krylov on the n×n Hermitian Gram of the analytic signal):
         how ``solver=`` spells them, and the padding their strips' FFTs take."""
-        return dict(names={name: spelled for spelled, (name, _) in HILBERT_SOLVERS.items()},
-                    options={"padding": self.padding})
+        return dict(names=self._solver_names, options={"padding": self.padding})
 
     def _make_plan(self, array, request, spec) -> _plan.Plan:
         """The one planner's plan (:meth:`BasePCA._make_plan`), and what Hilbert's strips add:

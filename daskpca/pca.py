@@ -406,10 +406,13 @@ class BasePCA(Estimator):
         if self._solver_modules.get("krylov") is not SOLVERS["krylov"]:
             raise InputError(f"probe=True: the probe predicts PCA's block Krylov road; {type(self).__name__} has no "
                              "such road. Plan without probe=.")
-        found = _probe.probe(matrix, plan.n_components, tol=plan.tol if plan.tol is not None else plan.default_tol,
+        # Without a tol, solver="auto" prices block Krylov certified to DEFAULT_TOL (_plan.make_plan).
+        target = plan.tol if plan.tol is not None else plan.default_tol or (_plan.DEFAULT_TOL if self.solver == "auto" else None)
+        found = _probe.probe(matrix, plan.n_components, tol=target,
                              max_passes=self.max_passes, n_oversamples=getattr(self, "n_oversamples", 10),
                              weights=None if spec is None else spec.weights,
-                             standardize=spec is not None and spec.standardize)
+                             standardize=spec is not None and spec.standardize,
+                             in_memory=X if isinstance(X, np.ndarray) and X.ndim == 2 else None)
         return plan.with_probe(found)
 
     def _make_plan(self, array, request: ComponentRequest, spec) -> _plan.Plan:

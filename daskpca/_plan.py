@@ -249,13 +249,13 @@ class Plan:
     probe: object = None
 
     def with_probe(self, probe) -> "Plan":
-        """This plan with block Krylov's passes the ``probe``'s point estimate (plus the feature
+        """This plan with the probed road's (``probe.road``: block Krylov) passes the ``probe``'s point estimate (plus the feature
         stage's reads), its time the per-pass time × (those passes + the probe's fraction of a
         pass), and the probe stated. The choice of road is kept (the probe refines the chosen road's
         estimate; it does not re-plan). A probe without an estimate only adds its line."""
         estimates = list(self.estimates)
         for i, e in enumerate(estimates):
-            if e.name != "krylov" or probe.passes is None or not isinstance(e.passes, int) or e.passes < 1:
+            if e.name != probe.road or probe.passes is None or not isinstance(e.passes, int) or e.passes < 1:
                 continue
             prior = probe.prior  # the solver's passes in e.passes, after the feature stage's reads
             passes = e.passes - prior + probe.passes

@@ -74,6 +74,7 @@ class Probe:
     reason: str = ""
     seconds: float = 0.0
     prior: int = 0  # the planner's point estimate without the probe (krylov.predicted_passes)
+    road: str = krylov.DECLARATION.name  # the plan's estimate the point estimate is for
 
     @property
     def fraction(self) -> float:

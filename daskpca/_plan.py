@@ -244,6 +244,25 @@ class Plan:
     device: DevicePricing | None = None
     #: ``(dx, dy)``: two fields read together (MCA, CCA; ``n_features`` is dx + dy), else None.
     fields: tuple | None = None
+    #: The probe of a sample of the rows (:class:`daskpca._probe.Probe`) when the plan was asked
+    #: for with ``probe=True`` (:meth:`with_probe`), else None: the plan read nothing.
+    probe: object = None
+
+    def with_probe(self, probe) -> "Plan":
+        """This plan with the probed road's (``probe.road``: block Krylov) passes the ``probe``'s point estimate (plus the feature
+        stage's reads), its time the per-pass time × (those passes + the probe's fraction of a
+        pass), and the probe stated. The choice of road is kept (the probe refines the chosen road's
+        estimate; it does not re-plan). A probe without an estimate only adds its line."""
+        estimates = list(self.estimates)
+        for i, e in enumerate(estimates):
+            if e.name != probe.road or probe.passes is None or not isinstance(e.passes, int) or e.passes < 1:
+                continue
+            prior = probe.prior  # the solver's passes in e.passes, after the feature stage's reads
+            passes = e.passes - prior + probe.passes
+            seconds = None if e.seconds is None else e.seconds / e.passes * (passes + probe.fraction)
+            estimates[i] = replace(e, passes=passes, flops=e.flops * probe.passes / max(prior, 1), seconds=seconds,
+                                   note=f"{e.note}; {probe.passes} solver passes from the probe" if e.note else e.note)
+        return replace(self, estimates=estimates, probe=probe)
 
     @property
     def path(self) -> str:
@@ -296,6 +315,7 @@ class Plan:
             f"  tasks: {self.geometry.describe()}" if self.geometry else f"  tasks: {chosen.tasks} a pass",
             f"  predicted time: {self.seconds:.3g} s on {self.threads} thread(s)" if chosen.seconds is not None
             else "  predicted time: open-ended (passes depend on convergence)",
+            *([f"  {self.probe.describe()}"] if self.probe is not None else []),
             *([f"  pass cache: {self.cache.describe()}"] if self.cache is not None else []),
             *([f"  device: {self.device.describe()}"] if self.device is not None else []),
             f"  runner-up: {self.runner_up!r}" if self.runner_up else "  runner-up: none",

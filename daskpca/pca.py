@@ -27,7 +27,7 @@ from numbers import Integral, Real
 import dask
 import numpy as np
 
-from . import _features, _plan, labeled
+from . import _features, _plan, _probe, labeled
 from ._features import FeatureSpec, FeatureStage, matrix_weights
 from ._probabilistic import ProbabilisticMixin
 from ._validation import NonFinite, as_dask_matrix, check_nan_policy
@@ -302,7 +302,8 @@ class BasePCA(Estimator):
             instead of planning again (a batch job plans before its cluster starts, checks the
             plan against its memory, then fits exactly what it checked). Refused, before any
             read, when it was made for another shape or k, or names a solver these parameters
-            would not run.
+            would not run. A plan made with ``probe=True`` gives block Krylov's progress line its
+            ETA from the first pass on (the probe's prediction, until the fit's own from pass 2).
 
         Returns
         -------
@@ -334,6 +335,8 @@ class BasePCA(Estimator):
         options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
         if plan.default_tol is not None and "tol" in options:  # auto's certified road (see _plan.DEFAULT_TOL)
             options["tol"] = plan.default_tol
+        if getattr(plan, "probe", None) is not None and plan.probe.history and name == "krylov":
+            options["probed"] = plan.probe.history  # the ETA from the start (plan(X, probe=True))
         try:
             with tuned_for_tasks(), PassClock() as clock, for_fit([matrix], plan.cache) as cache:
                 result = _features.solve(module, cache.input(matrix), request, spec, random_state=self.random_state, **options)
@@ -373,8 +376,20 @@ class BasePCA(Estimator):
             return matrix, None, None
         return matrix, None, FeatureSpec(matrix_weights(self.weights, matrix.shape[1]), bool(self.standardize))
 
-    def plan(self, X, *, sample_dims=None) -> _plan.Plan:
-        """What ``fit(X)`` would do, without reading any data (``X``, ``sample_dims``: as for :meth:`fit`).
+    def plan(self, X, *, sample_dims=None, probe=False) -> _plan.Plan:
+        """What ``fit(X)`` would do, without reading any data (``X``, ``sample_dims``: as for :meth:`fit`),
+        or — with ``probe=True`` — after reading a stated sample of ≤ 1 % of the rows.
+
+        Parameters
+        ----------
+        probe : bool, default=False
+            Read ≤ 1 % of the rows (whole storage chunks spread along the sample axis) and predict
+            block Krylov's passes for the tol asked (or the certified default's) from their
+            spectrum (:mod:`daskpca._probe`): the plan's point estimate of passes and time then
+            rests on the data, not on a prior, and says so (``plan.probe``, a line of
+            ``print(plan)``). ``fit(X, plan=plan)`` with that plan starts its ETA from the probe's
+            prediction. Where the probe cannot tell (n < 200, constant rows, a computed input), the
+            prior stands and the plan says why. The road chosen is the same as without the probe.
 
         Returns
         -------
@@ -388,7 +403,20 @@ class BasePCA(Estimator):
         """
         self.validate_params()
         matrix, _, spec = self._fit_input(X, sample_dims)
-        return self._make_plan(matrix, self._request(matrix), spec)
+        plan = self._make_plan(matrix, self._request(matrix), spec)
+        if not probe:
+            return plan
+        if self._solver_modules.get("krylov") is not SOLVERS["krylov"]:
+            raise InputError(f"probe=True: the probe predicts PCA's block Krylov road; {type(self).__name__} has no "
+                             "such road. Plan without probe=.")
+        # Without a tol, solver="auto" prices block Krylov certified to DEFAULT_TOL (_plan.make_plan).
+        target = plan.tol if plan.tol is not None else plan.default_tol or (_plan.DEFAULT_TOL if self.solver == "auto" else None)
+        found = _probe.probe(matrix, plan.n_components, tol=target,
+                             max_passes=self.max_passes, n_oversamples=getattr(self, "n_oversamples", 10),
+                             weights=None if spec is None else spec.weights,
+                             standardize=spec is not None and spec.standardize,
+                             in_memory=X if isinstance(X, np.ndarray) and X.ndim == 2 else None)
+        return plan.with_probe(found)
 
     def _make_plan(self, array, request: ComponentRequest, spec) -> _plan.Plan:
         """The plan ``fit`` runs: the solver asked for (or the one planner's choice among this

@@ -395,3 +395,19 @@ def test_update_refuses_to_overwrite_a_model_replaced_while_it_ran(tmp_path, mon
     assert code != 0
     assert "was replaced after this model was loaded from it" in capsys.readouterr().err
     assert daskpca.load(tmp_path / "model.zarr").n_samples_ == 200  # the other job's model stands
+
+
+def test_inspect_probe_reads_a_stated_sample_of_the_source(tmp_path, capsys):
+    """``inspect --probe``: 1 % of the rows, whole storage chunks (10 rows each: 2 of 200), and the
+    plan's point estimate for block Krylov from their spectrum; without --probe nothing is said."""
+    from _helpers import write_zarr
+
+    rng = np.random.default_rng(0)
+    X = (rng.standard_normal((2000, 5)) * [9.0, 6.0, 4.0, 2.0, 1.0]) @ rng.standard_normal((5, 300))
+    write_zarr(tmp_path / "x.zarr", X + 0.1 * rng.standard_normal((2000, 300)), (10, 300))
+    assert cli.main(["inspect", str(tmp_path / "x.zarr"), "-k", "4"]) == 0
+    assert "probed" not in capsys.readouterr().out
+    assert cli.main(["inspect", str(tmp_path / "x.zarr"), "-k", "4", "--probe", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert re.match(r"probed: 20 of 2000 rows \(1\.0 %\), point estimate \d+ passes? from their spectrum",
+                    info["plan"]["probe"])

@@ -38,6 +38,7 @@ LAYERS = (
     ("probabilistic PCA's likelihood", ("daskpca._probabilistic",)),
     ("the labeled layer", ("daskpca.labeled",)),
     ("the fit stages", ("daskpca._features", "daskpca._plan")),
+    ("the plan's probe: a sample of the rows read for block Krylov's passes", ("daskpca._probe",)),
     ("readers and writers", ("daskpca.io",)),
     ("solvers and their contract", ("daskpca.solvers",)),
     ("the pass machinery", ("daskpca.passes",)),

@@ -252,3 +252,91 @@ def test_on_a_cluster_each_pass_also_moves_its_tasks_results():
     local, cluster = (predicted_seconds(krylov, n, d, 4, threads=2, distributed=flag) for flag in (False, True))
     moved = krylov.passes * 26 * krylov.result_bytes / TRANSFER_BYTES_PER_SECOND
     assert cluster - local == pytest.approx(moved, rel=1e-9) and moved > 5
+
+
+# ---- the plan's probe (daskpca._probe, issue 41) -------------------------------------------------
+
+
+def _spectral_data(variances, n, d, seed=0):
+    """Data whose centered scatter has exactly ``variances`` (times n − 1) as eigenvalues."""
+    rng = np.random.default_rng(seed)
+    u = np.linalg.qr(rng.standard_normal((n, variances.size)))[0]
+    u = np.linalg.qr(u - u.mean(axis=0))[0]
+    v = np.linalg.qr(rng.standard_normal((d, variances.size)))[0]
+    return (u * np.sqrt(variances * (n - 1))) @ v.T + rng.random(d)
+
+
+@pytest.mark.parametrize("storage_rows, chunks_read", [(1, 20), (500, 4)])
+def test_the_probe_reads_at_most_one_percent_of_the_rows_and_the_plan_says_so(tmp_path, storage_rows, chunks_read):
+    """One row per chunk: every 100th row, 20 chunks; row blocks larger than 1 % of n: a slice of
+    5 rows from each of 4 blocks spread along the samples. Without probe= nothing is read."""
+    from _helpers import write_zarr
+
+    n, d, k = 2000, 30, 4
+    X = _spectral_data(np.concatenate([np.geomspace(10, 1, k), 0.9 * np.linspace(1, 0.8, d - k)]), n, d)
+    array, store = write_zarr(tmp_path / "x.zarr", X, (storage_rows, d))
+    estimator = PCA(k, solver="krylov", tol=1e-4)
+    plain = estimator.plan(array)
+    assert not store.chunk_reads() and plain.probe is None
+    plan = estimator.plan(array, probe=True)
+    reads = store.chunk_reads()
+    assert plan.probe.rows == 20 <= 0.01 * n and plan.probe.chunks == chunks_read
+    assert len(reads) == chunks_read and max(reads.values()) == 1  # each chunk once
+    if storage_rows == 1:  # spread evenly: one row in every hundred
+        rows = sorted(int(key.split("/")[-2]) for key in reads)
+        assert np.all(np.diff(rows) == 100)
+    assert f"probed: 20 of {n} rows (1.0 %), point estimate {plan.probe.passes} passes from their spectrum" in str(plan)
+    # The plan counts the probed passes (the prior's were 5) and their time, the probe's read included.
+    assert plan.passes == plan.probe.passes and plain.passes == plan.probe.prior == 5
+    per_pass = plain.seconds / plain.passes
+    assert plan.seconds == pytest.approx(per_pass * (plan.probe.passes + 0.01))
+
+
+def _case(name):
+    n, d, k = 2400, 200, 10
+    if name == "reanalysis":  # 20 modes above white noise at its Marchenko–Pastur edge
+        k = 20
+        rng = np.random.default_rng(3)
+        edge = (np.sqrt(d) + np.sqrt(n)) ** 2 / n
+        modes = np.linalg.qr(rng.standard_normal((d, k)))[0].T
+        X = (rng.standard_normal((n, k)) * np.sqrt(edge * (1.5 + 30 * 0.8 ** np.arange(k)))) @ modes
+        return X + rng.standard_normal((n, d)) + 280, k
+    variances = {"rate 0.5": 0.5 ** np.arange(d), "rate 0.8": 0.8 ** np.arange(d),
+                 "continuum": np.concatenate([np.geomspace(10, 1, k), 0.9 * np.linspace(1, 0.8, d - k)]),
+                 "plateau": np.concatenate([np.geomspace(30, 1.5, k), np.ones(5), np.geomspace(0.5, 1e-3, d - k - 5)])}
+    return _spectral_data(variances[name], n, d), k
+
+
+@pytest.mark.parametrize("name", ["rate 0.5", "rate 0.8", "continuum", "plateau", "reanalysis"])
+@pytest.mark.parametrize("tol", [1e-4, 1e-6])
+def test_the_probes_point_estimate_is_within_one_and_a_half_times_the_passes_made(name, tol):
+    """24 of 2400 rows predict the passes block Krylov makes within 1.5× on fast decay, a continuum
+    just below λ_k, a plateau and a reanalysis-like field; the fit given the probed plan shows an
+    ETA from the probe from its first pass."""
+    from daskpca.passes._progress import listen
+
+    X, k = _case(name)
+    estimator = PCA(k, solver="krylov", tol=tol, random_state=0)
+    plan = estimator.plan(X, probe=True)
+    starts = []
+    with listen(lambda report: starts.append(report) if report.seconds is None else None):
+        made = estimator.fit(X, plan=plan).n_passes_
+    assert plan.probe.rows == 24 and plan.probe.passes is not None
+    assert 1 / 1.5 <= plan.probe.passes / made <= 1.5, (plan.probe.passes, made, plan.probe.prior)
+    assert starts[0].learnt == 0 and starts[0].predicted == plan.probe.passes
+    if made > 2:
+        assert starts[1].describe().endswith("left (ETA from the probe)")
+
+
+@pytest.mark.parametrize("case", ["constant", "n < 200", "computed"])
+def test_a_degenerate_probe_keeps_the_prior_and_says_why(case):
+    n, d = (150, 20) if case == "n < 200" else (2000, 20)
+    rng = np.random.default_rng(0)
+    X = np.full((n, d), 3.0) if case == "constant" else rng.standard_normal((n, d))
+    if case == "computed":  # a dask computation, not a stored read: a row sample would compute whole blocks
+        X = da.from_array(X, chunks=(500, d)) * 2.0
+    plan = PCA(4, solver="krylov", tol=1e-4).plan(X, probe=True)
+    reason = {"constant": "no variance (constant)", "n < 200": "n = 150 samples: 1 % of them is less than 2 rows",
+              "computed": "not a plain stored array"}[case]
+    assert plan.probe.passes is None and reason in plan.probe.reason
+    assert plan.passes == plan.probe.prior == 5 and "the prior point estimate stands" in str(plan)

@@ -323,7 +323,7 @@ def cmd_inspect(args) -> dict:
     if args.n_components is None:  # the default, at most what the source can give (3 columns: 3)
         shape = PCA(1).plan(data, sample_dims=sample_dims)
         k = min(cli_options.INSPECT_K, shape.n_samples, shape.n_features)
-    plan = PCA(k, solver="auto").plan(data, sample_dims=sample_dims)
+    plan = PCA(k, solver="auto").plan(data, sample_dims=sample_dims, probe=args.probe)
     matrix_shape = (plan.n_samples, plan.n_features)
     _say(args, f"source {args.path}: {type(data).__name__} shape {tuple(data.shape)} dtype {data.dtype}"
                + (f" dims {list(data.dims)}" if _is_labeled(data) else "")
@@ -331,7 +331,8 @@ def cmd_inspect(args) -> dict:
     _say(args, str(plan))
     return {"source": args.path, "shape": list(data.shape), "dtype": str(data.dtype),
             "matrix_shape": list(matrix_shape), "plan": {"solver": plan.solver, "reason": plan.reason,
-                                                         "runner_up": plan.runner_up}}
+                                                         "runner_up": plan.runner_up,
+                                                         **({"probe": plan.probe.describe()} if plan.probe else {})}}
 
 
 def cmd_report(args) -> dict:

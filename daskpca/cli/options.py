@@ -231,6 +231,9 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     inspect.add_argument("-k", "--n-components", metavar="K",
                          help=f"for the plan (default: {INSPECT_K}, at most the source's min(n_samples, n_features))")
     inspect.add_argument("--all", action="store_true", help="print every mode of a model's variance table")
+    inspect.add_argument("--probe", action="store_true",
+                         help="sources: read ≤ 1%% of the rows (whole storage chunks) and predict block Krylov's passes "
+                              "from their spectrum instead of the prior (the plan says what was read)")
 
     report = command("report", "plots and a summary of a saved model",
                      "Write scree and cumulative-variance plots, the leading component maps (PNG) and a Markdown summary.")

@@ -65,7 +65,8 @@ class PassReport:
         from the second pass on once there is one, less one-off client work (:meth:`Passes.spent`).
     learnt : int or None
         The pass after which ``predicted`` was learnt from the fit's own passes (block Krylov:
-        a simulated fit on the spectrum they show); None while it is the planner's prior.
+        a simulated fit on the spectrum they show); 0 when it came from the plan's probe of a
+        sample of the rows (:mod:`daskpca._probe`); None while it is the planner's prior.
     """
 
     solver: str
@@ -104,8 +105,9 @@ class PassReport:
         if self.mean_seconds is not None:
             text += f", {format_seconds(self.mean_seconds)} a pass, ~{format_seconds(self.seconds_left)} left"
             if self.learnt is not None and self.predicted is not None and self.at_most:
-                # Which passes the time left rests on: the fit's own, not the planner's guess.
-                text += f" (ETA from pass {self.learnt})"
+                # Which passes the time left rests on: the fit's own, not the planner's guess
+                # (0: the plan's probe of a sample of the rows, daskpca._probe).
+                text += f" (ETA from pass {self.learnt})" if self.learnt else " (ETA from the probe)"
         return text
 
 

@@ -630,7 +630,7 @@ def estimate(basis: Basis, k: int, *, n_samples: int = 1, stable: bool = False, 
 
 
 def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, tol=None, max_passes=None,
-          checkpoint=None, features=None) -> SolverResult:
+          checkpoint=None, features=None, probed=None) -> SolverResult:
     """Fit the k leading components by block Krylov iteration until the error bound meets ``tol``.
 
     Parameters
@@ -658,6 +658,12 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
         first pass (:func:`~daskpca.passes._sketch.run_first_pass`): no extra read. The
         start block is drawn over all input features; with masked ones its kept rows are
         re-orthonormalised and their image corrected exactly (:func:`_kept_start`).
+    probed : sequence of float, optional
+        The bounds the plan's probe simulated pass by pass (:class:`daskpca._probe.Probe`,
+        ``history``; given by ``fit(X, plan=PCA(...).plan(X, probe=True))``): the passes
+        predicted from the start, until the fit's own simulation from pass
+        ``SIMULATED_FROM_PASS`` (or the fit's bound leaving its course) replaces them. Only the
+        progress line and the log read it; the fit stops on its bound whatever was predicted.
 
     Returns
     -------
@@ -694,9 +700,14 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
     Z = pass_input(X, stage)  # what every pass but a fused first one reads
 
     n_passes, history, invariant, simulated = 0, [], False, None
+    from_probe = bool(probed) and not done
     passes = Passes("krylov", budget, at_most=True, tol=tol, done=done)
     prior = predicted_passes(tol, max_passes)  # the planner's, until the passes say more
-    passes.predict(max(prior, done + 1))
+    if probed and not done:  # the plan's probe simulated this fit on a sample's spectrum
+        simulated = list(probed)
+        passes.predict(min(budget, len(simulated)), learnt=0)
+    else:
+        passes.predict(max(prior, done + 1))
     while True:
         fused = features is not None and stage is None  # this pass resolves the feature stage
         with passes.read():
@@ -728,8 +739,10 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             # The simulation costs client time (a small fit on the model spectrum): only where a
             # progress line or the log shows its figure, and again only where the fit's bound has
             # left the simulated one's course (SIMULATION_DRIFT).
-            if simulated is not None and not _on_course(simulated, made, history[-1]):
-                simulated = None
+            # The probe's simulation stands until the fit's own Ritz values can be modelled.
+            if simulated is not None and (not _on_course(simulated, made, history[-1])
+                                          or (from_probe and made >= SIMULATED_FROM_PASS)):
+                simulated, from_probe = None, False
             if simulated is None and passes.heard() and made >= SIMULATED_FROM_PASS and history[-1] > target:
                 started = time.perf_counter()
                 simulated = simulated_total(basis.ritz()[0],
@@ -737,7 +750,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
                                             n_samples)
                 passes.spent(time.perf_counter() - started)
             if simulated is not None:
-                passes.predict(min(budget, max(len(simulated), made + 1)), learnt=made)
+                passes.predict(min(budget, max(len(simulated), made + 1)), learnt=0 if from_probe else made)
             else:
                 left = passes_left(history, target, gap_ratio)
                 passes.predict(min(budget, made + left) if left is not None else max(prior, made + 1),

@@ -41,6 +41,15 @@ def reference_pca(X):
     return vt, s**2 / (X.shape[0] - 1), mean
 
 
+def spectral_data(variances, n, d, seed=0):
+    """Data whose centered scatter has exactly ``variances`` (times n − 1) as eigenvalues."""
+    rng = np.random.default_rng(seed)
+    u = np.linalg.qr(rng.standard_normal((n, variances.size)))[0]
+    u = np.linalg.qr(u - u.mean(axis=0))[0]
+    v = np.linalg.qr(rng.standard_normal((d, variances.size)))[0]
+    return (u * np.sqrt(variances * (n - 1))) @ v.T + rng.random(d)
+
+
 def sin_theta(A, B):
     """Sine of the largest principal angle between the row spaces of A and B (k × d each)."""
     return float(np.sin(np.max(subspace_angles(np.asarray(A).T, np.asarray(B).T))))

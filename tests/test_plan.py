@@ -9,7 +9,7 @@ from daskpca import PCA
 from daskpca._plan import ILL_CONDITIONED_RATIO
 from daskpca.exceptions import IllConditionedWarning
 
-from _helpers import largest_task_bytes
+from _helpers import largest_task_bytes, spectral_data
 
 
 def lazy(shape, chunks, dtype="f4"):
@@ -257,15 +257,6 @@ def test_on_a_cluster_each_pass_also_moves_its_tasks_results():
 # ---- the plan's probe (daskpca._probe, issue 41) -------------------------------------------------
 
 
-def _spectral_data(variances, n, d, seed=0):
-    """Data whose centered scatter has exactly ``variances`` (times n − 1) as eigenvalues."""
-    rng = np.random.default_rng(seed)
-    u = np.linalg.qr(rng.standard_normal((n, variances.size)))[0]
-    u = np.linalg.qr(u - u.mean(axis=0))[0]
-    v = np.linalg.qr(rng.standard_normal((d, variances.size)))[0]
-    return (u * np.sqrt(variances * (n - 1))) @ v.T + rng.random(d)
-
-
 @pytest.mark.parametrize("storage_rows, chunks_read", [(1, 20), (500, 4)])
 def test_the_probe_reads_at_most_one_percent_of_the_rows_and_the_plan_says_so(tmp_path, storage_rows, chunks_read):
     """One row per chunk: every 100th row, 20 chunks; row blocks larger than 1 % of n: a slice of
@@ -273,7 +264,7 @@ def test_the_probe_reads_at_most_one_percent_of_the_rows_and_the_plan_says_so(tm
     from _helpers import write_zarr
 
     n, d, k = 2000, 30, 4
-    X = _spectral_data(np.concatenate([np.geomspace(10, 1, k), 0.9 * np.linspace(1, 0.8, d - k)]), n, d)
+    X = spectral_data(np.concatenate([np.geomspace(10, 1, k), 0.9 * np.linspace(1, 0.8, d - k)]), n, d)
     array, store = write_zarr(tmp_path / "x.zarr", X, (storage_rows, d))
     estimator = PCA(k, solver="krylov", tol=1e-4)
     plain = estimator.plan(array)
@@ -304,7 +295,7 @@ def _case(name):
     variances = {"rate 0.5": 0.5 ** np.arange(d), "rate 0.8": 0.8 ** np.arange(d),
                  "continuum": np.concatenate([np.geomspace(10, 1, k), 0.9 * np.linspace(1, 0.8, d - k)]),
                  "plateau": np.concatenate([np.geomspace(30, 1.5, k), np.ones(5), np.geomspace(0.5, 1e-3, d - k - 5)])}
-    return _spectral_data(variances[name], n, d), k
+    return spectral_data(variances[name], n, d), k
 
 
 @pytest.mark.parametrize("name", ["rate 0.5", "rate 0.8", "continuum", "plateau", "reanalysis"])

@@ -14,7 +14,7 @@ from daskpca.solvers import krylov, randomized
 from daskpca.solvers._base import ComponentRequest
 from daskpca.store.checkpoint import CheckpointFile
 
-from _helpers import reference_pca, sin_theta, write_zarr
+from _helpers import reference_pca, sin_theta, spectral_data, write_zarr
 from test_solver_randomized import _slow_decay  # σ_i = i^(-1/2)
 
 
@@ -428,15 +428,6 @@ def test_a_fast_decaying_spectrum_stops_on_the_augmented_bound(tol):
     assert result.n_passes == 2
 
 
-def _spectral_data(variances, n, d, seed=0):
-    """Data whose centered scatter has exactly ``variances`` (times n − 1) as eigenvalues."""
-    rng = np.random.default_rng(seed)
-    u = np.linalg.qr(rng.standard_normal((n, variances.size)))[0]
-    u = np.linalg.qr(u - u.mean(axis=0))[0]
-    v = np.linalg.qr(rng.standard_normal((d, variances.size)))[0]
-    return (u * np.sqrt(variances * (n - 1))) @ v.T + rng.random(d)
-
-
 def _fit_reports(X, k, tol, chunks=250):
     from daskpca.passes._progress import listen
 
@@ -467,7 +458,7 @@ def test_the_simulated_fit_predicts_the_pass_count_within_one(name, tol):
                      "continuum": np.concatenate([np.geomspace(10, 1, k), 0.9 * np.linspace(1, 0.8, rest)]),
                      "plateau": np.concatenate([np.geomspace(30, 1.5, k), np.ones(5), np.geomspace(0.5, 1e-3, rest - 5)]),
                      }[name]
-        X = _spectral_data(variances, n, d)
+        X = spectral_data(variances, n, d)
     result, starts = _fit_reports(X, k, tol)
     assert result.info["converged"] and result.n_passes >= 3, result.info["bound_history"]
     learnt = [report for report in starts if report.learnt is not None]
@@ -479,7 +470,7 @@ def test_the_simulated_fit_predicts_the_pass_count_within_one(name, tol):
 def test_the_progress_line_names_where_its_eta_was_learnt():
     from daskpca.passes._progress import PassReport
 
-    X = _spectral_data(np.concatenate([np.geomspace(10, 1, 6), 0.9 * np.linspace(1, 0.8, 114)]), 600, 120)
+    X = spectral_data(np.concatenate([np.geomspace(10, 1, 6), 0.9 * np.linspace(1, 0.8, 114)]), 600, 120)
     _, starts = _fit_reports(X, 6, 1e-4, chunks=200)
     before, after = starts[1], starts[-1]
     assert before.learnt is None and "ETA" not in before.describe()  # the planner's prior, timed but not learnt
@@ -502,7 +493,7 @@ def test_prediction_survives_degenerate_spectra(case):
     elif case == "rank 3":
         X = rng.standard_normal((n, 3)) @ rng.standard_normal((3, d))
     else:
-        X = _spectral_data(np.ones(d), n, d)
+        X = spectral_data(np.ones(d), n, d)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result, starts = _fit_reports(X, k, 1e-6, chunks=100)

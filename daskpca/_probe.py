@@ -49,6 +49,8 @@ import numpy as np
 from .passes import geometry_of, plain_source
 from .solvers import krylov
 
+#: The road the probe predicts (its simulation is block Krylov's own iteration and bound).
+ROAD = krylov.DECLARATION
 #: Most rows the probe reads, as a fraction of n (the issue's "≤ 1 % of the data").
 PROBE_FRACTION = 0.01
 #: Where one storage row block holds more than 1 % of the rows: slices from this many blocks.
@@ -74,7 +76,7 @@ class Probe:
     reason: str = ""
     seconds: float = 0.0
     prior: int = 0  # the planner's point estimate without the probe (krylov.predicted_passes)
-    road: str = krylov.DECLARATION.name  # the plan's estimate the point estimate is for
+    road: str = ROAD.name  # the plan's estimate the point estimate is for
 
     @property
     def fraction(self) -> float:

@@ -335,7 +335,7 @@ class BasePCA(Estimator):
         options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
         if plan.default_tol is not None and "tol" in options:  # auto's certified road (see _plan.DEFAULT_TOL)
             options["tol"] = plan.default_tol
-        if getattr(plan, "probe", None) is not None and plan.probe.history and name == "krylov":
+        if getattr(plan, "probe", None) is not None and plan.probe.history and name == plan.probe.road:
             options["probed"] = plan.probe.history  # the ETA from the start (plan(X, probe=True))
         try:
             with tuned_for_tasks(), PassClock() as clock, for_fit([matrix], plan.cache) as cache:
@@ -406,7 +406,7 @@ class BasePCA(Estimator):
         plan = self._make_plan(matrix, self._request(matrix), spec)
         if not probe:
             return plan
-        if self._solver_modules.get("krylov") is not SOLVERS["krylov"]:
+        if self._solver_modules.get(_probe.ROAD.name) is not _probe.ROAD:
             raise InputError(f"probe=True: the probe predicts PCA's block Krylov road; {type(self).__name__} has no "
                              "such road. Plan without probe=.")
         # Without a tol, solver="auto" prices block Krylov certified to DEFAULT_TOL (_plan.make_plan).

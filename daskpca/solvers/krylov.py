@@ -160,7 +160,10 @@ continuum at 1e-6 (8 predicted, 10 made: the flat model tail under the continuum
 optimistic). Before pass 2 ends (and where nothing can be modelled) :func:`passes_left`
 extrapolates the bound's fall once it is below ``INFORMATIVE_BOUND``, else the prior stands. The
 progress line and the log show the passes predicted, the time left for them and the pass whose
-results gave them ("ETA from pass 2"). The fit itself stops on the bound, whatever was predicted.
+results gave them ("ETA from pass 2"). A fit given a probed plan (``PCA.plan(X, probe=True)``,
+:mod:`daskpca._probe`: the same simulation on the spectrum of ≤ 1 % of the rows) starts from the
+probe's simulated bounds (``probed=``) and shows an ETA from its first pass, until its own
+simulation replaces it. The fit itself stops on the bound, whatever was predicted.
 
 Checkpoints (``checkpoint=PATH``): after every pass, V, W, the next block and the passes done are
 written atomically; a rerun of the same job resumes and makes only the remaining passes, with the

@@ -197,7 +197,7 @@ from ..exceptions import AccuracyWarning, InputError
 from ._base import ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult, open_checkpoint
 # The bounds (Davis–Kahan on the plain Ritz vectors, λ_{k+1} by the trace, the refined span) live
 # with the other solvers' in ._bounds, under one contract.
-from ._bounds import ROUNDOFF_RESIDUAL, TRACE_RTOL, certify, next_eigenvalue, plain_ritz  # noqa: F401 (re-exported)
+from ._bounds import ROUNDOFF_RESIDUAL, TRACE_RTOL, certify, next_eigenvalue  # noqa: F401 (the notes name them)
 from ._iterative import as_generator, sketch_result, subspace_sine
 # The kept basis and its orthogonalisation live in the pass machinery (daskpca.passes), shared
 # with the Gram road's in-memory eigensolver, Hilbert's Krylov road and MCA's.
@@ -583,21 +583,8 @@ def _gap_ratio(theta: np.ndarray, upper: float) -> float | None:
     return float(theta[-1] / upper) if theta.size and upper > 0 and np.isfinite(upper) else None
 
 
-def certified_bound(basis: Basis, k: int, n_samples: int = 1, total: float | None = None) -> float:
-    """The smallest bound of the plain Ritz vectors, the refined span(C·X_k) and the augmented
-    vectors (:func:`._bounds.certify`), without the left projection's m×m eigenproblem — so
-    without its Nyström bound, which the fit also stops on (:func:`estimate`)."""
-    found = certify(basis, k, *basis.ritz(), n_samples, total)
-    return smallest_bound(min(found["bound"], found["refined"]), found["augmented"])
-
-
-def plain_bound(basis: Basis, k: int, n_samples: int = 1) -> float:
-    """The Davis–Kahan bound of the plain Ritz vectors alone (:func:`._bounds.plain_ritz`)."""
-    return plain_ritz(basis, k, *basis.ritz(), n_samples)[3]
-
-
 def estimate(basis: Basis, k: int, *, n_samples: int = 1, stable: bool = False, total: float | None = None) -> Estimate:
-    """The three answers and their bounds from the kept basis (see module notes); ``total`` is
+    """The four answers and their bounds from the kept basis (see module notes); ``total`` is
     the total scatter trace C (from the first pass), used to bound λ_{k+1} (:func:`next_eigenvalue`)."""
     ritz_values, ritz_vectors = basis.ritz()
     found = certify(basis, k, ritz_values, ritz_vectors, n_samples, total)

@@ -331,3 +331,16 @@ def test_krylov_svd_bound_is_wedins_spectral_form_and_stays_above_the_truth(tol)
                        rng=np.random.default_rng(1))
     true = max(np.sin(subspace_angles(found.left, u[:, :6])).max(), np.sin(subspace_angles(found.right, vt[:6].T)).max())
     assert found.stopped == "tol" and true <= found.error_bound <= min(tol, 4 * true)
+
+
+def test_a_krylov_read_budget_below_two_is_refused_before_any_read_by_its_declaration():
+    # The Krylov path reads both fields once for their statistics, then once more at least: its
+    # declaration refuses max_passes=1 (check_options), whether asked for or chosen by auto, and
+    # the exact path, which takes no max_passes, refuses it as an ignored knob instead.
+    rng = np.random.default_rng(0)
+    x, y = (da.from_array(rng.standard_normal((50, d)), chunks=(25, d)) for d in (6, 5))
+    with pytest.raises(daskpca.exceptions.InvalidParameterError, match=r"max_passes=1: MCA's Krylov path .* >= 2"):
+        MCA(2, solver="krylov", max_passes=1).plan(x, y)
+    assert MCA(2, solver="krylov", max_passes=2).plan(x, y).path == "krylov"
+    with pytest.raises(daskpca.exceptions.InvalidParameterError, match=r"max_passes=1 would be ignored"):
+        MCA(2, solver="exact", max_passes=1).plan(x, y)

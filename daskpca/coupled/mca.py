@@ -247,8 +247,6 @@ class MCA(Estimator):
             tol=self.tol, max_passes=self.max_passes, requested=None if self.solver == "auto" else self.solver,
             cache_for=_plan.cache_pricing([x.matrix, y.matrix], self.cache), declarations=PATH_DECLARATIONS,
             fields=(dx, dy))
-        if plan.path == cc.KRYLOV.name:
-            cc.check_read_budget(self.max_passes)
         self.refuse_ignored_knobs(plan.path, PATH_DECLARATIONS)
         return plan
 

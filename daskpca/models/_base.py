@@ -74,9 +74,14 @@ class Estimator(ParamsMixin):
         ``solvers`` maps every solver (or path) name the estimator has to its declarations, as a
         solver module makes them: ``OPTIONS`` (the parameters it takes) and ``EXACT`` (it meets
         any ``tol``). Under ``solver="auto"``, ``tol`` and ``max_passes`` are the planner's inputs
-        (the accuracy and read budget it chose by), so they keep their meaning. Reads no data.
+        (the accuracy and read budget it chose by), so they keep their meaning. A declaration's own
+        ``check_options`` then refuses values of its options it cannot honour (MCA's Krylov path:
+        fewer than 2 reads). Reads no data.
         """
         running = solvers[solver]
+        check = getattr(running, "check_options", None)
+        if check is not None:
+            check({option: getattr(self, option) for option in getattr(running, "OPTIONS", ()) if hasattr(self, option)})
         takes, exact = getattr(running, "OPTIONS", ()), getattr(running, "EXACT", False)
         defaults = {n: p.default for n, p in inspect.signature(type(self).__init__).parameters.items()}
         auto = getattr(self, "solver", "auto") == "auto"

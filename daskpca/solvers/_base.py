@@ -403,6 +403,9 @@ class SolverDeclaration:
     squares_the_data : bool
         Its eigenvalues come from XᵀX or XXᵀ (formed or applied): the estimator warns for kept
         ones below ~ε·λ_max.
+    check_options : callable or None
+        ``check_options(options)``: refuses (raises, naming the value and the fix) values of its
+        ``options`` it cannot honour, before any read, for whichever estimator runs it.
     fuses_features : callable or None
         ``fuses_features(spec) -> bool``: it resolves the feature stage in its own first pass.
     reads_strips : bool
@@ -430,6 +433,7 @@ class SolverDeclaration:
     accepts_missing: bool = False
     squares_the_data: bool = False
     fuses_features: object = None
+    check_options: object = None
     reads_strips: bool = False
 
     def __post_init__(self):

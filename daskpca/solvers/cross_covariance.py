@@ -489,6 +489,7 @@ EXACT = SolverDeclaration(
 KRYLOV = SolverDeclaration(
     "krylov", solve_krylov, cost=krylov_cost, summary="block Krylov on the cross products (Wedin's bound)",
     options=("tol", "max_passes", "n_oversamples"), fallback="instead",
+    check_options=lambda options: check_read_budget(options.get("max_passes")),
 )
 #: MCA's paths by name (``MCA(solver=...)``), in the order plans list them.
 MCA_PATHS = {declaration.name: declaration for declaration in (EXACT, KRYLOV)}

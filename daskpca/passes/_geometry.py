@@ -151,6 +151,12 @@ def worker_resources() -> tuple[int, float | None, str]:
     return cores, psutil.virtual_memory().total / cores, "from this machine's memory per core"
 
 
+def what_runs() -> tuple:
+    """``(client, resources)``: the running ``distributed`` client (None: the threaded scheduler)
+    and :func:`worker_resources` — what runs the tasks, asked once by a planner for all it prices."""
+    return current_client(), worker_resources()
+
+
 def device_threads() -> int:
     """Threads whose tasks share one device's memory: a GPU worker's threads (one worker a device,
     the largest of them), or this machine's cores under the threaded scheduler."""
@@ -410,7 +416,7 @@ def relaid_out(cost_of, shape):
     cost = cost_of(replace(shape, chunks=((n,), strips)))
     note = (f"stored by rows only: re-laid out into {len(strips)} column strips of {width} columns first "
             f"(one read and one write of a temporary copy, then {cost.passes} passes over it)")
-    return replace(cost, passes=1, copy_passes=cost.passes, note=note + (f"; {cost.note}" if cost.note else ""))
+    return cost._replace(passes=1, copy_passes=cost.passes, note=note + (f"; {cost.note}" if cost.note else ""))
 
 
 def on_column_strips(solve, X, *args, **kwargs):

@@ -39,10 +39,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from numbers import Integral, Real
+from typing import NamedTuple
 
 import numpy as np
 
 from ..exceptions import InputError, InputTypeError
+from ..passes import merge_task_bytes, sketch_task_bytes
 
 
 @dataclass(frozen=True)
@@ -98,9 +100,18 @@ class ComponentRequest:
     n_samples: int
     n_features: int
 
-    @property
-    def upper_bound(self) -> int:
-        return min(self.n_samples, self.n_features)
+    # Derived once (plain attributes: read all along the road, each a call otherwise).
+    upper_bound: int = field(init=False)  # min(n_samples, n_features)
+    needs_spectrum: bool = field(init=False)  # choosing k needs every eigenvalue (a fraction or 'mle')
+    most_components: int = field(init=False)  # what a fit computes: upper_bound with a spectrum rule, else k
+
+    def __post_init__(self):
+        value, bound = self.value, min(self.n_samples, self.n_features)
+        spectrum = isinstance(value, str) or (isinstance(value, Real) and not isinstance(value, (Integral, bool, np.bool_)))
+        fixed = value if isinstance(value, Integral) and not isinstance(value, (bool, np.bool_)) else bound
+        for name, derived in dict(upper_bound=bound, needs_spectrum=spectrum,
+                                  most_components=bound if spectrum else int(fixed)).items():
+            object.__setattr__(self, name, derived)
 
     def validate(self) -> None:
         """Raise for a value that no solver can honour on this shape."""
@@ -141,13 +152,6 @@ class ComponentRequest:
         raise InputTypeError(
             f"n_components={value!r} has type {type(value).__name__}: expected an int, a "
             "float in (0, 1), 'mle' or None."
-        )
-
-    @property
-    def needs_spectrum(self) -> bool:
-        """Whether choosing k needs every eigenvalue (a fraction or 'mle')."""
-        return isinstance(self.value, str) or (
-            isinstance(self.value, Real) and not isinstance(self.value, Integral)
         )
 
     def fixed(self) -> int:
@@ -297,6 +301,9 @@ class PlanInput:
     block_in: int = field(init=False)  # bytes of the largest row block as stored
     block64: int = field(init=False)  # bytes of the largest row block in float64 (the copy a kernel computes on)
     ell: int = field(init=False)  # the sketching solvers' block width: k + oversamples, at most min(n, d)
+    # The pass machinery's memory model, asked once per input rather than by every cost model:
+    merge_column_bytes: int = field(init=False)  # a merge task of a tree of d-wide partials, per column
+    sketch_task_bytes: int = field(init=False)  # the largest task of a sketching pass (ℓ + 1 columns)
 
     def __post_init__(self):
         derived = dict(row_block=max(self.chunks[0]), col_strip=max(self.chunks[1]), row_tasks=len(self.chunks[0]),
@@ -304,11 +311,14 @@ class PlanInput:
         derived.update(block_in=derived["row_block"] * self.d * self.itemsize, block64=derived["row_block"] * self.d * FLOAT64)
         for name, value in derived.items():
             object.__setattr__(self, name, value)
+        object.__setattr__(self, "sketch_task_bytes", sketch_task_bytes(self))
+        # merge_task_bytes is linear in the partial's columns: a cost model multiplies.
+        object.__setattr__(self, "merge_column_bytes", merge_task_bytes(self.d, 1))
 
 
-@dataclass(frozen=True)
-class Cost:
-    """A solver's cost on one input (:class:`PlanInput`), predicted before any read.
+class Cost(NamedTuple):
+    """A solver's cost on one input (:class:`PlanInput`), predicted before any read: a plain
+    record (a named tuple; ``cost._replace(...)`` for a changed copy).
 
     ``passes`` counts full reads of the input (an int, or a text such as ``"1/iter"`` for a solver
     whose passes are its iterations); ``flops`` those of the passes and of the final local solve;

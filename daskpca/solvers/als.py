@@ -72,7 +72,7 @@ import numpy as np
 import scipy.linalg
 
 from ..passes import (Passes, SizedByArrays, eigh_descending, like, map_row_blocks, merge_shifted_means,
-                      merge_task_bytes, namespace, row_shift, tree_reduce)
+                      namespace, row_shift, tree_reduce)
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import FLOAT64, ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult
 from ..exceptions import ConvergenceWarning
@@ -266,7 +266,7 @@ def cost(shape: PlanInput) -> Cost:
     """One pass per iteration, 4·n·d·k flops each. A leaf holds its block, one float64 copy and
     its n_i×k and d×k products; a merge SPLIT_EVERY d×(k + 2) statistics, what each task returns."""
     n, d, k, most = shape.n, shape.d, shape.k, most_passes(shape.options)
-    task = max(shape.block_in + shape.block64 + (2 * shape.row_block + d) * k * FLOAT64, merge_task_bytes(d, k + 2))
+    task = max(shape.block_in + shape.block64 + (2 * shape.row_block + d) * k * FLOAT64, shape.merge_column_bytes * (k + 2))
     return Cost("1/iter", 4 * n * d * k, task, "iterative; passes = iterations (the mean is fused into the first)",
                 result_size=(k + 2) * d, most_passes=most)
 

@@ -155,7 +155,8 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None) -> 
 def result_from_moments(moments: Moments, request: ComponentRequest, solved: _SolvedAtRoot | None = None) -> SolverResult:
     """Solve the d×d eigenproblem of merged moments locally (no data is read), or take the
     eigenpairs the root task ``solved`` on the device (:func:`solved_at_root`)."""
-    raise_if_nonfinite(moments.nonfinite)
+    if moments.nonfinite.count:  # the pass found NaN/±inf: the library's standard error
+        raise_if_nonfinite(moments.nonfinite)
     n_samples = moments.count
     n_features = moments.mean.shape[0]
     if solved is not None:
@@ -170,7 +171,7 @@ def result_from_moments(moments: Moments, request: ComponentRequest, solved: _So
         else:
             # Only the k leading pairs (and λ_{k+1}, the gap the estimator's input-precision term
             # needs): LAPACK's index-range driver is cheaper when k ≪ d.
-            k = request.fixed()
+            k = request.most_components
             values, vectors = eigh_descending(covariance, k + 1)
     info = {"moments": moments, "error_bound": 0.0}  # exact: no bound to report but round-off
     if len(values) > k:

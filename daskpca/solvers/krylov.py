@@ -202,7 +202,7 @@ from ._iterative import as_generator, sketch_result, subspace_sine
 # The kept basis and its orthogonalisation live in the pass machinery (daskpca.passes), shared
 # with the Gram road's in-memory eigensolver, Hilbert's Krylov road and MCA's.
 from ..passes import DEFLATION_RTOL, Basis, client_blas_threads, orthonormal_extension, tall_qr
-from ..passes import SKETCH_FLOPS_PER_SECOND, Passes, sketch_task_bytes
+from ..passes import SKETCH_FLOPS_PER_SECOND, Passes
 # The sketch kernel shared with the randomized solver: its first pass (fused with the feature
 # stage, hence ``fuses_features`` here too) and every later pass are this solver's.
 from ..passes import (check_oversamples, feature_fingerprint, fuses_features, leading_right_vectors, pass_input,  # noqa: F401
@@ -844,7 +844,7 @@ def cost(shape: PlanInput) -> Cost:
     else:
         note = f"ℓ = {ell}; budget {passes} passes, error bound reported"
     client = client_flops(d, ell, passes, k)
-    return Cost(passes, passes * 4 * n * d * ell, sketch_task_bytes(shape), note, result_size=(ell + 1) * d,
+    return Cost(passes, passes * 4 * n * d * ell, shape.sketch_task_bytes, note, result_size=(ell + 1) * d,
                 client_flops=client, most_passes=pass_budget(tol, shape.max_passes))
 
 

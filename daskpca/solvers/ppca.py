@@ -74,7 +74,7 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from ..passes import Passes, SizedByArrays, like, map_row_blocks, merge_task_bytes, namespace, tree_reduce
+from ..passes import Passes, SizedByArrays, like, map_row_blocks, namespace, tree_reduce
 from .._validation import NonFinite, raise_if_nonfinite
 from ..exceptions import ConvergenceWarning, InputError
 from ._base import FLOAT64, ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult
@@ -317,7 +317,7 @@ def cost(shape: PlanInput) -> Cost:
     """One pass per EM iteration (after the first), 4·n·d·k flops each, and with missing values
     each E-step node also holds one k×k matrix per feature (d·k²): the tasks return d×(k² + k)."""
     n, d, k, most = shape.n, shape.d, shape.k, most_passes(shape.options)
-    task = max(shape.block_in + shape.block64 + (2 * shape.row_block + d) * k * FLOAT64, merge_task_bytes(d, k * k + k))
+    task = max(shape.block_in + shape.block64 + (2 * shape.row_block + d) * k * FLOAT64, shape.merge_column_bytes * (k * k + k))
     return Cost("1/iter", 4 * n * d * k + n * d * k * k, task, "missing values; passes = 1 + iterations",
                 result_size=(k * k + k) * d, most_passes=most)
 

@@ -54,7 +54,7 @@ import numpy as np
 
 from ._base import ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult, open_checkpoint
 from ._iterative import as_generator, sketch_result
-from ..passes import SKETCH_FLOPS_PER_SECOND, Passes, sketch_task_bytes
+from ..passes import SKETCH_FLOPS_PER_SECOND, Passes
 # The sketch kernel shared with block Krylov (its first pass fuses the feature stage, hence
 # ``fuses_features`` here: the solver contract's declaration).
 from ..passes import (check_oversamples, feature_fingerprint, fuses_features, leading_right_vectors, pass_input,  # noqa: F401
@@ -175,7 +175,7 @@ def cost(shape: PlanInput) -> Cost:
     (:func:`daskpca.passes._sketch.sketch_task_bytes`); each task returns d×(ℓ + 1) factors."""
     n, d, k, ell = shape.n, shape.d, shape.k, shape.ell
     q = shape.n_power_iter if isinstance(shape.n_power_iter, int) else (7 if k < SMALL_K_FRACTION * min(n, d) else 4)
-    return Cost(q + 1, (q + 1) * 4 * n * d * ell, sketch_task_bytes(shape), f"q = {q}, ℓ = {ell}", result_size=(ell + 1) * d)
+    return Cost(q + 1, (q + 1) * 4 * n * d * ell, shape.sketch_task_bytes, f"q = {q}, ℓ = {ell}", result_size=(ell + 1) * d)
 
 
 DECLARATION = SolverDeclaration(

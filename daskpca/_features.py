@@ -279,7 +279,7 @@ def _checked(module, X, request, **kwargs) -> SolverResult:
             f"small (|x| ≲ 1e-154) that float64 squares overflow or underflow. Check X's range and "
             f"variance. {rescale}") from None
     arrays = (result.explained_variance, result.components, result.mean, [result.total_variance])
-    if not all(np.all(np.isfinite(a)) for a in arrays):
+    if not all(map(np.all, map(np.isfinite, arrays))):
         raise DataRangeError(
             f"the data is finite, but its variance overflowed float64 in solver {name!r} (a variance or "
             f"component came out inf or NaN): values with |x| ≳ 1e154 square beyond 1.8e308. {rescale}")

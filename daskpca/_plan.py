@@ -53,7 +53,7 @@ import numpy as np
 
 from .solvers import SOLVERS
 from .solvers import DENSE_FLOPS_PER_SECOND, PlanInput
-from .passes import TASK_MEMORY_FRACTION, Geometry, current_client, device_task_bytes, relaid_out, worker_resources
+from .passes import TASK_MEMORY_FRACTION, Geometry, current_client, device_task_bytes, relaid_out, what_runs, worker_resources
 from .exceptions import InputError
 
 logger = logging.getLogger("daskpca")
@@ -152,12 +152,13 @@ class DevicePricing:
                 f"eigh/SVD on the device where cheaper{moved}{memory}")
 
 
-def device_pricing(matrix) -> DevicePricing | None:
+def device_pricing(matrix, backend=None) -> DevicePricing | None:
     """The device costs of ``matrix``'s chunks (None for host chunks: the CPU plan), moved up by
-    its read tasks when they are host data (``device="cuda"`` on host input)."""
+    its read tasks when they are host data (``device="cuda"`` on host input); ``backend``: their
+    backend (``passes.on_device(matrix)``) when the caller asked it already."""
     from .passes import device_memory, moved_from_host, on_device
 
-    backend = on_device(matrix)
+    backend = on_device(matrix) if backend is None else backend
     if backend.on_host:
         return None
     memory = device_memory(backend)
@@ -200,6 +201,7 @@ class SolverEstimate:
     flop_rate: float | None = None  # the passes' flop rate (None: the host's, from the solver's declaration)
     local_seconds: float = 0.0  # the final eigenproblem / SVD where a device plan puts it
     move_seconds: float = 0.0  # per pass: the blocks moved from the host to the device
+    certified: bool = False  # an approximate solver that certifies the plan's tol within its read budget
 
     @property
     def uncached(self) -> float | None:
@@ -380,16 +382,18 @@ def estimate_solvers(n, d, k, chunks, itemsize, n_oversamples=10, n_power_iter=N
     # its ``Cost``, and the road goes out to the solvers' modules and back once, not once per solver.
     # A road that reads column strips is priced with the shared re-layout step where the input is
     # stored by rows only (its declaration's ``reads_strips``; ``_geometry.relaid_out``).
-    costs = [relaid_out(declaration.cost, shape) if declaration.reads_strips else declaration.cost(shape)
+    # Whether an approximate road certifies ``tol`` within its read budget is asked with its cost.
+    costs = [(relaid_out(declaration.cost, shape) if declaration.reads_strips else declaration.cost(shape),
+              tol is not None and declaration.certifies is not None and declaration.certifies(tol, max_passes))
              for _, declaration in declared]
     estimates = []
-    for (name, declaration), cost in zip(declared, costs):
+    for (name, declaration), (cost, certified) in zip(declared, costs):
         estimate = SolverEstimate(name, cost.passes, float(cost.flops), int(cost.task_bytes),
                                   budget is None or cost.task_bytes <= budget, declaration.exact, cost.note,
                                   tasks=shape.row_tasks if cost.tasks is None else cost.tasks, copy_passes=cost.copy_passes,
                                   client_flops=cost.client_flops, result_bytes=cost.result_size * FLOAT64,
                                   # a road that re-lays the input out reads it once, whatever its passes over the copy
-                                  most_passes=None if cost.copy_passes else cost.most_passes)
+                                  most_passes=None if cost.copy_passes else cost.most_passes, certified=bool(certified))
         if SOLVERS.get(name) is not declaration:  # another estimator's road: its rate stated in the plan
             estimate = replace(estimate, flop_rate=declaration.flop_rate)
         if device is not None:
@@ -464,12 +468,6 @@ def _name(declaration) -> str | None:
     return None if declaration is None else declaration.name
 
 
-def _certifies(name: str, tol: float, max_passes, registry=None) -> bool:
-    """Whether solver ``name`` is approximate but guarantees ``tol`` within its read budget."""
-    certifies = getattr((SOLVERS if registry is None else registry).get(name), "certifies", None)
-    return certifies is not None and certifies(tol, max_passes)
-
-
 def _only_for_missing(name: str, registry=None) -> bool:
     """A solver for missing values (NaN) is no alternative on complete data."""
     return getattr((SOLVERS if registry is None else registry).get(name), "accepts_missing", False)
@@ -478,8 +476,7 @@ def _only_for_missing(name: str, registry=None) -> bool:
 def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=False, available, n_oversamples=10,
               n_power_iter="auto", tol=None, max_passes=None, geometry: Geometry | None = None, requested=None,
               reads=None, cache_for=None, device: DevicePricing | None = None, declarations=None, fields=None,
-              names=None,
-              options=None) -> Plan:
+              names=None, options=None, runner: tuple | None = None) -> Plan:
     """Choose a solver with ordered rules; see the module docstring.
 
     ``declarations``: the registry the plan chooses from (None: :data:`daskpca.solvers.SOLVERS`,
@@ -501,10 +498,12 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     (:func:`on_the_device`; the task budget from the device's memory). ``declarations``: the
     roads the estimator may take, name → declaration (None: :data:`daskpca.solvers.SOLVERS`,
     PCA's); ``fields``: ``(dx, dy)`` for two fields read together (:attr:`PlanInput.fields`);
-    ``options``: further estimator options their cost models read.
+    ``options``: further estimator options their cost models read. ``runner``: what runs the
+    tasks (:func:`~daskpca.passes.what_runs`; None: asked here), as :func:`pricing` gives it.
     """
     # What runs the tasks is asked once for the whole plan: none of it depends on the solver.
-    resources, distributed = worker_resources(), current_client() is not None
+    client, resources = what_runs() if runner is None else runner
+    distributed = client is not None
     budget, source = task_memory_budget(resources)
     if device is not None and (device_budget := device_task_budget(device)) is not None:
         budget, source = device_budget
@@ -524,8 +523,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
                                   declarations=registry, options=options, fields=fields)
     ]
     caches = cache_for(estimates) if cache_for is not None else {}
-    saved = {name: choice.saved_seconds() for name, choice in caches.items() if choice is not None}
-    estimates = [cached(e, caches.get(e.name), saved.get(e.name)) for e in estimates]
+    estimates = [cached(e, caches.get(e.name)) for e in estimates]
     by_name = {e.name: e for e in estimates}
     fits = lambda name: name in by_name and by_name[name].feasible  # noqa: E731
     exact_small = _name(roles["tall" if d <= n else "wide"])
@@ -546,7 +544,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
         solver, reason = exact_small, "n_components needs the full spectrum; " + _shape_reason(exact_small, dims, registry)
     # 3. An accuracy asked for: the fastest solver (time model) that guarantees it — an exact one,
     #    or one that certifies it (block Krylov) when its predicted passes fit the read budget.
-    elif tol is not None and (candidates := _guaranteeing(by_name, tol, max_passes, registry)):
+    elif tol is not None and (candidates := _guaranteeing(by_name)):
         best = min(candidates, key=lambda e: e.seconds)
         solver = best.name
         others = ", ".join(f"{e.name} ≈ {e.seconds:.3g} s" for e in candidates if e is not best)
@@ -556,7 +554,8 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     #    data: the covariance's one pass), else block Krylov certified to DEFAULT_TOL.
     elif default_road and (choice := _default_road(by_name, max_passes, exact_small, registry)) is not None:
         solver, reason = choice
-        default_tol = DEFAULT_TOL if _certifies(solver, DEFAULT_TOL, max_passes, registry) else None
+        # The default road is exact or certifies DEFAULT_TOL (_guaranteeing chose among those).
+        default_tol = None if by_name[solver].exact else DEFAULT_TOL
     # 5. The exact one-pass (covariance) or two-pass (Gram) solver, when its matrix fits a task.
     elif fits(exact_small):
         solver, reason = exact_small, _shape_reason(exact_small, dims, registry)
@@ -575,7 +574,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
         solver, reason = exact_small, "nothing fits the per-task memory budget; the exact solver is tried anyway"
         warnings.append(f"estimated task memory {format_bytes(by_name[exact_small].task_bytes)} exceeds the budget {format_bytes(budget)}: "
                         "use smaller chunks or workers with more memory")
-    if tol is not None and solver == approximate and not _certifies(solver, tol, max_passes, registry):
+    if tol is not None and solver == approximate and not by_name[solver].certified:
         warnings.append(f"tol = {tol:g} may not be reached within the read budget of {by_name[solver].most_passes - reads.get(solver, 0)} passes "
                         "(predicted for λ_k/λ_{ℓ+1} ≈ 2); the fit reports the bound it reaches")
     if tol is None and solver == approximate and default_tol is None:
@@ -603,7 +602,7 @@ def _default_road(by_name: dict, max_passes, exact_small: str, registry) -> tupl
     fastest exact one that fits) when it costs at most EXACT_PREMIUM × the certified road's
     (block Krylov's) predicted time for DEFAULT_TOL, else that road; None when neither fits (the
     later rules then decide)."""
-    candidates = _guaranteeing(by_name, DEFAULT_TOL, max_passes, registry)
+    candidates = _guaranteeing(by_name)  # priced for DEFAULT_TOL
     exact = [e for e in candidates if e.exact]
     krylov = next((e for e in candidates if not e.exact), None)
     best = next((e for e in exact if e.name == exact_small), None) or min(exact, key=lambda e: e.seconds, default=None)
@@ -625,11 +624,11 @@ def _shape_reason_of(estimate: SolverEstimate, registry) -> str:
     return getattr(registry.get(estimate.name), "summary", "") or estimate.name
 
 
-def _guaranteeing(by_name: dict, tol: float, max_passes, registry) -> list[SolverEstimate]:
-    """Feasible solvers that meet ``tol``: exact ones, then those that certify it within their
-    read budget (block Krylov)."""
+def _guaranteeing(by_name: dict) -> list[SolverEstimate]:
+    """Feasible solvers that meet the plan's accuracy: exact ones, then those that certify it
+    within their read budget (block Krylov; ``SolverEstimate.certified``, asked with its cost)."""
     exact = [e for e in by_name.values() if e.exact and e.feasible]
-    exact += [e for name, e in by_name.items() if not e.exact and e.feasible and _certifies(name, tol, max_passes, registry)]
+    exact += [e for e in by_name.values() if not e.exact and e.feasible and e.certified]
     return [e for e in exact if e.seconds is not None]
 
 
@@ -796,14 +795,15 @@ def cache_question(chosen: SolverEstimate | None, later_reads: int, distributed:
                 fit_reads=predicted)
 
 
-def cache_pricing(matrix, cache="auto"):
+def cache_pricing(matrix, cache="auto", *, device=None, runner: tuple | None = None):
     """``make_plan``'s ``cache_for``: ``estimates -> {solver: CacheChoice}``, each solver's pass
     cache (:func:`cache_question`). The input's and the machine's facts (in memory already? on a
     device? the threads, a cluster, the job's later reads) are gathered here once, as none of
-    them is the solver's, and the cache module prices every solver in one visit."""
+    them is the solver's, and the cache module prices every solver in one visit. ``device`` and
+    ``runner``: the chunks' backend and what runs the tasks, when the caller asked them already."""
     from .passes import choose_each, gather, later_reads
 
-    later, facts = later_reads(), gather(matrix, cache)
+    later, facts = later_reads(), gather(matrix, cache, device=device, runner=runner)
 
     def price(estimates) -> dict:
         questions = [cache_question(e, later, facts.distributed) for e in estimates]
@@ -812,14 +812,23 @@ def cache_pricing(matrix, cache="auto"):
     return price
 
 
-def cached(estimate: SolverEstimate, choice, saved: float | None = None) -> SolverEstimate:
+def cached(estimate: SolverEstimate, choice) -> SolverEstimate:
     """``estimate`` timed with the passes ``choice`` serves at their cached time (from its
-    uncached time: a plan timed once with a cache and again in the job is not discounted twice);
-    ``saved``: ``choice.saved_seconds()`` when the planner already asked it."""
+    uncached time: a plan timed once with a cache and again in the job is not discounted twice)."""
     if choice is None or estimate.seconds is None:
         return estimate
-    saved = choice.saved_seconds() if saved is None else saved
-    return replace(estimate, seconds=estimate.uncached - saved, uncached_seconds=estimate.uncached)
+    return replace(estimate, seconds=estimate.uncached - choice.saved, uncached_seconds=estimate.uncached)
+
+
+def pricing(array, cache="auto") -> dict:
+    """:func:`make_plan`'s keywords that come from one input's dask ``array`` and from what will
+    run it — its ``geometry``, what runs the tasks (``runner``), the ``device`` its chunks live on
+    and each solver's pass cache (``cache_for``) — each fact asked once for the whole plan."""
+    from .passes import geometry_of, on_device
+
+    geometry, runner, backend = geometry_of(array), what_runs(), on_device(array)
+    return dict(geometry=geometry, runner=runner, device=device_pricing(array, backend),
+                cache_for=cache_pricing(array, cache, device=backend, runner=runner))
 
 
 def with_cache(plan: Plan, matrix, cache="auto") -> Plan:

@@ -35,7 +35,7 @@ from .exceptions import AccuracyWarning, InputError, InputTypeError, NonFiniteIn
 from .models import (ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Estimator, Interval, Options, Predicate, is_json,
                      listed, model_matrix, positions, project_matrix, reconstruct, scores_out, stored_params)
 from .solvers import SOLVERS, ComponentRequest, SolverResult, covariance
-from .passes import (DEVICE_NAMES, Moments, PassClock, combine_moments, flip_signs, for_fit, geometry_of, local_root,
+from .passes import (DEVICE_NAMES, Moments, PassClock, combine_moments, flip_signs, for_fit, local_root,
                      regroup, to_device, tuned_for_tasks, zarr_arrays)
 
 #: Score scalings of ``transform`` / ``inverse_transform`` (see :mod:`daskpca.labeled`).
@@ -222,8 +222,8 @@ def input_precision_bound(result: SolverResult, dtype, asked: float | None = Non
     return {"bound": bound, "ulp": ulp, "material": material}
 
 
-def with_input_precision(result: SolverResult, dtype, asked: float | None = None) -> SolverResult:
-    """The result with the input's precision (:func:`input_precision_bound`) in its info:
+def with_input_precision(result: SolverResult, dtype, asked: float | None = None) -> dict:
+    """The result's ``info`` with the input's precision (:func:`input_precision_bound`):
     ``input_precision_bound`` always; added to ``error_bound`` where it limits the answer (the
     solver's own bound then stays in ``solver_error_bound``)."""
     precision = input_precision_bound(result, dtype, asked)
@@ -233,7 +233,7 @@ def with_input_precision(result: SolverResult, dtype, asked: float | None = None
         solver_bound = float(result.info.get("error_bound", np.nan))
         info["solver_error_bound"] = solver_bound
         info["error_bound"] = min(1.0, solver_bound + precision["bound"])  # NaN stays NaN: no bound known
-    return replace(result, info=info)
+    return info
 
 
 def _asked_accuracy(model) -> float:
@@ -332,7 +332,9 @@ class BasePCA(Estimator):
         name, reason, module = plan.solver, plan.reason, self._solver_modules[plan.solver]
         if spec is not None:
             spec = replace(spec, missing_ok=getattr(module, "ACCEPTS_MISSING", False))
-        options = {option: getattr(self, option) for option in getattr(module, "OPTIONS", ())}
+        options = {}
+        for option in getattr(module, "OPTIONS", ()):
+            options[option] = getattr(self, option)
         if plan.default_tol is not None and "tol" in options:  # auto's certified road (see _plan.DEFAULT_TOL)
             options["tol"] = plan.default_tol
         if getattr(plan, "probe", None) is not None and plan.probe.history and name == plan.probe.road:
@@ -427,15 +429,12 @@ class BasePCA(Estimator):
         # The member's own answers first: asked between the other modules' calls, each would be a
         # hop back into this one (tests/test_one_road.py counts them).
         requested, options, declarations = self._requested_solver(), self._plan_options(), self._solver_modules
-        k = request.upper_bound if request.needs_spectrum else request.fixed()
+        k = request.most_components
         plan = _plan.make_plan(
             *array.shape, k, array.chunks, array.dtype.itemsize,
             needs_spectrum=request.needs_spectrum, available=tuple(declarations), tol=self.tol, max_passes=self.max_passes,
-            geometry=geometry_of(array), requested=requested,
-            reads=None if spec is None else _features.plan_reads(declarations, spec),  # a plain fit adds none
-            cache_for=_plan.cache_pricing(array, self.cache),  # called by the planner, per solver
-            device=_plan.device_pricing(array),
-            declarations=None if declarations is SOLVERS else declarations, **options,
+            requested=requested, reads=None if spec is None else _features.plan_reads(declarations, spec),  # a plain fit adds none
+            declarations=None if declarations is SOLVERS else declarations, **_plan.pricing(array, self.cache), **options,
         )
         self.refuse_ignored_knobs(plan.solver, declarations)
         return plan
@@ -450,7 +449,7 @@ class BasePCA(Estimator):
 
     def _check_given_plan(self, plan, matrix, request: ComponentRequest) -> None:
         """Refuse a plan ``fit`` was given that is not this fit's (reads nothing)."""
-        k = request.upper_bound if request.needs_spectrum else request.fixed()
+        k = request.most_components
         made_for = (plan.n_samples, plan.n_features, plan.n_components)
         if not isinstance(plan, _plan.Plan) or made_for != (*matrix.shape, k) or not self._runs(plan.solver):
             raise InputError(
@@ -473,8 +472,7 @@ class BasePCA(Estimator):
         """Fitted attributes from the solver's result; ``input_dtype`` (the analysed matrix's
         before conversion) adds the input's own precision to ``error_bound_``
         (:func:`input_precision_bound`)."""
-        if input_dtype is not None:
-            result = with_input_precision(result, input_dtype, _asked_accuracy(self))
+        info = result.info if input_dtype is None else with_input_precision(result, input_dtype, _asked_accuracy(self))
         signs = flip_signs(result.components)
         k = len(result.explained_variance)
         n_samples, n_features = result.n_samples, result.mean.shape[0]
@@ -493,9 +491,9 @@ class BasePCA(Estimator):
                                 else self.distortion_ / n_discarded if n_discarded > 0 else 0.0)
         self.solver_, self.solver_reason_ = solver, reason
         self.n_passes_ = result.n_passes
-        self.solver_info_ = dict(result.info)
-        self.error_bound_ = _plan.error_bound(self.solver_info_)
+        self.solver_info_ = dict(info)
         self.feature_stage_ = result.features if result.features is not None else FeatureStage.identity(n_features)
+        self.error_bound_ = _plan.error_bound(self.solver_info_)  # last: the fit's warnings are the planner's too
         self.layout_ = layout
         self._spectrum = result.spectrum
 

@@ -375,7 +375,7 @@ def test_the_plan_prices_the_device(monkeypatch):
     same input chooses."""
     standin.use_as_cuda(monkeypatch)
     monkeypatch.setattr(standin.StandInBackend, "memory", lambda self: (140 * 2**30, 140 * 2**30))  # an H200
-    monkeypatch.setattr(_plan, "worker_resources", lambda: (16, 8 * 2**30, "16 cores, 8 GiB each (the test's)"))
+    monkeypatch.setattr(_plan, "what_runs", lambda: (None, (16, 8 * 2**30, "16 cores, 8 GiB each (the test's)")))
     X = da.zeros((200_000, 8000), chunks=(12_500, 8000), dtype=np.float32)
     cpu, gpu = PCA(10).plan(X), PCA(10, device="cuda").plan(X)
     assert cpu.solver == "krylov" and cpu.device is None and "device" not in str(cpu)
@@ -397,7 +397,7 @@ def test_device_merges_are_sized_to_the_task_budget_the_plan_checks(monkeypatch)
     standin.use_as_cuda(monkeypatch)
     h200 = 141 * 10**9
     monkeypatch.setattr(standin.StandInBackend, "memory", lambda self: (h200, h200))
-    monkeypatch.setattr(_plan, "worker_resources", lambda: (16, 8 * 2**30, "16 cores, 8 GiB each (the test's)"))
+    monkeypatch.setattr(_plan, "what_runs", lambda: (None, (16, 8 * 2**30, "16 cores, 8 GiB each (the test's)")))
     monkeypatch.setattr(_geometry, "device_threads", lambda: 16)
     X = da.zeros((200_000, 8000), chunks=(12_500, 8000), dtype=np.float32)
     plan = PCA(10, solver="tsqr", device="cuda").plan(X)

@@ -62,7 +62,7 @@ CASES = {
 
 def make(case, monkeypatch) -> _plan.Plan:
     shape, chunks, dtype, params, per_thread, device = CASES[case]
-    monkeypatch.setattr(_plan, "worker_resources", lambda: (16, per_thread, "16 threads (the test's)"))
+    monkeypatch.setattr(_plan, "what_runs", lambda: (None, (16, per_thread, "16 threads (the test's)")))
     monkeypatch.setattr(_cache, "memory_room", lambda working, machine=None: (64 * GiB, "the test's 64 GiB"))
     if device is not None:
         standin.use_as_cuda(monkeypatch)
@@ -85,7 +85,7 @@ def record(plan: _plan.Plan) -> dict:
         "solver": plan.solver, "reason": plan.reason, "runner_up": plan.runner_up, "warnings": list(plan.warnings),
         "default_tol": plan.default_tol, "task_memory_budget": plan.task_memory_budget, "memory_source": plan.memory_source,
         "seconds": plan.seconds, "passes": plan.passes, "most_passes": plan.most_passes,
-        "cache_seconds": None if plan.cache is None else plan.cache.saved_seconds(),
+        "cache_seconds": None if plan.cache is None else plan.cache.saved,
         "estimates": [estimate(e) for e in plan.estimates],
     }
 
@@ -147,7 +147,7 @@ def make_estimator_plan(case, monkeypatch) -> dict:
     import daskpca
 
     estimator, params, x, y, per_thread = ESTIMATOR_CASES[case]
-    monkeypatch.setattr(_plan, "worker_resources", lambda: (16, per_thread, "16 threads (the test's)"))
+    monkeypatch.setattr(_plan, "what_runs", lambda: (None, (16, per_thread, "16 threads (the test's)")))
     monkeypatch.setattr(_cache, "memory_room", lambda working, machine=None: (64 * GiB, "the test's 64 GiB"))
     arrays = [da.zeros(shape, chunks=chunks, dtype="f4") for shape, chunks in ((x,) if y is None else (x, y))]
     if estimator != "CCA":  # CCA keeps no pass cache

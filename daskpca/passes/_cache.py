@@ -66,7 +66,7 @@ import socket
 import warnings
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import dask
@@ -75,7 +75,7 @@ import numpy as np
 from ..exceptions import CacheWarning, InvalidParameterError, ScratchError
 from ._copies import _read_block, _write_block
 from ._decode import stored_paths
-from ._geometry import WORKER_FOOTPRINT, current_client, worker_infos, worker_resources
+from ._geometry import WORKER_FOOTPRINT, current_client, what_runs, worker_infos
 from ._device import NUMPY, backend_of, on_device
 from ._graph import unwrap_scheduler
 
@@ -136,6 +136,16 @@ class CacheChoice:
     sources: tuple = ()  # the matrices to keep (those not in memory already)
     warning: str | None = None  # said once by the fit: a disk cache wanted but the scratch folder unusable
     keep_seconds: float = 0.0
+    #: Predicted seconds the cache saves over the job's reads, less what keeping the blocks costs
+    #: (0 without one or without the times; negative when keeping costs more). Derived once: the
+    #: planner reads it for every solver it weighs.
+    saved: float = field(init=False)
+
+    def __post_init__(self):
+        saved = 0.0
+        if self.kind is not None and self.pass_seconds is not None and self.read_seconds is not None:
+            saved = max(self.reads - 1, 0) * max(self.read_seconds - self.pass_seconds, 0.0) - self.keep_seconds
+        object.__setattr__(self, "saved", saved)
 
     def describe(self) -> str:
         """One line for the plan."""
@@ -147,12 +157,6 @@ class CacheChoice:
             later += f" instead of ≈ {self.read_seconds:.3g} s (source read + flops)"
         return f"{self.kind}, {format_bytes(self.nbytes)} — {self.reason}{later}"
 
-    def saved_seconds(self) -> float:
-        """Predicted seconds the cache saves over the job's reads, less what keeping the blocks
-        costs (0 without one or without the times; negative when keeping costs more)."""
-        if self.kind is None or self.pass_seconds is None or self.read_seconds is None:
-            return 0.0
-        return max(self.reads - 1, 0) * max(self.read_seconds - self.pass_seconds, 0.0) - self.keep_seconds
 
 
 def format_bytes(n: float) -> str:
@@ -201,15 +205,16 @@ class MachineMemory:
     threads: int = 1
 
 
-def machine_memory() -> MachineMemory:
-    """The :class:`MachineMemory` of whatever runs the tasks now (asks the scheduler once)."""
-    client = current_client()
+def machine_memory(runner: tuple | None = None) -> MachineMemory:
+    """The :class:`MachineMemory` of whatever runs the tasks now (asks the scheduler once;
+    ``runner``: :func:`~daskpca.passes._geometry.what_runs` when the caller asked it already)."""
+    client, resources = what_runs() if runner is None else runner
     if client is not None:
         target = dask.config.get("distributed.worker.memory.target", 0.6) or 0.6
         return MachineMemory(tuple((w.get("memory_limit"), max(w.get("nthreads", 1), 1)) for w in worker_infos(client)), target)
     import psutil
 
-    return MachineMemory(None, available=psutil.virtual_memory().available, threads=worker_resources()[0])
+    return MachineMemory(None, available=psutil.virtual_memory().available, threads=resources[0])
 
 
 def memory_room(working_bytes: int, machine: MachineMemory | None = None) -> tuple[int, str]:
@@ -292,21 +297,23 @@ class CacheFacts:
     distributed: bool = False
 
 
-def gather(matrix, cache="auto") -> CacheFacts:
-    """The :class:`CacheFacts` of ``matrix`` (one dask array, or a list of them) for ``cache``.
-    Reads no data; raises :class:`~daskpca.exceptions.InvalidParameterError` for a bad ``cache``."""
+def gather(matrix, cache="auto", *, device=None, runner: tuple | None = None) -> CacheFacts:
+    """The :class:`CacheFacts` of ``matrix`` (one dask array, or a list of them) for ``cache``;
+    ``device`` (its chunks' backend) and ``runner`` (:func:`~daskpca.passes._geometry.what_runs`)
+    when a planner asked them already. Reads no data; raises
+    :class:`~daskpca.exceptions.InvalidParameterError` for a bad ``cache``."""
     value = setting(cache)
     matrices = list(matrix) if isinstance(matrix, (list, tuple)) else [matrix]
     if value is False:
         return CacheFacts(value, (), ())
-    held = tuple(in_memory(m) for m in matrices)
+    held = tuple([in_memory(m) for m in matrices])
     stored = tuple(m for m, h in zip(matrices, held) if h is None)
     if not stored:
         return CacheFacts(value, held, stored)
-    device = on_device(stored[0])
-    machine = machine_memory()
-    threads = worker_resources()[0] if machine.workers is not None else machine.threads
-    return CacheFacts(value, held, stored, device, None if device is NUMPY else device.memory(), threads,
+    runner = what_runs() if runner is None else runner
+    device = on_device(stored[0]) if device is None else device
+    machine = machine_memory(runner)
+    return CacheFacts(value, held, stored, device, None if device is NUMPY else device.memory(), runner[1][0],
                       sum(len(m.chunks[0]) * len(m.chunks[1]) for m in stored), machine, machine.workers is not None)
 
 
@@ -344,7 +351,7 @@ def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_sec
     if value == "memory":
         return replace(memory, reason="asked for (cache='memory')" + (
             "" if nbytes <= room else f"; {format_bytes(nbytes)} exceeds the room ({format_bytes(room)}): the workers will spill"))
-    if value == "auto" and memory.saved_seconds() < 0:
+    if value == "auto" and memory.saved < 0:
         return replace(choice, reason=f"keeping {format_bytes(nbytes)} (≈ {memory.keep_seconds:.2g} s) costs more than "
                        f"its {choice.reads - 1} later read(s) save")
     if value == "auto" and nbytes <= room:

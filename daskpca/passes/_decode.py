@@ -163,7 +163,7 @@ class ZarrsRead:
 
 
 def zarr_arrays(matrix) -> list:
-    """The ``zarr.Array``\ s that the graph of ``matrix`` (a dask array) reads, each once: found in
+    r"""The ``zarr.Array``\ s that the graph of ``matrix`` (a dask array) reads, each once: found in
     the graph's data, also under xarray's lazy backend wrappers or :class:`ZarrsRead`. Reads no
     data."""
     from dask._task_spec import DataNode, GraphNode

@@ -40,7 +40,10 @@ def tuned_for_tasks():
         tune_worker_allocators()
         yield
         return
-    before = max((lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"), default=1)
+    before = 1
+    for library in threadpool_info():
+        if library["user_api"] == "blas":
+            before = max(before, library["num_threads"])
     token = _caller_blas_threads.set(before)
     try:
         with threadpool_limits(limits=1, user_api="blas"):

@@ -53,7 +53,7 @@ import numpy as np
 
 from .solvers import SOLVERS
 from .solvers import DENSE_FLOPS_PER_SECOND, PlanInput
-from .passes import TASK_MEMORY_FRACTION, Geometry, current_client, device_task_bytes, relaid_out, what_runs, worker_resources
+from .passes import TASK_MEMORY_FRACTION, Geometry, device_task_bytes, relaid_out, what_runs, worker_resources
 from .exceptions import InputError
 
 logger = logging.getLogger("daskpca")
@@ -763,9 +763,11 @@ ILL_CONDITIONED_RATIO = 1e-10
 def cache_choice(chosen: SolverEstimate | None, matrix, cache="auto"):
     """The pass cache (:func:`daskpca.passes._cache.choose`) a fit with the solver of ``chosen``
     would keep (:func:`cache_question`). Reads no data."""
-    from .passes import choose, later_reads
+    from .passes import choose, gather, later_reads, on_device
 
-    return choose(matrix, cache, **cache_question(chosen, later_reads(), current_client() is not None))
+    runner, device = what_runs(), on_device(matrix)  # each asked once, for the facts and the question
+    later, facts = later_reads(), gather(matrix, cache, device=device, runner=runner)
+    return choose(matrix, cache, facts=facts, **cache_question(chosen, later, runner[0] is not None))
 
 
 def cache_question(chosen: SolverEstimate | None, later_reads: int, distributed: bool) -> dict:
@@ -838,5 +840,7 @@ def with_cache(plan: Plan, matrix, cache="auto") -> Plan:
     names = {e.name for e in plan.estimates}
     chosen = plan.estimate(plan.solver) if plan.solver in names else None
     choice = cache_choice(chosen, matrix, cache)
-    estimates = [cached(e, choice) if e is chosen else e for e in plan.estimates]
+    estimates = list(plan.estimates)
+    if chosen is not None:
+        estimates[estimates.index(chosen)] = cached(chosen, choice)
     return replace(plan, cache=choice, estimates=estimates)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from numbers import Integral, Real
 
 import dask
@@ -266,6 +266,43 @@ def input_precision_warning(model, dtype) -> str | None:
         + ", or keep fewer components.")
 
 
+@dataclass(frozen=True)
+class PreparedInput:
+    """What :meth:`BasePCA.plan` prepared of one input, kept with the plan it made (not a field of
+    the plan: never compared, copied or saved with it) so that ``fit(X, plan=plan)`` runs on
+    exactly what was planned and checked, preparing nothing twice: the lazy ``matrix``, its
+    labeled ``layout``, the feature stage asked for (``spec``) and the component ``request`` —
+    for the input object ``X`` with ``sample_dims`` and the parameter values ``params`` of then.
+    Holds no data beyond what the lazy matrix's graph already references."""
+
+    X: object
+    sample_dims: object
+    params: dict
+    matrix: object
+    layout: object
+    spec: object
+    request: ComponentRequest
+
+    def made_for(self, estimator, X, sample_dims) -> bool:
+        """Whether this is the preparation ``estimator.fit(X, sample_dims=...)`` would make: the same
+        input object, sample dims and parameter values (each the very object of then — one set
+        since, even to an equal value, prepares again)."""
+        return (self.X is X and self.sample_dims == sample_dims
+                and all(getattr(estimator, name, None) is value for name, value in self.params.items()))
+
+
+def prepared_for(plan, estimator, X, sample_dims) -> PreparedInput | None:
+    """The :class:`PreparedInput` ``plan`` carries when it is ``estimator.fit(X, ...)``'s, else None."""
+    prepared = getattr(plan, "prepared_input", None)
+    return prepared if prepared is not None and prepared.made_for(estimator, X, sample_dims) else None
+
+
+def _with_prepared(plan, prepared: PreparedInput):
+    """``plan`` carrying ``prepared`` (an attribute, not a field of the frozen plan)."""
+    object.__setattr__(plan, "prepared_input", prepared)
+    return plan
+
+
 class BasePCA(Estimator):
     """What the PCA family shares: the fit road, ``plan``, projection and reconstruction through
     the feature stage and the layout, the labeled results and the saved model. Not used alone: a
@@ -318,15 +355,21 @@ class BasePCA(Estimator):
 
     def _fit(self, X, sample_dims, plan=None) -> None:
         """The one fit road: matrix → feature stage → plan → solver → fitted attributes."""
-        self.validate_params()
+        prepared = None if plan is None else prepared_for(plan, self, X, sample_dims)
+        if prepared is None:  # else validated when the plan was made, and unchanged since
+            self.validate_params()
         self.__dict__.pop("_loaded_from", None)  # a new fit replaces, it does not modify, a loaded model
-        refuse_unwritten_store(X)
-        matrix, layout, spec = self._fit_input(X, sample_dims)
-        request = self._request(matrix)
+        refuse_unwritten_store(X)  # asked again: a store can be deleted between plan and fit
+        if prepared is None:
+            matrix, layout, spec = self._fit_input(X, sample_dims)
+            request = self._request(matrix)
+        else:  # planned from this very input: prepared once
+            matrix, layout, spec, request = prepared.matrix, prepared.layout, prepared.spec, prepared.request
         if plan is None:
             plan = self._make_plan(matrix, request, spec)
         else:  # planned once; its cache row is chosen here, in the job's context (its cluster, later reads)
-            self._check_given_plan(plan, matrix, request)
+            if prepared is None:
+                self._check_given_plan(plan, matrix, request)
             plan = _plan.with_cache(plan, matrix, self.cache)
         self._fit_plan = plan  # shown by _repr_html_
         name, reason, module = plan.solver, plan.reason, self._solver_modules[plan.solver]
@@ -404,10 +447,13 @@ class BasePCA(Estimator):
             before any read (a knob the solver ignores: :meth:`~daskpca.models.Estimator.refuse_ignored_knobs`).
         """
         self.validate_params()
-        matrix, _, spec = self._fit_input(X, sample_dims)
-        plan = self._make_plan(matrix, self._request(matrix), spec)
+        params = self.get_params()  # the values planned with (PreparedInput.made_for)
+        matrix, layout, spec = self._fit_input(X, sample_dims)
+        request = self._request(matrix)
+        prepared = PreparedInput(X, sample_dims, params, matrix, layout, spec, request)
+        plan = self._make_plan(matrix, request, spec)
         if not probe:
-            return plan
+            return _with_prepared(plan, prepared)
         if self._solver_modules.get(_probe.ROAD.name) is not _probe.ROAD:
             raise InputError(f"probe=True: the probe predicts PCA's block Krylov road; {type(self).__name__} has no "
                              "such road. Plan without probe=.")
@@ -418,7 +464,7 @@ class BasePCA(Estimator):
                              weights=None if spec is None else spec.weights,
                              standardize=spec is not None and spec.standardize,
                              in_memory=X if isinstance(X, np.ndarray) and X.ndim == 2 else None)
-        return plan.with_probe(found)
+        return _with_prepared(plan.with_probe(found), prepared)
 
     def _make_plan(self, array, request: ComponentRequest, spec) -> _plan.Plan:
         """The plan ``fit`` runs: the solver asked for (or the one planner's choice among this

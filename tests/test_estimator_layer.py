@@ -225,3 +225,44 @@ def test_fit_refuses_a_plan_made_for_another_fit(monkeypatch):
     monkeypatch.setattr(_plan, "make_plan", lambda *a, **k: pytest.fail("fit planned again"))
     fitted = PCA(2, solver="gram").fit(X, plan=plan)  # the plan runs as made (its cache row chosen in the job)
     assert fitted.solver_ == "gram" and fitted._fit_plan.estimates == plan.estimates
+
+
+def test_a_plan_carries_its_prepared_input_and_fit_prepares_nothing_twice(monkeypatch, tmp_path):
+    # plan(X) validated the parameters and prepared the input (matrix, feature stage, request);
+    # fit(X, plan=plan) with that very X and unchanged parameters runs on exactly that.
+    import zarr
+
+    from daskpca import pca as pca_module
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((200, 12)) @ np.diag(np.linspace(3, 0.5, 12))
+    store = zarr.create_array(store=str(tmp_path / "x.zarr"), shape=X.shape, chunks=(50, 12), dtype="f8")
+    store[:] = X
+    references = [PCA(3, solver="covariance", weights=w).fit(X) for w in (np.linspace(0.5, 1.5, 12), np.linspace(1.5, 0.5, 12))]
+    estimator = PCA(3, solver="covariance", weights=np.linspace(0.5, 1.5, 12))
+    plan = estimator.plan(store)
+    prepared = []
+    real = pca_module.BasePCA._fit_input
+    monkeypatch.setattr(pca_module.BasePCA, "_fit_input", lambda self, *a: prepared.append(1) or real(self, *a))
+    estimator.fit(store, plan=plan)
+    assert prepared == []  # nothing prepared again
+    np.testing.assert_allclose(estimator.explained_variance_, references[0].explained_variance_, rtol=1e-12)
+
+    # A parameter set since (even to a new array) is prepared again, with the new value.
+    estimator.set_params(weights=np.linspace(1.5, 0.5, 12))
+    estimator.fit(store, plan=plan)
+    assert prepared == [1]
+    np.testing.assert_allclose(estimator.explained_variance_, references[1].explained_variance_, rtol=1e-12)
+
+    # Another input object of the same shape is prepared (and its plan checked) too.
+    copy = zarr.open_array(str(tmp_path / "x.zarr"), mode="r")
+    PCA(3, solver="covariance").fit(copy, plan=PCA(3, solver="covariance").plan(store))
+    assert prepared == [1, 1, 1]  # the plan's preparation of store, and the fit's of copy
+
+    # The store is asked again at fit: deleted between plan and fit, it is refused, not read as zeros.
+    plan = estimator.plan(store)
+    import shutil
+
+    shutil.rmtree(tmp_path / "x.zarr" / "c")
+    with pytest.raises(InputError, match="never written|no chunk"):
+        estimator.fit(store, plan=plan)

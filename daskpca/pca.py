@@ -297,12 +297,6 @@ def prepared_for(plan, estimator, X, sample_dims) -> PreparedInput | None:
     return prepared if prepared is not None and prepared.made_for(estimator, X, sample_dims) else None
 
 
-def _with_prepared(plan, prepared: PreparedInput):
-    """``plan`` carrying ``prepared`` (an attribute, not a field of the frozen plan)."""
-    object.__setattr__(plan, "prepared_input", prepared)
-    return plan
-
-
 class BasePCA(Estimator):
     """What the PCA family shares: the fit road, ``plan``, projection and reconstruction through
     the feature stage and the layout, the labeled results and the saved model. Not used alone: a
@@ -443,7 +437,9 @@ class BasePCA(Estimator):
             passes (``plan.passes``, the feature stage's read included; ``plan.most_passes`` the
             most reads of one that stops on convergence), flops, peak memory per task against the
             budget (the ``distributed`` workers' limits when a client runs), the runner-up, and
-            every solver's estimate. ``print(plan)`` shows a table. Raises what ``fit`` raises
+            every solver's estimate. ``print(plan)`` shows a table. It carries the input it
+            prepared (``plan.prepared_input``, :class:`PreparedInput`): ``fit(X, plan=plan)`` with
+            this very ``X`` and unchanged parameters prepares nothing again. Raises what ``fit`` raises
             before any read (a knob the solver ignores: :meth:`~daskpca.models.Estimator.refuse_ignored_knobs`).
         """
         self.validate_params()
@@ -452,8 +448,13 @@ class BasePCA(Estimator):
         request = self._request(matrix)
         prepared = PreparedInput(X, sample_dims, params, matrix, layout, spec, request)
         plan = self._make_plan(matrix, request, spec)
-        if not probe:
-            return _with_prepared(plan, prepared)
+        if probe:
+            plan = self._probed(plan, matrix, spec, X)
+        object.__setattr__(plan, "prepared_input", prepared)  # an attribute, not a field of the frozen plan
+        return plan
+
+    def _probed(self, plan, matrix, spec, X) -> _plan.Plan:
+        """``plan`` with the probe's prediction (:mod:`daskpca._probe`; see :meth:`plan`)."""
         if self._solver_modules.get(_probe.ROAD.name) is not _probe.ROAD:
             raise InputError(f"probe=True: the probe predicts PCA's block Krylov road; {type(self).__name__} has no "
                              "such road. Plan without probe=.")
@@ -464,7 +465,7 @@ class BasePCA(Estimator):
                              weights=None if spec is None else spec.weights,
                              standardize=spec is not None and spec.standardize,
                              in_memory=X if isinstance(X, np.ndarray) and X.ndim == 2 else None)
-        return _with_prepared(plan.with_probe(found), prepared)
+        return plan.with_probe(found)
 
     def _make_plan(self, array, request: ComponentRequest, spec) -> _plan.Plan:
         """The plan ``fit`` runs: the solver asked for (or the one planner's choice among this

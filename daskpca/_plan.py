@@ -249,6 +249,10 @@ class Plan:
     #: The probe of a sample of the rows (:class:`daskpca._probe.Probe`) when the plan was asked
     #: for with ``probe=True`` (:meth:`with_probe`), else None: the plan read nothing.
     probe: object = None
+    #: :func:`daskpca.passes.job_facts` when the cache row was priced (None: unknown): a fit under
+    #: the same facts runs the plan's row, one under others (a cluster started since, the CLI's
+    #: scores read later) prices it again (:func:`with_cache`).
+    priced_for: tuple | None = field(default=None, compare=False)
 
     def with_probe(self, probe) -> "Plan":
         """This plan with the probed road's (``probe.road``: block Krylov) passes the ``probe``'s point estimate (plus the feature
@@ -476,7 +480,7 @@ def _only_for_missing(name: str, registry=None) -> bool:
 def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=False, available, n_oversamples=10,
               n_power_iter="auto", tol=None, max_passes=None, geometry: Geometry | None = None, requested=None,
               reads=None, cache_for=None, device: DevicePricing | None = None, declarations=None, fields=None,
-              names=None, options=None, runner: tuple | None = None) -> Plan:
+              names=None, options=None, runner: tuple | None = None, priced_for: tuple | None = None) -> Plan:
     """Choose a solver with ordered rules; see the module docstring.
 
     ``declarations``: the registry the plan chooses from (None: :data:`daskpca.solvers.SOLVERS`,
@@ -499,7 +503,8 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     roads the estimator may take, name → declaration (None: :data:`daskpca.solvers.SOLVERS`,
     PCA's); ``fields``: ``(dx, dy)`` for two fields read together (:attr:`PlanInput.fields`);
     ``options``: further estimator options their cost models read. ``runner``: what runs the
-    tasks (:func:`~daskpca.passes.what_runs`; None: asked here), as :func:`pricing` gives it.
+    tasks (:func:`~daskpca.passes.what_runs`; None: asked here), as :func:`pricing` gives it, with
+    ``priced_for`` (:attr:`Plan.priced_for`).
     """
     # What runs the tasks is asked once for the whole plan: none of it depends on the solver.
     client, resources = what_runs() if runner is None else runner
@@ -590,7 +595,8 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     if device is not None and requested is None:
         reason += f" (priced on the device, {device.name})"
     plan = Plan(solver, reason, runner_up, n, d, k, budget, source, estimates, warnings, tol, geometry, threads,
-                cache=caches.get(solver), default_tol=default_tol, device=device, fields=fields)
+                cache=caches.get(solver), default_tol=default_tol, device=device, fields=fields,
+                priced_for=priced_for if cache_for is not None else None)
     if requested is not None:
         check_requested(requested, plan, registry, names)
     logger.info("daskpca: solver=%r (%s)", solver, reason)
@@ -797,15 +803,17 @@ def cache_question(chosen: SolverEstimate | None, later_reads: int, distributed:
                 fit_reads=predicted)
 
 
-def cache_pricing(matrix, cache="auto", *, device=None, runner: tuple | None = None):
+def cache_pricing(matrix, cache="auto", *, device=None, runner: tuple | None = None, facts=None):
     """``make_plan``'s ``cache_for``: ``estimates -> {solver: CacheChoice}``, each solver's pass
     cache (:func:`cache_question`). The input's and the machine's facts (in memory already? on a
     device? the threads, a cluster, the job's later reads) are gathered here once, as none of
     them is the solver's, and the cache module prices every solver in one visit. ``device`` and
-    ``runner``: the chunks' backend and what runs the tasks, when the caller asked them already."""
-    from .passes import choose_each, gather, later_reads
+    ``runner``: the chunks' backend and what runs the tasks, or ``facts`` (:func:`~daskpca.passes.gather`'s),
+    when the caller asked them already."""
+    from .passes import choose_each, gather
 
-    later, facts = later_reads(), gather(matrix, cache, device=device, runner=runner)
+    facts = gather(matrix, cache, device=device, runner=runner) if facts is None else facts
+    later = facts.job[1]
 
     def price(estimates) -> dict:
         questions = [cache_question(e, later, facts.distributed) for e in estimates]
@@ -826,11 +834,13 @@ def pricing(array, cache="auto") -> dict:
     """:func:`make_plan`'s keywords that come from one input's dask ``array`` and from what will
     run it — its ``geometry``, what runs the tasks (``runner``), the ``device`` its chunks live on
     and each solver's pass cache (``cache_for``) — each fact asked once for the whole plan."""
-    from .passes import geometry_of, on_device
+    from .passes import gather, geometry_of, on_device
 
     geometry, runner, backend = geometry_of(array), what_runs(), on_device(array)
-    return dict(geometry=geometry, runner=runner, device=device_pricing(array, backend),
-                cache_for=cache_pricing(array, cache, device=backend, runner=runner))
+    device = device_pricing(array, backend)
+    facts = gather(array, cache, device=backend, runner=runner)
+    return dict(geometry=geometry, runner=runner, device=device, priced_for=facts.job,
+                cache_for=cache_pricing(array, cache, facts=facts))
 
 
 def with_cache(plan: Plan, matrix, cache="auto") -> Plan:
@@ -843,4 +853,4 @@ def with_cache(plan: Plan, matrix, cache="auto") -> Plan:
     estimates = list(plan.estimates)
     if chosen is not None:
         estimates[estimates.index(chosen)] = cached(chosen, choice)
-    return replace(plan, cache=choice, estimates=estimates)
+    return replace(plan, cache=choice, estimates=estimates, priced_for=None)  # priced now, for facts not asked

@@ -36,7 +36,7 @@ from .models import (ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Estimator, 
                      listed, model_matrix, positions, project_matrix, reconstruct, scores_out, stored_params)
 from .solvers import SOLVERS, ComponentRequest, SolverResult, covariance
 from .passes import (DEVICE_NAMES, Moments, PassClock, combine_moments, flip_signs, for_fit, local_root,
-                     regroup, to_device, tuned_for_tasks, zarr_arrays)
+                     job_facts, regroup, to_device, tuned_for_tasks, zarr_arrays)
 
 #: Score scalings of ``transform`` / ``inverse_transform`` (see :mod:`daskpca.labeled`).
 SCALINGS = ("none", "unit", "sqrt_lambda")
@@ -361,10 +361,11 @@ class BasePCA(Estimator):
             matrix, layout, spec, request = prepared.matrix, prepared.layout, prepared.spec, prepared.request
         if plan is None:
             plan = self._make_plan(matrix, request, spec)
-        else:  # planned once; its cache row is chosen here, in the job's context (its cluster, later reads)
+        else:  # planned once; its cache row is the job's (its cluster, later reads): priced again where they changed
             if prepared is None:
                 self._check_given_plan(plan, matrix, request)
-            plan = _plan.with_cache(plan, matrix, self.cache)
+            if prepared is None or plan.priced_for is None or plan.priced_for != job_facts():
+                plan = _plan.with_cache(plan, matrix, self.cache)
         self._fit_plan = plan  # shown by _repr_html_
         name, reason, module = plan.solver, plan.reason, self._solver_modules[plan.solver]
         if spec is not None:

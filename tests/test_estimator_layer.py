@@ -266,3 +266,26 @@ def test_a_plan_carries_its_prepared_input_and_fit_prepares_nothing_twice(monkey
     shutil.rmtree(tmp_path / "x.zarr" / "c")
     with pytest.raises(InputError, match="never written|no chunk"):
         estimator.fit(store, plan=plan)
+
+
+def test_a_planned_cache_row_is_kept_in_the_same_job_and_priced_again_in_another(monkeypatch, tmp_path):
+    # The cache row a plan priced is the job's: kept where the job's facts (cluster, later reads)
+    # are those it was priced for, priced again where they changed (the CLI plans before its job).
+    import zarr
+
+    from daskpca import _plan
+    from daskpca.passes import job
+
+    store = zarr.create_array(store=str(tmp_path / "x.zarr"), shape=(400, 30), chunks=(100, 30), dtype="f8")
+    store[:] = np.random.default_rng(2).standard_normal((400, 30))
+    priced = []
+    real = _plan.with_cache
+    monkeypatch.setattr(_plan, "with_cache", lambda *a, **k: priced.append(1) or real(*a, **k))
+    estimator = PCA(3, solver="covariance")
+    plan = estimator.plan(store)
+    assert plan.priced_for == (None, 0) and "reads the input once" in plan.cache.reason  # one pass, nothing to reuse
+    estimator.fit(store, plan=plan)
+    assert priced == [] and estimator._fit_plan.cache == plan.cache
+    with job(later_reads=1):  # the job reads the input once more after the fit: weighed again
+        estimator.fit(store, plan=plan)
+    assert priced == [1] and "reads the input once" not in estimator._fit_plan.cache.reason

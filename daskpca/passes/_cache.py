@@ -295,6 +295,7 @@ class CacheFacts:
     tasks: int = 0
     machine: MachineMemory | None = None  # the memory room's facts (None: nothing stored to keep)
     distributed: bool = False
+    job: tuple = (None, 0)  # job_facts(): the client's id and the job's later reads
 
 
 def gather(matrix, cache="auto", *, device=None, runner: tuple | None = None) -> CacheFacts:
@@ -304,17 +305,18 @@ def gather(matrix, cache="auto", *, device=None, runner: tuple | None = None) ->
     :class:`~daskpca.exceptions.InvalidParameterError` for a bad ``cache``."""
     value = setting(cache)
     matrices = list(matrix) if isinstance(matrix, (list, tuple)) else [matrix]
+    job = job_facts(current_client() if runner is None else runner[0])
     if value is False:
-        return CacheFacts(value, (), ())
+        return CacheFacts(value, (), (), job=job)
     held = tuple([in_memory(m) for m in matrices])
     stored = tuple(m for m, h in zip(matrices, held) if h is None)
     if not stored:
-        return CacheFacts(value, held, stored)
+        return CacheFacts(value, held, stored, job=job)
     runner = what_runs() if runner is None else runner
     device = on_device(stored[0]) if device is None else device
     machine = machine_memory(runner)
     return CacheFacts(value, held, stored, device, None if device is NUMPY else device.memory(), runner[1][0],
-                      sum(len(m.chunks[0]) * len(m.chunks[1]) for m in stored), machine, machine.workers is not None)
+                      sum(len(m.chunks[0]) * len(m.chunks[1]) for m in stored), machine, machine.workers is not None, job)
 
 
 def choose(matrix, cache="auto", *, reads: int, working_bytes: int = 0, flop_seconds: float = 0.0,
@@ -664,6 +666,15 @@ def job(later_reads: int = 1) -> Iterator[None]:
 def later_reads() -> int:
     """Reads of the input the job makes after the fit (0 outside :func:`job`)."""
     return _job_reads.get()
+
+
+def job_facts(client=False) -> tuple:
+    """``(the distributed client's id or None, later_reads())``: what a pass cache is priced for
+    besides its input — a plan priced under the same facts keeps its cache row in the fit.
+    ``client``: the running client (or None) when the caller asked it already."""
+    later = later_reads()
+    client = current_client() if client is False else client
+    return None if client is None else client.id, later
 
 
 @contextmanager

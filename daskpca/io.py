@@ -151,7 +151,8 @@ def transaction():
 @contextmanager
 def atomic_store(path, *, overwrite: bool = False, marker: dict | None, keep_history: int = 0,
                  record: bool = True, replaces_version: str | None = None):
-    """Yield a temporary store location (str) that becomes ``path`` only if the block completes.
+    """Yield a temporary store location (a :class:`~daskpca.store.paths.MeantPath`: a ``str``
+    that says whether it is remote) that becomes ``path`` only if the block completes.
 
     The target is claimed for the block (unless the caller holds its claim; either way its
     folder was checked when the claim was taken: :func:`daskpca.store.claims.holding`), written at the
@@ -460,7 +461,7 @@ def write_dataset(ds, path, *, overwrite: bool = False, marker: dict, keep_histo
         variable.encoding = {}
     with atomic_store(path, overwrite=overwrite, marker=marker, keep_history=keep_history,
                       replaces_version=replaces_version) as temporary:
-        if not _is_url(temporary):
+        if not temporary.remote:  # the publication's location (a MeantPath) knows
             ds.to_zarr(temporary, mode="w", zarr_format=3, consolidated=False)
             return os.fspath(path)
         # zarr creates an object store's arrays one request after another; a small dataset is

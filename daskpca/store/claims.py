@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import objects
-from .paths import check_folder, is_url, local_path
+from .paths import MeantPath, check_folder, is_url, local_path
 from ..exceptions import OutputClaimedError
 
 CLAIM_SUFFIX = ".daskpca-claim"
@@ -51,12 +51,14 @@ _HELD_LOCK = threading.Lock()
 
 def _place(target) -> tuple[str, str, bool]:
     """``(key, location, remote)`` of ``target``: its key in :data:`_HELD`, where its claim lives
-    and whether that is an object store. Whether a path is a URL is asked here once per claim;
-    every storage step of the claim is then told."""
-    if is_url(target):
+    and whether that is an object store. Whether a path is a URL is decided here once per claim
+    (a :class:`~daskpca.store.paths.MeantPath`, every daskpca writer's target, carries the answer
+    and is a local path already); every storage step of the claim is then told."""
+    meant = isinstance(target, MeantPath)
+    if target.remote if meant else is_url(target):
         parent, _, leaf = target.rstrip("/").rpartition("/")
         return target.rstrip("/"), f"{parent}/.{leaf}{CLAIM_SUFFIX}", True
-    local = local_path(target)
+    local = Path(target) if meant else local_path(target)
     return str(local.absolute()), str(local.parent / f".{local.name}{CLAIM_SUFFIX}"), False
 
 

@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -215,13 +215,18 @@ def holding(targets, *, break_stale: bool = False, command: str | None = None):
             claim.release()
 
 
-@contextmanager
 def claimed(target):
-    """The caller's claim on ``target`` or, when it holds none, a claim for this block only."""
+    """A context manager giving the caller's claim on ``target`` or, when it holds none, a claim
+    for this block only. The caller's claim is handed on as it is (a ``nullcontext``): there is
+    nothing to release at the end of the block, and no step of this module runs there."""
     existing = held(target)
     if existing is not None:
-        yield existing
-        return
+        return nullcontext(existing)
+    return _claimed_for_the_block(target)
+
+
+@contextmanager
+def _claimed_for_the_block(target):
     with holding([target]) as (claim,):
         yield claim
 

@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import time
+from contextlib import nullcontext
 from datetime import datetime
 from pathlib import Path
 
@@ -189,7 +190,9 @@ def cmd_fit(args) -> dict:
             start = time.perf_counter()
             power = 1 if args.rotation == "varimax" else args.power or cli_options.PROMAX_POWER
             model = Rotator(power=power).fit(pca) if args.rotation else pca
-            with io.transaction():  # the model and the scores are published together, or neither
+            # The model and the scores are published together, or neither (a transaction); a model
+            # alone is published whole by its own save.
+            with io.transaction() if args.scores else nullcontext():
                 model.save(args.out, overwrite=args.overwrite)
                 if args.scores:
                     scores = model.transform(data)

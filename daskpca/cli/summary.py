@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import sys
-from contextlib import contextmanager
 
 import numpy as np
 
@@ -24,12 +23,11 @@ def say(args, message: str) -> None:
     print(message, file=sys.stderr if getattr(args, "json", False) else sys.stdout, flush=True)
 
 
-@contextmanager
 def progress(args):
+    """The job's progress line, one per pass (a context manager; silent with --quiet or --json)."""
     from ..passes import ProgressLine
 
-    with ProgressLine(quiet=args.quiet or args.json):
-        yield
+    return ProgressLine(quiet=args.quiet or args.json)
 
 
 def passes_text(n: int) -> str:

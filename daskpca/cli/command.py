@@ -156,15 +156,19 @@ def cmd_fit(args) -> dict:
     from .. import HilbertPCA, PCA, Rotator, io
     from ..passes import job
 
+    cls = HilbertPCA if args.hilbert else PCA
+    # The parameters each piece takes, asked of the estimators first: the flags are then checked
+    # and mapped onto them by the options module in one go.
+    parts = {cls.__name__: cls._param_names(), **({"Rotator": Rotator._param_names()} if args.rotation else {}),
+             **({"--lags": ("lag_step",)} if args.lags else {})}
     n_components = cli_options.n_components(args.n_components)
     cli_options.check_coupled_options(args)
     if args.mca:
         return _fit_mca(args, n_components)
     cli_options.check_eof_options(args)
-    cls = HilbertPCA if args.hilbert else PCA
-    parts = {cls.__name__: cls._param_names(), **({"Rotator": Rotator._param_names()} if args.rotation else {}),
-             **({"--lags": ("lag_step",)} if args.lags else {})}
     params = cli_options.estimator_params(args, parts)[cls.__name__]  # an option nothing takes: refused
+    if cls is PCA:
+        params["checkpoint"] = _checkpoint_path(args.out)
     with _claim_outputs(args, args.out, args.scores):  # usage is checked whole before any claim
         for output in filter(None, [args.out, args.scores]):
             io.check_writable(output, overwrite=args.overwrite)  # before the cluster starts or data is read
@@ -172,8 +176,6 @@ def cmd_fit(args) -> dict:
         sample_dims = _sample_dims(args, data)
         if args.lags:
             data = _embedded(data, args.lags, args.lag_step, sample_dims)
-        if cls is PCA:
-            params["checkpoint"] = _checkpoint_path(args.out)
         pca = cls(n_components, **params)
         plan = pca.plan(data, sample_dims=sample_dims)  # parameters and shape checked; nothing read
         _check_memory(args, plan)

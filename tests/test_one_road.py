@@ -248,7 +248,7 @@ def test_a_fit_follows_a_short_road_through_the_modules(tmp_path):
     # with its cost (Cost.most_passes) instead of a second hook; the CLI's 196 → CLI_HOPS after a
     # MeantPath carried whether it is a URL to the claim, the publisher, the writer and the
     # integrity record, a model saved alone was published by its own save, and the command's
-    # checks were made in runs of one module (2026-11-28; issue 39). The bound on the estimator
+    # checks were made in runs of one module (2026-11-27; issue 39). The bound on the estimator
     # is the point (a road that bounces back into it for every solver fails); the totals bound
     # the planner's and the solvers' own calls, which grow with them.
     import zarr

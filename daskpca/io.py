@@ -151,7 +151,8 @@ def transaction():
 @contextmanager
 def atomic_store(path, *, overwrite: bool = False, marker: dict | None, keep_history: int = 0,
                  record: bool = True, replaces_version: str | None = None):
-    """Yield a temporary store location (str) that becomes ``path`` only if the block completes.
+    """Yield a temporary store location (a :class:`~daskpca.store.paths.MeantPath`: a ``str``
+    that says whether it is remote) that becomes ``path`` only if the block completes.
 
     The target is claimed for the block (unless the caller holds its claim; either way its
     folder was checked when the claim was taken: :func:`daskpca.store.claims.holding`), written at the
@@ -410,26 +411,32 @@ def open_source(path, var: str | None = None, *, var_name: str = "var"):
             data = xr.open_dataset(path, chunks={})
         except Exception as exc:  # the engine's own message says what is missing
             raise InputError(f"cannot open {path!r} as NetCDF: {exc}") from exc
-        return _variable(data, var, path, var_name)
-    # What daskpca publishes to an object store is a pointer to its current version: read that
-    # version, as every reader of the store layer does (a local store is read where it is).
-    location = resolve(path) if remote else path
-    try:
-        node = zarr.open(location, mode="r")
-    except Exception as exc:
-        raise InputError(f"{path!r} is not a zarr store or a NetCDF file ({type(exc).__name__}: {exc}).") from exc
-    if isinstance(node, zarr.Array):
-        if var:
-            raise InputError(f"{path!r} is a single zarr array; {var_name}={var!r} applies to datasets only: drop it.")
-        return _numeric(da.from_zarr(node), path, var_name, np)
-    # Consolidated metadata is not part of zarr v3: do not look for it there (xarray warns).
-    consolidated = False if node.metadata.zarr_format == 3 else None
-    return _variable(xr.open_zarr(location, consolidated=consolidated, chunks={}), var, path, var_name)
+        array, label = _variable(data, var, path, var_name)
+    else:
+        # What daskpca publishes to an object store is a pointer to its current version: read
+        # that version, as every reader of the store layer does (a local store is read where it is).
+        location = resolve(path) if remote else path
+        try:
+            node = zarr.open(location, mode="r")
+        except Exception as exc:
+            raise InputError(f"{path!r} is not a zarr store or a NetCDF file ({type(exc).__name__}: {exc}).") from exc
+        if isinstance(node, zarr.Array):
+            if var:
+                raise InputError(f"{path!r} is a single zarr array; {var_name}={var!r} applies to datasets only: drop it.")
+            array, label = da.from_zarr(node), path
+        else:
+            # Consolidated metadata is not part of zarr v3: do not look for it there (xarray warns).
+            consolidated = False if node.metadata.zarr_format == 3 else None
+            array, label = _variable(xr.open_zarr(location, consolidated=consolidated, chunks={}), var, path, var_name)
+    # Every kind of source ends here: one check that PCA is given numbers.
+    if np.dtype(array.dtype).kind not in "biuf":
+        raise InputError(f"{label} has dtype {array.dtype}; PCA needs numbers. Choose a numeric variable "
+                         f"({var_name}='NAME').")
+    return array
 
 
 def _variable(data, var, path, var_name):
-    import numpy as np
-
+    """``(variable, label)``: the variable ``var`` of a dataset (the only one when ``var`` is None)."""
     names = sorted(str(name) for name in data.data_vars)
     if var is None:
         if len(names) != 1:
@@ -437,14 +444,7 @@ def _variable(data, var, path, var_name):
         var = names[0]
     if var not in data.data_vars:
         raise InputError(f"{var_name}={var!r} is not in {path!r}; its variables are {names}.")
-    return _numeric(data[var], f"{path}:{var}", var_name, np)
-
-
-def _numeric(array, label, var_name, np):
-    if np.dtype(array.dtype).kind not in "biuf":
-        raise InputError(f"{label} has dtype {array.dtype}; PCA needs numbers. Choose a numeric variable "
-                         f"({var_name}='NAME').")
-    return array
+    return data[var], f"{path}:{var}"
 
 
 # ------------------------------------------------------------------------------ datasets
@@ -460,7 +460,7 @@ def write_dataset(ds, path, *, overwrite: bool = False, marker: dict, keep_histo
         variable.encoding = {}
     with atomic_store(path, overwrite=overwrite, marker=marker, keep_history=keep_history,
                       replaces_version=replaces_version) as temporary:
-        if not _is_url(temporary):
+        if not temporary.remote:  # the publication's location (a MeantPath) knows
             ds.to_zarr(temporary, mode="w", zarr_format=3, consolidated=False)
             return os.fspath(path)
         # zarr creates an object store's arrays one request after another; a small dataset is

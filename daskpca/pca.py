@@ -32,8 +32,8 @@ from ._features import FeatureSpec, FeatureStage, matrix_weights
 from ._probabilistic import ProbabilisticMixin
 from ._validation import NonFinite, as_dask_matrix, check_nan_policy
 from .exceptions import AccuracyWarning, InputError, InputTypeError, NonFiniteInputError
-from .models import (ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Estimator, Interval, Options, Predicate, is_json,
-                     listed, model_matrix, positions, project_matrix, reconstruct, scores_out, stored_params)
+from .models import (ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Estimator, Interval, Options, Predicate, info_json,
+                     model_matrix, positions, project_matrix, reconstruct, scores_out, stored_params)
 from .solvers import SOLVERS, ComponentRequest, SolverResult, covariance
 from .passes import (DEVICE_NAMES, Moments, PassClock, combine_moments, flip_signs, for_fit, local_root,
                      job_facts, regroup, to_device, tuned_for_tasks, zarr_arrays)
@@ -751,8 +751,7 @@ class BasePCA(Estimator):
             ds["moments_scatter"] = xr.DataArray(moments.symmetric_scatter(), dims=("feature_kept", "feature_kept_2"))
             ds.attrs["moments_count"] = int(moments.count)
         ds.attrs.update({name: convert(getattr(self, name)) for name, convert in self._MODEL_SCALARS.items()})
-        ds.attrs["solver_info"] = json.dumps({k: v for k, v in listed(self.solver_info_).items()
-                                              if is_json(v)})
+        ds.attrs["solver_info"] = info_json(self.solver_info_)
         if self.layout_ is not None:
             ds.attrs["layout"] = json.dumps(self.layout_.to_json())
         return ds

@@ -261,6 +261,20 @@ def test_progress_names_the_pass_and_never_reaches_100_percent_before_the_end(so
     assert stream.getvalue().splitlines()[0] == "progress: pass 1 of 1 (covariance)"
 
 
+def test_the_predicted_time_is_the_fit_plans_with_its_pass_cache(sources):
+    # What the summary reports is the estimate of the solver that ran in the plan the fit made in
+    # its job: the pass cache's (a fit followed by its scores) timing included.
+    from daskpca.cli.summary import summary
+    from daskpca.passes import job
+
+    root, _ = sources
+    with job(later_reads=1):
+        pca = PCA(3, solver="covariance").fit(str(root / "matrix.zarr"))
+    plan = pca._fit_plan
+    assert plan.cache is not None and plan.solver == pca.solver_
+    assert summary(pca, model=None, plan=plan)["predicted_seconds"] == plan.seconds is not None
+
+
 def test_fit_says_what_ran_in_text_and_json(sources, tmp_path, capsys):
     root, X = sources
     argv = ["fit", str(root / "matrix.zarr"), "-k", "3", "--solver", "krylov", "--tol", "1e-6", "--random-state", "0"]

@@ -70,6 +70,41 @@ def test_one_spelling_per_meaning(home, given, meant):
     assert as_meant(None) is None
 
 
+@pytest.mark.parametrize("given", ["~/m.zarr", "m.zarr", "file:///abs/m.zarr", "FILE://localhost/abs/m.zarr",
+                                   "S3://bucket/m.zarr", "gs://bucket/a/../b/", "memory://m.zarr"])
+def test_a_meant_path_says_whether_it_is_a_url(home, given):
+    # Decided once where the path is put as meant: the claim, the publisher, the writer and the
+    # integrity record read the answer instead of asking store.paths again.
+    from daskpca.store.paths import MeantPath, is_url
+
+    meant = as_meant(given)
+    assert isinstance(meant, MeantPath) and meant.remote == is_url(str(meant)) == is_url(meant)
+    assert meant.remote == ("://" in given and not given.lower().startswith("file:"))
+
+
+def test_the_write_road_asks_store_paths_nothing_of_a_meant_path(tmp_path):
+    # A model's save under the job's claim: claiming it again, publishing, writing and recording
+    # its checksums take the URL question's answer from the MeantPath (one where it entered).
+    import sys
+
+    target = as_meant(tmp_path / "m.zarr")
+    ds = xr.Dataset({"a": ("x", np.arange(3.0))})
+    asked = []
+
+    def trace(frame, event, arg):
+        if event == "call" and frame.f_globals.get("__name__") == "daskpca.store.paths":
+            asked.append(frame.f_code.co_name)
+
+    with io.claims([target]):
+        sys.setprofile(trace)
+        try:
+            io.write_dataset(ds, target, marker={"format": io.DATA_FORMAT})
+        finally:
+            sys.setprofile(None)
+    assert asked == []
+    assert io.verify(target)["format"] == io.DATA_FORMAT
+
+
 def test_a_file_url_naming_another_host_is_refused_by_name():
     with pytest.raises(InputError, match=r"'fileserver'.*file:///abs/m\.zarr"):
         as_meant("file://fileserver/abs/m.zarr")

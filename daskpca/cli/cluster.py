@@ -10,6 +10,7 @@ import logging
 import os
 from contextlib import contextmanager
 
+from .options import MIN_WORKER_MEMORY, UsageError
 from .summary import progress, say as _say
 
 #: Seconds to wait for a scheduler given with --scheduler before giving up (exit code 1).
@@ -57,14 +58,37 @@ def cluster_asked(args) -> bool:
                 or any(getattr(args, name, None) is not None for name in LOCAL_CLUSTER))
 
 
+def check_memory(args, plan) -> None:
+    """A --memory-limit too small for the planned task is refused before the cluster starts."""
+    from dask.utils import format_bytes
+
+    from .._plan import TASK_MEMORY_FRACTION
+
+    limit = getattr(args, "memory_limit", None)
+    if not isinstance(limit, int) or cluster_asked(args) and getattr(args, "scheduler", None):
+        return
+    threads = getattr(args, "threads", None) or LOCAL_CLUSTER["threads"]
+    task = plan.estimate(plan.solver).task_bytes
+    needed = int(task * threads / TASK_MEMORY_FRACTION) + MIN_WORKER_MEMORY
+    if limit < needed:
+        raise UsageError(
+            f"--memory-limit {format_bytes(limit)} is too small for this job: solver {plan.solver!r} needs "
+            f"≈ {format_bytes(task)} per task × {threads} thread(s), at most {TASK_MEMORY_FRACTION:.0%} of a "
+            f"worker's memory, plus {format_bytes(MIN_WORKER_MEMORY)} for the worker itself. Give "
+            f"--memory-limit {format_bytes(needed)} or more, or use smaller chunks.")
+
+
 @contextmanager
-def runner(args, nbytes: int):
+def runner(args, nbytes: int, plan=None):
     """Where the job's dask work runs: the threaded scheduler for a small input unless a cluster
     is asked for, else :func:`dask_client`; either way with a progress line per pass. Yields the
-    client or None."""
+    client or None. ``plan``: the job's plan, when it made one (``fit``): first
+    :func:`check_memory`, before anything starts."""
     import dask
     from dask.utils import format_bytes
 
+    if plan is not None:
+        check_memory(args, plan)
     if not cluster_asked(args) and nbytes <= SMALL_INPUT_BYTES:
         _say(args, f"running on the threaded scheduler in this process (input {format_bytes(nbytes)} ≤ "
                    f"{format_bytes(SMALL_INPUT_BYTES)}; --workers N or --scheduler ADDRESS for a cluster)")

@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import time
+from contextlib import nullcontext
 from datetime import datetime
 from pathlib import Path
 
@@ -27,31 +28,11 @@ from .options import UsageError
 from .declarations import check_paths
 from .errors import cli_warnings, error_json, failure_line
 from .demo import demo_data, demo_folder
-from .cluster import LOCAL_CLUSTER, cluster_asked, dask_client, runner
+from .cluster import dask_client, runner
 from .summary import (coupled_summary, coupled_table, is_coupled, passes_text, say as _say, summary as job_summary, to_json,
                       variance_table, what_ran)
 
 log = logging.getLogger("daskpca")
-
-def _check_memory(args, plan) -> None:
-    """A --memory-limit too small for the planned task is refused before the cluster starts."""
-    from dask.utils import format_bytes
-
-    from .._plan import TASK_MEMORY_FRACTION
-
-    limit = getattr(args, "memory_limit", None)
-    if not isinstance(limit, int) or cluster_asked(args) and getattr(args, "scheduler", None):
-        return
-    threads = getattr(args, "threads", None) or LOCAL_CLUSTER["threads"]
-    task = plan.estimate(plan.solver).task_bytes
-    needed = int(task * threads / TASK_MEMORY_FRACTION) + cli_options.MIN_WORKER_MEMORY
-    if limit < needed:
-        raise UsageError(
-            f"--memory-limit {format_bytes(limit)} is too small for this job: solver {plan.solver!r} needs "
-            f"≈ {format_bytes(task)} per task × {threads} thread(s), at most {TASK_MEMORY_FRACTION:.0%} of a "
-            f"worker's memory, plus {format_bytes(cli_options.MIN_WORKER_MEMORY)} for the worker itself. Give "
-            f"--memory-limit {format_bytes(needed)} or more, or use smaller chunks.")
-
 
 def _command_line(args) -> str:
     return " ".join(["daskpca", *(sys.argv[1:] if sys.argv and "daskpca" in sys.argv[0] else [args.command])])[:300]
@@ -155,15 +136,19 @@ def cmd_fit(args) -> dict:
     from .. import HilbertPCA, PCA, Rotator, io
     from ..passes import job
 
+    cls = HilbertPCA if args.hilbert else PCA
+    # The parameters each piece takes, asked of the estimators first: the flags are then checked
+    # and mapped onto them by the options module in one go.
+    parts = {cls.__name__: cls._param_names(), **({"Rotator": Rotator._param_names()} if args.rotation else {}),
+             **({"--lags": ("lag_step",)} if args.lags else {})}
     n_components = cli_options.n_components(args.n_components)
     cli_options.check_coupled_options(args)
     if args.mca:
         return _fit_mca(args, n_components)
     cli_options.check_eof_options(args)
-    cls = HilbertPCA if args.hilbert else PCA
-    parts = {cls.__name__: cls._param_names(), **({"Rotator": Rotator._param_names()} if args.rotation else {}),
-             **({"--lags": ("lag_step",)} if args.lags else {})}
     params = cli_options.estimator_params(args, parts)[cls.__name__]  # an option nothing takes: refused
+    if cls is PCA:
+        params["checkpoint"] = _checkpoint_path(args.out)
     with _claim_outputs(args, args.out, args.scores):  # usage is checked whole before any claim
         for output in filter(None, [args.out, args.scores]):
             io.check_writable(output, overwrite=args.overwrite)  # before the cluster starts or data is read
@@ -171,14 +156,11 @@ def cmd_fit(args) -> dict:
         sample_dims = _sample_dims(args, data)
         if args.lags:
             data = _embedded(data, args.lags, args.lag_step, sample_dims)
-        if cls is PCA:
-            params["checkpoint"] = _checkpoint_path(args.out)
         pca = cls(n_components, **params)
         plan = pca.plan(data, sample_dims=sample_dims)  # parameters and shape checked; nothing read
-        _check_memory(args, plan)
         timings = {}
         # The job's pass cache: a fit followed by its scores keeps the first read's blocks for both.
-        with runner(args, data.nbytes), job(later_reads=1 if args.scores else 0):
+        with runner(args, data.nbytes, plan), job(later_reads=1 if args.scores else 0):
             start = time.perf_counter()
             pca.fit(data, plan=plan, **({} if sample_dims is None else {"sample_dims": sample_dims}))  # planned once
             if args.lags and sample_dims is None:
@@ -189,7 +171,9 @@ def cmd_fit(args) -> dict:
             start = time.perf_counter()
             power = 1 if args.rotation == "varimax" else args.power or cli_options.PROMAX_POWER
             model = Rotator(power=power).fit(pca) if args.rotation else pca
-            with io.transaction():  # the model and the scores are published together, or neither
+            # The model and the scores are published together, or neither (a transaction); a model
+            # alone is published whole by its own save.
+            with io.transaction() if args.scores else nullcontext():
                 model.save(args.out, overwrite=args.overwrite)
                 if args.scores:
                     scores = model.transform(data)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import sys
-from contextlib import contextmanager
 
 import numpy as np
 
@@ -24,12 +23,11 @@ def say(args, message: str) -> None:
     print(message, file=sys.stderr if getattr(args, "json", False) else sys.stdout, flush=True)
 
 
-@contextmanager
 def progress(args):
+    """The job's progress line, one per pass (a context manager; silent with --quiet or --json)."""
     from ..passes import ProgressLine
 
-    with ProgressLine(quiet=args.quiet or args.json):
-        yield
+    return ProgressLine(quiet=args.quiet or args.json)
 
 
 def passes_text(n: int) -> str:
@@ -57,9 +55,10 @@ def summary(pca, args=None, *, model, scores=None, timings=None, plan=None) -> d
     pass_seconds = [float(s) for s in getattr(pca, "pass_seconds_", ())]
     client_seconds = [float(s) for s in getattr(pca, "client_seconds_", ())]
     certified = pca.solver_info_.get("tol") if getattr(pca, "tol", None) is None else None
+    # The fit's own plan's estimate of the solver that ran: the plan a fit makes in its job holds
+    # that solver's estimate with the passes served by the pass cache at their cached time
+    # (daskpca._plan.with_cache), which is also what plan.seconds reads.
     predicted = next((e.seconds for e in plan.estimates if e.name == pca.solver_), None) if plan else None
-    if plan is not None and plan.solver == pca.solver_ and getattr(plan, "cache", None) is not None:
-        predicted = plan.seconds  # passes served by the pass cache at their cached time
     return {
         "model": model,
         "scores": scores,

@@ -112,7 +112,9 @@ def results_dataset(pca):
     import xarray as xr
 
     k = pca.n_components_
-    north = pca.north_errors()
+    # North et al.'s λ·√(2/n), as PCA.north_errors gives it, from the public fitted state: the
+    # caller (PCA.to_xarray) has checked that the model is fitted, so the estimator is not asked again.
+    north = pca.explained_variance_ * np.sqrt(2.0 / pca.n_samples_)
     mode_vars = {
         "explained_variance": (pca.explained_variance_, "eigenvalues λ of the (weighted) covariance, ddof=1"),
         "explained_variance_ratio": (pca.explained_variance_ratio_, "λ / total variance"),

@@ -19,7 +19,7 @@ public faces and the CLI do.
 from ._base import Estimator, model_matrix, positions, project, project_matrix, reconstruct, scores_out
 from ._constraints import (ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Interval, Options, PerField,
                            Predicate)
-from ._format import ESTIMATORS, from_dataset, is_json, listed, load, load_as, read_field, stored_params, write_field
+from ._format import ESTIMATORS, from_dataset, info_json, load, load_as, read_field, stored_params, write_field
 
 __all__ = [
     # the base class and the road from data back into a fitted model
@@ -27,6 +27,6 @@ __all__ = [
     # the vocabulary of parameter constraints
     "ARRAY", "BOOL", "NONE", "PATH", "RANDOM_STATE", "WEIGHTS", "Interval", "Options", "PerField", "Predicate",
     # the model's format: the registry, one field's stage and layout, the stored parameters, load
-    "ESTIMATORS", "from_dataset", "is_json", "listed", "load", "load_as", "read_field", "stored_params",
+    "ESTIMATORS", "from_dataset", "info_json", "load", "load_as", "read_field", "stored_params",
     "write_field",
 ]

@@ -227,17 +227,18 @@ def _not_a_model(source: str) -> str | None:
             "`daskpca fit --out` (PCA.save).")
 
 
-def listed(info: dict) -> dict:
-    """Small NumPy arrays (per-component residuals, bounds) as lists, so JSON keeps them."""
-    return {k: (v.tolist() if isinstance(v, np.ndarray) and v.size <= 10_000 else v) for k, v in info.items()}
-
-
-def is_json(value) -> bool:
-    try:
-        json.dumps(value)
-        return True
-    except TypeError:
-        return False
+def info_json(info: dict) -> str:
+    """A fitted ``solver_info_`` as JSON: small NumPy arrays (per-component residuals, bounds) as
+    lists, and what JSON cannot hold (the covariance moments, saved as arrays of their own) left out."""
+    kept = {}
+    for key, value in info.items():
+        value = value.tolist() if isinstance(value, np.ndarray) and value.size <= 10_000 else value
+        try:
+            json.dumps(value)
+        except TypeError:
+            continue
+        kept[key] = value
+    return json.dumps(kept)
 
 
 def _a(name: str) -> str:

@@ -33,12 +33,12 @@ import sys
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import objects
-from .paths import check_folder, is_url, local_path
+from .paths import MeantPath, check_folder, is_url, local_path
 from ..exceptions import OutputClaimedError
 
 CLAIM_SUFFIX = ".daskpca-claim"
@@ -51,12 +51,14 @@ _HELD_LOCK = threading.Lock()
 
 def _place(target) -> tuple[str, str, bool]:
     """``(key, location, remote)`` of ``target``: its key in :data:`_HELD`, where its claim lives
-    and whether that is an object store. Whether a path is a URL is asked here once per claim;
-    every storage step of the claim is then told."""
-    if is_url(target):
+    and whether that is an object store. Whether a path is a URL is decided here once per claim
+    (a :class:`~daskpca.store.paths.MeantPath`, every daskpca writer's target, carries the answer
+    and is a local path already); every storage step of the claim is then told."""
+    meant = isinstance(target, MeantPath)
+    if target.remote if meant else is_url(target):
         parent, _, leaf = target.rstrip("/").rpartition("/")
         return target.rstrip("/"), f"{parent}/.{leaf}{CLAIM_SUFFIX}", True
-    local = local_path(target)
+    local = Path(target) if meant else local_path(target)
     return str(local.absolute()), str(local.parent / f".{local.name}{CLAIM_SUFFIX}"), False
 
 
@@ -213,13 +215,18 @@ def holding(targets, *, break_stale: bool = False, command: str | None = None):
             claim.release()
 
 
-@contextmanager
 def claimed(target):
-    """The caller's claim on ``target`` or, when it holds none, a claim for this block only."""
+    """A context manager giving the caller's claim on ``target`` or, when it holds none, a claim
+    for this block only. The caller's claim is handed on as it is (a ``nullcontext``): there is
+    nothing to release at the end of the block, and no step of this module runs there."""
     existing = held(target)
     if existing is not None:
-        yield existing
-        return
+        return nullcontext(existing)
+    return _claimed_for_the_block(target)
+
+
+@contextmanager
+def _claimed_for_the_block(target):
     with holding([target]) as (claim,):
         yield claim
 

@@ -21,7 +21,7 @@ import hashlib
 
 
 from . import objects
-from .paths import is_url
+from .paths import MeantPath, is_url
 from ..exceptions import DamagedStoreError
 
 #: Files in a store that are not zarr's (the completion marker); never part of the record.
@@ -29,7 +29,8 @@ _IGNORED = (".daskpca-complete",)
 
 
 def _filesystem(location: str):
-    if is_url(location):
+    # A publication's location (the record is made of it) says whether it is remote itself.
+    if location.remote if isinstance(location, MeantPath) else is_url(location):
         return objects.filesystem(location)
     import fsspec
 

@@ -9,7 +9,8 @@ lower-cased). It is applied once where a path enters: the command line's declare
 :mod:`daskpca.io` (so ``save``, ``load`` and input paths too). The overlap check, the claim, the
 writer (zarr), the publisher and the completion marker then all see one path: without it zarr
 expanded ``~`` for the temporary store while the publisher renamed to a literal ``./~/…``. What
-it returns is a :class:`MeantPath`, which the steps it is passed on to take as it is.
+it returns is a :class:`MeantPath`, which the steps it is passed on to take as it is, and which
+says whether it is an object-store URL (``.remote``), so that they need not ask again.
 
 The path questions every step asks live here too: whether a path is an object-store URL
 (:func:`is_url`), the local path of a ``file://`` one (:func:`local_path`), and whether a local
@@ -40,7 +41,10 @@ _FILE_NO_AUTHORITY = re.compile(r"^file:(?=/(?!/))", re.IGNORECASE)
 
 def is_url(path) -> bool:
     """Whether ``path`` names an object-store location (``s3://…``, any fsspec protocol) rather
-    than a local one: a string with a scheme other than ``file://``."""
+    than a local one: a string with a scheme other than ``file://``. A :class:`MeantPath` carries
+    the answer (``.remote``): the steps a path is passed on to read it there instead of asking."""
+    if isinstance(path, MeantPath):
+        return path.remote
     return isinstance(path, str) and "://" in path and not path.startswith("file://")
 
 
@@ -75,9 +79,26 @@ class MeantPath(str):
     path was resolved where it entered (the command line's declared paths, a reader or writer of
     :mod:`daskpca.io`), so the functions it is passed on to do not resolve it again. Anything
     made from it (``path + "/x"``, an f-string) is a plain ``str`` again: resolved anew if given.
+
+    Attributes
+    ----------
+    remote : bool
+        Whether it names an object-store location (:func:`is_url`; then it is a
+        :class:`MeantURL`), decided once where the path was put as meant. A plain class
+        attribute: the claim, the publisher, the writer and the integrity record read it without
+        asking this module again. A local one is an absolute local path without ``file://``, so
+        ``Path(path)`` is its :func:`local_path`.
     """
 
     __slots__ = ()
+    remote = False
+
+
+class MeantURL(MeantPath):
+    """A :class:`MeantPath` naming an object-store location (``s3://…``, any fsspec protocol)."""
+
+    __slots__ = ()
+    remote = True
 
 
 def as_meant(path):
@@ -97,7 +118,8 @@ def as_meant(path):
     MeantPath
         An absolute local path (``..`` and symlinks kept: the OS resolves them as it would for
         the user; :func:`canonical` resolves them to compare), or the URL with its scheme
-        lower-cased and nothing else changed. Idempotent; a :class:`MeantPath` is returned as it is.
+        lower-cased and nothing else changed (a :class:`MeantURL`, ``remote`` true). Idempotent;
+        a :class:`MeantPath` is returned as it is.
 
     Raises
     ------
@@ -109,7 +131,8 @@ def as_meant(path):
     """
     if isinstance(path, MeantPath) or not isinstance(path, (str, os.PathLike)):
         return path
-    return MeantPath(_resolved(os.fspath(path)))
+    resolved = _resolved(os.fspath(path))
+    return (MeantURL if is_url(resolved) else MeantPath)(resolved)
 
 
 def _resolved(path: str) -> str:

@@ -57,7 +57,7 @@ import uuid
 from pathlib import Path
 
 from . import integrity, objects
-from .paths import as_meant, is_url, local_path
+from .paths import MeantPath, MeantURL, as_meant, is_url, local_path
 from ..exceptions import IncompleteStoreError, InputError, OutputClaimedError, OutputExistsError
 
 #: Name of the completion marker written last into every store (version).
@@ -90,11 +90,14 @@ def _stamp(marker: dict) -> dict:
 def start(target, *, overwrite: bool, keep_history: int = 0, claim=None):
     """A publication of ``target``: write the new store at ``.location``, then ``commit(marker)``
     (or ``abort()``). Raises :class:`OutputExistsError` at once when ``target`` exists and
-    ``overwrite`` is false; the check is made again at the switch."""
-    target = as_meant(target)
-    if is_url(target):
+    ``overwrite`` is false; the check is made again at the switch. ``.location`` is a
+    :class:`~daskpca.store.paths.MeantPath` (a ``MeantURL`` on an object store): the writer and
+    the integrity record read whether it is remote from it."""
+    if not isinstance(target, MeantPath):  # a writer's target is one already (daskpca.io)
+        target = as_meant(target)
+    if target.remote:
         return ObjectPublication(target, overwrite=overwrite, keep_history=keep_history, claim=claim)
-    return LocalPublication(local_path(target), overwrite=overwrite, keep_history=keep_history, claim=claim)
+    return LocalPublication(Path(target), overwrite=overwrite, keep_history=keep_history, claim=claim)
 
 
 def _exists_message(target) -> str:
@@ -134,7 +137,7 @@ class LocalPublication:
         recover_leftovers(self.target, keep_history)
         self.version = new_version()
         self.temporary = self.target.parent / f".{self.target.name}.partial-{self.version}"
-        self.location = str(self.temporary)
+        self.location = MeantPath(self.temporary)  # absolute, beside the (meant) target
         self.done = False
 
     def commit(self, marker: dict) -> None:
@@ -299,7 +302,7 @@ class ObjectPublication:
                 raise OutputExistsError(_exists_message(target))
             check_replaceable(self.url)
         self.version = new_version()
-        self.location = f"{self.url}/versions/{self.version}"
+        self.location = MeantURL(f"{self.url}/versions/{self.version}")
         self.done = False
 
     def commit(self, marker: dict) -> None:

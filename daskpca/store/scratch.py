@@ -159,7 +159,9 @@ def check_apart(inputs: dict, outputs: dict | None = None, root: Path | None = N
             raise ScratchError(f"the scratch folder {_where()}{spelled} {relation} the {kind} {label} "
                                f"{os.fspath(path)!r}: temporary copies would be written into what the job "
                                f"{'reads' if kind == 'input' else 'writes'}. {fix}")
-        owner = owning_folder(real)
+        # Only a path through a folder named like ours (each such name holds PREFIX) can lie
+        # inside one: the others' ancestors need no look for a record.
+        owner = owning_folder(real) if PREFIX in real else None
         if owner is not None:
             raise ScratchError(f"the {kind} {label} {os.fspath(path)!r} lies inside daskpca's temporary folder "
                                f"{owner!r} (made for a job's pass cache or strip copy under the scratch folder "

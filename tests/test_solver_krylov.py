@@ -572,3 +572,16 @@ def test_the_issues_hard_field_meets_1e_4_in_at_most_7_passes():
     true = sin_theta(result.components, reference_pca(X)[0][:k])
     assert result.info["converged"] and result.n_passes <= 7
     assert true <= result.info["error_bound"] <= 3 * true
+
+
+def test_the_next_eigenvalue_estimate_allows_the_products_round_off():
+    """λ̂_{k+1} = θ_{k+1} + ‖r_{k+1}‖ rests on a computed residual, which cannot see the round-off
+    of W = C·V; the same allowance as ‖R_k‖'s is added, so that at the round-off floor (a residual
+    computed as 0) the estimate stays above θ_{k+1} by it, and the gap, hence the bound, is not
+    overstated. The trace figure needs none (its own TRACE_RTOL)."""
+    from daskpca.solvers._bounds import next_eigenvalue
+
+    theta, norms = np.array([4.0, 3.0, 2.0, 1.0]), np.zeros(4)
+    assert next_eigenvalue(theta, norms, 2, None) == 2.0
+    assert next_eigenvalue(theta, norms, 2, None, roundoff=1e-12) == 2.0 + 1e-12
+    assert next_eigenvalue(theta, norms, 2, 10.0, roundoff=1e-12) == 2.0 + 1e-12  # the trace figure, 10 − 8 + 1e-7, is larger

@@ -50,8 +50,9 @@ def plain_ritz(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray, n_samples
     R = basis.W @ Y[:, :kept] - X * theta[:kept]  # in d-space: no cancellation in ‖r‖
     norms = np.linalg.norm(R, axis=0)
     residual = tall_norm2(R[:, :k]) if k <= R.shape[1] else np.inf
-    residual += ROUNDOFF_RESIDUAL * np.sqrt(n_samples) * max(theta[0], 0.0)
-    gap = theta[k - 1] - theta[k] - norms[k] if kept > k else -np.inf
+    roundoff = ROUNDOFF_RESIDUAL * np.sqrt(n_samples) * max(theta[0], 0.0)
+    residual += roundoff
+    gap = theta[k - 1] - theta[k] - norms[k] - roundoff if kept > k else -np.inf  # λ̂_{k+1} as next_eigenvalue's
     if k >= basis.V.shape[0]:  # the kept subspace is the whole space
         bound = 0.0
     else:
@@ -67,10 +68,12 @@ def plain_ritz(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray, n_samples
 TRACE_RTOL = 1e-8
 
 
-def next_eigenvalue(theta: np.ndarray, norms: np.ndarray, k: int, total: float | None) -> float:
+def next_eigenvalue(theta: np.ndarray, norms: np.ndarray, k: int, total: float | None, roundoff: float = 0.0) -> float:
     """λ̂_{k+1}: an upper estimate of the (k+1)-th eigenvalue of C from the Ritz values
     ``theta`` (all m of the basis, descending), the residual norms ``norms`` (at least k + 1 of
-    them when m > k) and the total scatter ``total`` = trace C (None: unknown).
+    them when m > k), the total scatter ``total`` = trace C (None: unknown) and ``roundoff``, the
+    round-off in the products W = C·V that a computed residual cannot see (``ROUNDOFF_RESIDUAL``·√n·θ₁):
+    added to ‖r_{k+1}‖ as it is to ‖R_k‖, so that λ̂_{k+1} is an upper estimate at the round-off floor too.
 
     The smaller of two figures (module notes, "The error bound"):
 
@@ -84,7 +87,7 @@ def next_eigenvalue(theta: np.ndarray, norms: np.ndarray, k: int, total: float |
     """
     upper = np.inf
     if theta.size > k:
-        upper = theta[k] + norms[k]
+        upper = theta[k] + norms[k] + roundoff
     if total is not None and np.isfinite(total):
         seen = np.clip(theta, 0.0, None)
         rest = seen.sum() - (seen[k] if theta.size > k else 0.0)
@@ -131,13 +134,13 @@ def split_bounds(theta: np.ndarray, norms: np.ndarray, gram: np.ndarray, k: int,
     """
     theta_k = theta[k - 1]
     top = max(theta[0], 0.0)
-    upper = next_eigenvalue(theta, norms, k, total)
+    upper = next_eigenvalue(theta, norms, k, total, roundoff)
     gap = theta_k - upper
     if not gap > 0:
         return 1.0, 1.0
     best_plain, best_refined = 1.0, 1.0
     most = min(NEXT_CLUSTER, norms.size - k - 1)
-    below = [next_eigenvalue(theta, norms, k + s, total) for s in range(most + 1)]  # λ̂_{k+s+1}
+    below = [next_eigenvalue(theta, norms, k + s, total, roundoff) for s in range(most + 1)]  # λ̂_{k+s+1}
 
     def band(first: int, last: int) -> float | None:
         """The part of ‖B‖ on the eigenvectors of λ_{k+first+1} … λ_{k+last}, through their Ritz
@@ -300,7 +303,7 @@ def split_residual_bound(inside: float, beyond: float, low: float, upper: float,
     whole = float(np.hypot(inside, beyond))
     bound = whole / gap
     for s in range(1, min(NEXT_CLUSTER, norms.size - k - 1) + 1):
-        below = next_eigenvalue(theta, norms, k + s, total)  # λ̂_{k+s+1}
+        below = next_eigenvalue(theta, norms, k + s, total, roundoff)  # λ̂_{k+s+1}
         if not (theta[k + s - 1] > below and low > below):
             continue
         head = np.sqrt(max(np.linalg.eigvalsh(gram[:k + s, :k + s])[-1], 0.0)) + roundoff  # ‖R_{k+s}‖
@@ -319,7 +322,7 @@ def certify(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray, n_samples: i
     top = max(theta[0], 0.0) if theta.size else 0.0
     roundoff = ROUNDOFF_RESIDUAL * np.sqrt(n_samples) * top
     residual = (tall_norm2(R[:, :k]) if k <= R.shape[1] else np.inf) + roundoff
-    upper = next_eigenvalue(theta, norms, k, total)
+    upper = next_eigenvalue(theta, norms, k, total, roundoff)
     theta_k = theta[k - 1] if theta.size >= k else -np.inf
     gap = theta_k - upper
     # The refined answer span(C·X_k), one multiplication by C further: with X_k = U_k·A + U_⊥·B,

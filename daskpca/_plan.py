@@ -89,6 +89,17 @@ CLIENT_FLOPS_PER_SECOND = 7.5e9
 #: What one task costs besides its bytes and flops: the scheduler, and one synchronous zarr call
 #: (an event-loop round trip). Measured: 8760 one-row tasks read 2.1 GiB in 12.0 s, 18 tasks in 4.0 s.
 TASK_SECONDS = 0.9e-3
+#: What a pass pays per storage chunk beyond the tasks (issue 41: a one-step-per-chunk store read
+#: through ``da.from_zarr(...).reshape`` was planned at 0.87 s and took 9.2 s, its first pass 7.6):
+#: where dask blocks are joined inside a task (``Geometry.read == "concatenated"``) every block is
+#: still a task of the graph and, from a store, a synchronous zarr call of its own — serialised in
+#: one process (measured, 3000 chunks of 28.8 KB, zstd: 2.7 ms each on 1 thread, 2.5 ms on 2,
+#: 1.8 ms uncompressed; the same blocks in memory 0.1 ms). Inside one zarr selection per task
+#: (``"selection"``) the chunks are fetched together: (0.47 − 0.25 s) / 2988 more chunks. Read as
+#: stored, each chunk is a task, already counted by TASK_SECONDS.
+CHUNK_CALL_SECONDS = 2.4e-3
+BLOCK_SECONDS = 1.0e-4
+SELECTION_CHUNK_SECONDS = 7.0e-5
 #: On a ``distributed`` cluster a task's result leaves its worker's memory: serialised and sent
 #: to the worker that merges it (or to the client), in a tree whose merges wait for it. Counted
 #: as every task's result moved once per pass at this rate (measured on 2 local workers × 1 GiB,
@@ -217,8 +228,8 @@ class SolverEstimate:
         return replace(self, passes=passes, most_passes=most, note=note)
 
     def with_seconds(self, n: int, d: int, itemsize: int, threads: int = 1, distributed: bool = False,
-                     registry=None) -> "SolverEstimate":
-        return replace(self, seconds=predicted_seconds(self, n, d, itemsize, threads, distributed, registry))
+                     registry=None, chunk_seconds: float = 0.0) -> "SolverEstimate":
+        return replace(self, seconds=predicted_seconds(self, n, d, itemsize, threads, distributed, registry, chunk_seconds))
 
 
 @dataclass(frozen=True)
@@ -423,12 +434,13 @@ def on_the_device(estimate: SolverEstimate, declaration, shape: PlanInput, devic
 
 
 def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, threads: int = 1,
-                      distributed: bool = False, registry=None) -> float | None:
+                      distributed: bool = False, registry=None, chunk_seconds: float = 0.0) -> float | None:
     """The time model: per pass, the bytes at READ_BYTES_PER_SECOND and TASK_SECONDS per task
     (on a ``distributed`` cluster also each task's result at TRANSFER_BYTES_PER_SECOND); the
     flops at the solver's rate (its declaration's ``flop_rate``); all on the share of the ``threads`` that a
-    pass of ``estimate.tasks`` tasks keeps busy. None for solvers whose passes depend on
-    convergence."""
+    pass of ``estimate.tasks`` tasks keeps busy; ``chunk_seconds`` per pass over the source for its
+    storage chunks (:func:`chunk_seconds`: zarr's per-call overhead is serialised, not shared by
+    the threads). None for solvers whose passes depend on convergence."""
     if not isinstance(estimate.passes, int):
         return None
     busy = min(max(estimate.tasks, 1), threads) / threads
@@ -439,8 +451,8 @@ def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, t
     per_pass += estimate.move_seconds
     copy = estimate.copy_passes * size / COPY_READ_BYTES_PER_SECOND + size / WRITE_BYTES_PER_SECOND if estimate.copy_passes else 0.0
     flops = estimate.flops / flop_rate(estimate, registry)
-    return ((estimate.passes * per_pass + copy + flops) / busy + estimate.client_flops / CLIENT_FLOPS_PER_SECOND
-            + estimate.local_seconds)
+    return ((estimate.passes * per_pass + copy + flops) / busy + estimate.passes * chunk_seconds
+            + estimate.client_flops / CLIENT_FLOPS_PER_SECOND + estimate.local_seconds)
 
 
 def flop_rate(estimate: SolverEstimate, registry=None) -> float:
@@ -480,7 +492,8 @@ def _only_for_missing(name: str, registry=None) -> bool:
 def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=False, available, n_oversamples=10,
               n_power_iter="auto", tol=None, max_passes=None, geometry: Geometry | None = None, requested=None,
               reads=None, cache_for=None, device: DevicePricing | None = None, declarations=None, fields=None,
-              names=None, options=None, runner: tuple | None = None, priced_for: tuple | None = None) -> Plan:
+              names=None, options=None, runner: tuple | None = None, priced_for: tuple | None = None,
+              chunk_seconds: float = 0.0) -> Plan:
     """Choose a solver with ordered rules; see the module docstring.
 
     ``declarations``: the registry the plan chooses from (None: :data:`daskpca.solvers.SOLVERS`,
@@ -504,7 +517,8 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     PCA's); ``fields``: ``(dx, dy)`` for two fields read together (:attr:`PlanInput.fields`);
     ``options``: further estimator options their cost models read. ``runner``: what runs the
     tasks (:func:`~daskpca.passes.what_runs`; None: asked here), as :func:`pricing` gives it, with
-    ``priced_for`` (:attr:`Plan.priced_for`).
+    ``priced_for`` (:attr:`Plan.priced_for`) and ``chunk_seconds``, what each pass over the source
+    spends on its storage chunks (:func:`chunk_seconds`; 0: nothing beyond its tasks).
     """
     # What runs the tasks is asked once for the whole plan: none of it depends on the solver.
     client, resources = what_runs() if runner is None else runner
@@ -522,7 +536,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     default_road = tol is None and requested is None and not needs_spectrum and not has_missing and certifying
     road_tol = DEFAULT_TOL if default_road else tol
     estimates = [
-        e.with_reads(reads.get(e.name, 0)).with_seconds(n, d, itemsize, threads, distributed, registry)
+        e.with_reads(reads.get(e.name, 0)).with_seconds(n, d, itemsize, threads, distributed, registry, chunk_seconds)
         for e in estimate_solvers(n, d, k, chunks, itemsize, n_oversamples, n_power_iter, budget=budget,
                                   available=available, tol=road_tol, max_passes=max_passes, device=device,
                                   declarations=registry, options=options, fields=fields)
@@ -834,13 +848,29 @@ def pricing(array, cache="auto") -> dict:
     """:func:`make_plan`'s keywords that come from one input's dask ``array`` and from what will
     run it — its ``geometry``, what runs the tasks (``runner``), the ``device`` its chunks live on
     and each solver's pass cache (``cache_for``) — each fact asked once for the whole plan."""
-    from .passes import gather, geometry_of, on_device
+    from .passes import gather, geometry_of, on_device, worker_infos
 
     geometry, runner, backend = geometry_of(array), what_runs(), on_device(array)
     device = device_pricing(array, backend)
     facts = gather(array, cache, device=backend, runner=runner)
+    processes = 1 if runner[0] is None else max(len(worker_infos(runner[0])), 1)
     return dict(geometry=geometry, runner=runner, device=device, priced_for=facts.job,
-                cache_for=cache_pricing(array, cache, facts=facts))
+                cache_for=cache_pricing(array, cache, facts=facts),
+                chunk_seconds=chunk_seconds(geometry, bool(facts.stored), processes))
+
+
+def chunk_seconds(geometry: Geometry | None, stored: bool, processes: int = 1) -> float:
+    """Seconds one pass over the source spends on its storage chunks beyond its bytes and tasks
+    (:data:`CHUNK_CALL_SECONDS`): by how its tasks read them (``geometry``, None: as stored),
+    whether they come from a store (``stored``) and the ``processes`` that read (one zarr event
+    loop each: the threaded scheduler's one, or a cluster's workers)."""
+    if geometry is None or geometry.read == "as stored":
+        return 0.0
+    if geometry.read == "selection":
+        per_chunk = SELECTION_CHUNK_SECONDS
+    else:
+        per_chunk = BLOCK_SECONDS + (CHUNK_CALL_SECONDS if stored else 0.0)
+    return geometry.storage_chunks * per_chunk / max(processes, 1)
 
 
 def with_cache(plan: Plan, matrix, cache="auto") -> Plan:

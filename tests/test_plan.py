@@ -331,3 +331,33 @@ def test_a_degenerate_probe_keeps_the_prior_and_says_why(case):
               "computed": "not a plain stored array"}[case]
     assert plan.probe.passes is None and reason in plan.probe.reason
     assert plan.passes == plan.probe.prior == 5 and "the prior point estimate stands" in str(plan)
+
+
+def test_a_pass_is_priced_for_the_storage_chunks_its_tasks_read_one_call_each(tmp_path):
+    # Issue 41: a store of one time step per chunk read through da.from_zarr(...).reshape joins
+    # its blocks into each task: every block is a task and a zarr call of its own (serialised),
+    # which the plan counted as nothing (planned 0.87 s, fitted in 9.2 s at 3000 steps).
+    import dask.array as da
+    import zarr
+
+    from daskpca import _plan
+
+    n, d = 600, 48
+    z = zarr.create_array(store=str(tmp_path / "steps.zarr"), shape=(n, 6, 8), chunks=(1, 6, 8), dtype="f4")
+    z[:] = np.random.default_rng(0).standard_normal((n, 6, 8))
+    stored = da.from_zarr(z).reshape(n, d)
+    in_memory = da.from_array(np.asarray(z[:]).reshape(n, d), chunks=(1, d))
+    plans = {name: PCA(4, solver="covariance", cache=False).plan(X) for name, X in (("stored", stored), ("memory", in_memory))}
+    for plan in plans.values():
+        assert plan.geometry.read == "concatenated" and plan.geometry.storage_chunks == n
+    extra = plans["stored"].seconds - plans["memory"].seconds  # one pass: the zarr calls, nothing else differs
+    assert extra == pytest.approx(n * _plan.CHUNK_CALL_SECONDS, rel=1e-9)
+    assert plans["memory"].seconds > n * _plan.BLOCK_SECONDS
+    # Read by one zarr selection per task, a chunk costs a fraction of that; read as stored, the
+    # tasks themselves are counted (TASK_SECONDS).
+    selection = _plan.Geometry(storage_rows=1, task_rows=300, tasks=4, storage_chunks=n, read="selection")
+    assert _plan.chunk_seconds(selection, stored=True) == pytest.approx(n * _plan.SELECTION_CHUNK_SECONDS)
+    as_stored = _plan.Geometry(storage_rows=1, task_rows=1, tasks=n, storage_chunks=n, read="as stored")
+    assert _plan.chunk_seconds(as_stored, stored=True) == 0.0
+    assert _plan.chunk_seconds(plans["stored"].geometry, stored=True, processes=4) == pytest.approx(
+        n * (_plan.CHUNK_CALL_SECONDS + _plan.BLOCK_SECONDS) / 4)

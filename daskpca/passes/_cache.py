@@ -306,11 +306,9 @@ def gather(matrix, cache="auto", *, device=None, runner: tuple | None = None) ->
     value = setting(cache)
     matrices = list(matrix) if isinstance(matrix, (list, tuple)) else [matrix]
     job = job_facts(current_client() if runner is None else runner[0])
-    if value is False:
-        return CacheFacts(value, (), (), job=job)
     held = tuple([in_memory(m) for m in matrices])
-    stored = tuple(m for m, h in zip(matrices, held) if h is None)
-    if not stored:
+    stored = tuple(m for m, h in zip(matrices, held) if h is None)  # also the planner's: a pass reads a store
+    if value is False or not stored:
         return CacheFacts(value, held, stored, job=job)
     runner = what_runs() if runner is None else runner
     device = on_device(stored[0]) if device is None else device

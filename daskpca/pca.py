@@ -20,6 +20,7 @@ what only real PCA has — exact updates and probabilistic PCA's likelihood — 
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from dataclasses import dataclass, replace
 from numbers import Integral, Real
@@ -286,8 +287,9 @@ class PreparedInput:
     def made_for(self, estimator, X, sample_dims) -> bool:
         """Whether this is the preparation ``estimator.fit(X, sample_dims=...)`` would make: the same
         input object, sample dims and parameter values (each the very object of then — one set
-        since, even to an equal value, prepares again)."""
-        return (self.X is X and self.sample_dims == sample_dims
+        since, even to an equal value, prepares again). A path is never the same input: what it
+        names may have been replaced since, so it is opened again."""
+        return (self.X is X and not isinstance(X, (str, os.PathLike)) and self.sample_dims == sample_dims
                 and all(getattr(estimator, name, None) is value for name, value in self.params.items()))
 
 

@@ -259,6 +259,11 @@ def test_a_plan_carries_its_prepared_input_and_fit_prepares_nothing_twice(monkey
     PCA(3, solver="covariance").fit(copy, plan=PCA(3, solver="covariance").plan(store))
     assert prepared == [1, 1, 1]  # the plan's preparation of store, and the fit's of copy
 
+    # A path names what is there when it is opened: a plan made on it prepares again at fit.
+    path = str(tmp_path / "x.zarr")
+    PCA(3, solver="covariance").fit(path, plan=PCA(3, solver="covariance").plan(path))
+    assert prepared == [1, 1, 1, 1, 1]  # the plan's and the fit's
+
     # The store is asked again at fit: deleted between plan and fit, it is refused, not read as zeros.
     plan = estimator.plan(store)
     import shutil

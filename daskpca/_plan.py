@@ -571,7 +571,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
                   f"in {best.passes} pass{'es' if best.passes != 1 else ''}" + (f" (vs {others})" if others else ""))
     # 4. No accuracy asked: an exact road where it costs about what the certified one does (tall
     #    data: the covariance's one pass), else block Krylov certified to DEFAULT_TOL.
-    elif default_road and (choice := _default_road(by_name, max_passes, exact_small, registry)) is not None:
+    elif default_road and (choice := _default_road(by_name, exact_small, registry)) is not None:
         solver, reason = choice
         # The default road is exact or certifies DEFAULT_TOL (_guaranteeing chose among those).
         default_tol = None if by_name[solver].exact else DEFAULT_TOL
@@ -617,7 +617,7 @@ def make_plan(n, d, k, chunks, itemsize, *, needs_spectrum=False, has_missing=Fa
     return plan
 
 
-def _default_road(by_name: dict, max_passes, exact_small: str, registry) -> tuple[str, str] | None:
+def _default_road(by_name: dict, exact_small: str, registry) -> tuple[str, str] | None:
     """``(solver, reason)`` without a tol: the exact road for the shape (``exact_small``; else the
     fastest exact one that fits) when it costs at most EXACT_PREMIUM × the certified road's
     (block Krylov's) predicted time for DEFAULT_TOL, else that road; None when neither fits (the
@@ -783,11 +783,11 @@ ILL_CONDITIONED_RATIO = 1e-10
 def cache_choice(chosen: SolverEstimate | None, matrix, cache="auto"):
     """The pass cache (:func:`daskpca.passes._cache.choose`) a fit with the solver of ``chosen``
     would keep (:func:`cache_question`). Reads no data."""
-    from .passes import choose, gather, later_reads, on_device
+    from .passes import choose, gather, on_device
 
     runner, device = what_runs(), on_device(matrix)  # each asked once, for the facts and the question
-    later, facts = later_reads(), gather(matrix, cache, device=device, runner=runner)
-    return choose(matrix, cache, facts=facts, **cache_question(chosen, later, runner[0] is not None))
+    facts = gather(matrix, cache, device=device, runner=runner)
+    return choose(matrix, cache, facts=facts, **cache_question(chosen, facts.job[1], runner[0] is not None))
 
 
 def cache_question(chosen: SolverEstimate | None, later_reads: int, distributed: bool) -> dict:

@@ -733,7 +733,16 @@ def fit_warnings(model, module, solver: str, *, chosen_by_planner: bool, registr
             f"({_either((names or {}).get(s.name, s.name) for s in (registry or SOLVERS).values() if s.exact_for)}).",
             AccuracyWarning,
         ))
-    elif default is None and chosen_by_planner and model.tol is None and solver_bound != 0:
+    exact = getattr(module, "exact", getattr(module, "EXACT", False))
+    if exact and solver_bound >= 1.0:  # an exact road on λ_k = λ_{k+1} (to round-off): no k-subspace is the answer
+        k, spectrum = model.n_components_, model.explained_variance_
+        after = model.solver_info_.get("next_variance")
+        tied = f"λ_{k} = {spectrum[-1]:.6g}" + (f" and λ_{k + 1} = {after:.6g}" if after is not None else " and λ_{k + 1}")
+        out.append((
+            f"{tied} are equal to round-off: the data determine no {k}-dimensional subspace (any rotation "
+            f"within the tied modes is as good), so error_bound_ is 1. Keep a number of components at a gap of "
+            "the spectrum (explained_variance_).", AccuracyWarning))
+    elif default is None and chosen_by_planner and model.tol is None and not exact:
         bound = model.error_bound_
         out.append((
             f"no exact solver fits a task for this input, so solver='auto' ran the approximate {solver!r} "

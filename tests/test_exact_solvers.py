@@ -170,8 +170,10 @@ def test_gram_lanczos_matches_lapack_on_hard_spectra(ratio):
     X = hard_spectrum(n, d, K, ratio, seed=2)
     components, variance, _ = reference_pca(X)
     pca = PCA(n_components=K, solver="gram").fit(da.from_array(X, chunks=(n, 200)))
-    assert pca.solver_info_["eigensolver"] == "lanczos" and pca.error_bound_ == 0
-    assert sin_theta(pca.components_, components[:K]) <= 1e-10
+    true = sin_theta(pca.components_, components[:K])
+    # Exact to round-off, and its bound says how far round-off over the gap can move it.
+    assert pca.solver_info_["eigensolver"] == "lanczos" and true <= pca.error_bound_ < 1e-9
+    assert true <= 1e-10
     np.testing.assert_allclose(pca.explained_variance_, variance[:K], rtol=1e-10)
 
 

@@ -129,7 +129,8 @@ LANCZOS_MIN_SIZE = 300
 LANCZOS_MAX_FRACTION = 0.2
 
 
-def top_eigenpairs(matrix: np.ndarray, n_top: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray, str]:
+def top_eigenpairs(matrix: np.ndarray, n_top: int, *, seed: int = 0,
+                   with_next: bool = False) -> tuple[np.ndarray, np.ndarray, str]:
     """The ``n_top`` largest eigenpairs of a symmetric PSD matrix held in memory, to round-off.
 
     A dense eigensolver tridiagonalises the whole m×m matrix (4/3·m³ flops, half of them
@@ -152,9 +153,14 @@ def top_eigenpairs(matrix: np.ndarray, n_top: int, *, seed: int = 0) -> tuple[np
     :data:`LANCZOS_MIN_SIZE` rows and for ``n_top`` ≤ :data:`LANCZOS_MAX_FRACTION`·m; otherwise
     LAPACK (``syevr`` for a subset).
 
+    ``with_next``: ``values`` also holds an upper estimate of the (n_top + 1)-th eigenvalue (where
+    n_top < m) — the gap an exact road's bound rests on (``solvers._bounds.exact_bound``): from
+    Lanczos the next Ritz value plus its residual (one more product, m² flops), certified by the
+    inertia check; from LAPACK that eigenvalue itself (one more of the subset).
+
     Returns
     -------
-    values : ndarray of shape (n_top,), descending, ≥ 0
+    values : ndarray of shape (n_top,) (n_top + 1 ``with_next``), descending, ≥ 0
     vectors : ndarray of shape (m, n_top)
     how : str
         ``"lanczos"`` or ``"lapack"``: which solver gave them (``info["eigensolver"]``).
@@ -165,9 +171,14 @@ def top_eigenpairs(matrix: np.ndarray, n_top: int, *, seed: int = 0) -> tuple[np
             found = _block_lanczos(matrix, n_top, seed)
             if found is not None and _certified_top(matrix, *found, n_top):
                 values, vectors = found
-                return np.clip(values[:n_top], 0.0, None), vectors[:, :n_top], "lanczos"
-    values, vectors = eigh_descending(matrix, n_top)
-    return values, vectors, "lapack"
+                kept = values[:n_top]
+                if with_next:  # λ_{k+1} ≤ θ_{k+1} + ‖r_{k+1}‖: no eigenvalue was missed (the inertia check)
+                    after = vectors[:, n_top]
+                    kept = np.append(kept, values[n_top] + np.linalg.norm(matrix @ after - values[n_top] * after))
+                return np.clip(kept, 0.0, None), vectors[:, :n_top], "lanczos"
+    wanted = min(n_top + 1, m) if with_next else n_top
+    values, vectors = eigh_descending(matrix, wanted)
+    return values, vectors[:, :n_top], "lapack"
 
 
 #: Block Lanczos's budget: products with the matrix (one block each) before giving up to LAPACK,

@@ -26,6 +26,8 @@ variance the Nyström approximation leaves out), :func:`wedin` (Wedin's sin θ t
 singular vectors of a cross operator, spectral and Frobenius forms: MCA's Krylov SVD),
 :func:`tangent_bound` and :func:`product_bound` (a sine bound turned into one on the components
 one product beyond the vectors it certifies, with the power step's contraction: Hilbert's).
+:func:`exact_bound` and :func:`gram_bound` (the exact roads: round-off over the gap, so that a
+near-repeated λ_k = λ_{k+1} is reported, not hidden behind a bound of 0).
 The solvers call these; none computes a bound of its own.
 """
 
@@ -60,6 +62,32 @@ def plain_ritz(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray, n_samples
     eig_error = min(residual, residual**2 / gap) if gap > 0 else residual
     return X[:, :k], theta[:k], norms[:k], bound, eig_error, gap
 
+
+
+def exact_bound(values: np.ndarray, k: int, n_samples: int, n_features: int) -> float:
+    """The bound of an exact road's k leading eigenvectors (covariance, Gram, TSQR, Hilbert's
+    exact road): round-off over the gap that separates them from the rest.
+
+    ``values`` are the variances (the eigenvalues of the matrix that was solved, any common scale)
+    or, for TSQR, the singular values of R, descending, at least k + 1 of them where k < min(n, d).
+    The computed C̃ = C + ΔC (the products summed over n rows, and the eigensolver's backward
+    error), ‖ΔC‖ ≤ ε̂ = ``ROUNDOFF_RESIDUAL``·(√n + d)·λ̃₁; the computed eigenvectors are exact for
+    C̃, so Davis–Kahan with λ_{k+1} ≤ λ̃_{k+1} + ε̂ (Weyl) gives sin θ ≤ ε̂/(λ̃_k − λ̃_{k+1} − ε̂).
+    TSQR is backward stable in the data itself (‖ΔX‖ ≤ ε̂ in σ₁'s scale), and Wedin's theorem has
+    the same form in singular values: the data are not squared, nor is their round-off. 0 where
+    the kept subspace is the whole space; 1 (nothing
+    determined: any rotation within the tied modes is as good) where λ_k and λ_{k+1} are equal to
+    round-off — the issue-41 contract: never below the truth, also on repeated eigenvalues.
+    """
+    if k >= min(n_samples, n_features):
+        return 0.0
+    values = np.asarray(values, dtype=np.float64)
+    if values.size <= k:
+        return 1.0  # λ_{k+1} unknown: nothing certified
+    top = max(float(values[0]), 0.0)
+    roundoff = ROUNDOFF_RESIDUAL * (np.sqrt(n_samples) + n_features) * top
+    gap = float(values[k - 1] - values[k]) - roundoff
+    return min(1.0, roundoff / gap) if gap > 0 else 1.0
 
 
 #: Relative round-off allowed on the total scatter (trace C, summed in float64 over n rows in the
@@ -406,3 +434,14 @@ def product_bound(sine: float, upper: float, low: float, top: float, n_samples: 
     tangent = np.sqrt(upper / low) * sine / np.sqrt(1.0 - sine * sine)
     contracted = tangent / np.sqrt(1.0 + tangent * tangent) + ROUNDOFF_RESIDUAL * np.sqrt(n_samples) * np.sqrt(top / low)
     return min(plain, float(contracted))
+
+
+def gram_bound(values: np.ndarray, k: int, n_samples: int, n_features: int) -> float:
+    """The bound of a road through the n×n Gram matrix (Gram, Hilbert's exact; to round-off): :func:`exact_bound` of
+    the Gram matrix's eigenvectors U_k, carried to the components X̃ᵀU_k·Λ_k^{-1/2} one product
+    further (:func:`tangent_bound`: the product contracts the tangent),
+    plus that product's own round-off, ``ROUNDOFF_RESIDUAL``·√n·√(λ₁/λ_k) per column."""
+    sine = exact_bound(values, k, n_samples, n_features)
+    if sine == 0.0 or sine >= 1.0 or k == 0 or not values[k - 1] > 0:
+        return sine
+    return min(1.0, tangent_bound(sine) + ROUNDOFF_RESIDUAL * np.sqrt(n_samples) * np.sqrt(values[0] / values[k - 1]))

@@ -33,6 +33,7 @@ from ..passes import (MERGE_SPLIT_EVERY, Moments, Passes, SizedByArrays, backend
                       eigh_descending_on_device, map_row_blocks, on_device, solve_on_device, to_host, tree_reduce)
 from .._validation import NonFinite, raise_if_nonfinite
 from ._base import FLOAT64, ComponentRequest, Cost, DeviceCost, PlanInput, SolverDeclaration, SolverResult
+from ._bounds import exact_bound
 
 N_PASSES = 1
 #: Exact to round-off: meets any ``tol`` (so a ``tol`` given with this solver is not ignored).
@@ -49,9 +50,9 @@ def moments_graph(X, finish=None):
     blocks: wider merges, all parts at once (:func:`~daskpca.passes._geometry.device_merge_fan_in`).
     ``finish``: run in the root task on the merged moments (see :func:`solved_at_root`).
     """
+    backend = on_device(X)
     leaves = map_row_blocks(X, chunk_moments, "covariance-chunk")
     d = X.shape[1]
-    backend = on_device(X)
     if backend.on_host:
         fan_in, combine = MERGE_SPLIT_EVERY, combine_moments
     else:
@@ -173,7 +174,8 @@ def result_from_moments(moments: Moments, request: ComponentRequest, solved: _So
             # needs): LAPACK's index-range driver is cheaper when k ≪ d.
             k = request.most_components
             values, vectors = eigh_descending(covariance, k + 1)
-    info = {"moments": moments, "error_bound": 0.0}  # exact: no bound to report but round-off
+    # Exact: its bound is round-off over the gap (1 where λ_k = λ_{k+1} to round-off).
+    info = {"moments": moments, "error_bound": exact_bound(values, k, n_samples, n_features)}
     if len(values) > k:
         info["next_variance"] = float(values[k])
     return SolverResult(

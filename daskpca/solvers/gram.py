@@ -42,6 +42,7 @@ from ..passes import (LANCZOS_MAX_FRACTION, LANCZOS_MIN_SIZE, MERGE_SPLIT_EVERY,
                       on_device, solve_on_device, to_host, top_eigenpairs, tree_reduce)
 from .._validation import NonFinite, raise_if_nonfinite
 from ._base import FLOAT64, ComponentRequest, Cost, DeviceCost, PlanInput, SolverDeclaration, SolverResult
+from ._bounds import gram_bound
 
 N_PASSES = 2
 #: Exact to round-off: meets any ``tol`` (so a ``tol`` given with this solver is not ignored).
@@ -223,7 +224,7 @@ def result_from_part(X, part: _GramPart, request: ComponentRequest, passes: Pass
         k = request.resolve(spectrum)
     else:  # k pairs only: Lanczos, checked to LAPACK's accuracy (see top_eigenpairs)
         k = request.fixed()
-        values, vectors, eigensolver = top_eigenpairs(gram, min(k, n_samples))
+        values, vectors, eigensolver = top_eigenpairs(gram, min(k, n_samples), with_next=True)  # and λ̂_{k+1}
         spectrum = None
 
     # Directions with (numerically) zero variance have no X̃ᵀv/√λ: complete them afterwards.
@@ -246,7 +247,7 @@ def result_from_part(X, part: _GramPart, request: ComponentRequest, passes: Pass
         total_variance=float(np.trace(gram) / ddof_count),
         n_passes=N_PASSES if n_defined else 1,
         spectrum=spectrum,
-        info={"error_bound": 0.0, "eigensolver": eigensolver},  # exact (to round-off, see top_eigenpairs)
+        info={"error_bound": gram_bound(values, k, n_samples, n_features), "eigensolver": eigensolver},
     )
 
 

@@ -63,6 +63,7 @@ from ..passes import (MERGE_SPLIT_EVERY, Passes, SizedByArrays, backend_of, clie
                       map_column_blocks, namespace, to_host, tree_reduce)
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult
+from ._bounds import gram_bound
 from ..exceptions import InputError
 
 OPTIONS = ("padding", "decay_factor")
@@ -351,7 +352,8 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
         total_variance=float(part.squares / ddof),
         n_passes=N_PASSES,
         spectrum=spectrum,
-        info={"padding": padding, "decay_factor": float(decay_factor), "error_bound": 0.0},
+        info={"padding": padding, "decay_factor": float(decay_factor),
+              "error_bound": gram_bound(values, k, n_samples, int(keep.sum()))},
     )
     return replace(result, features=stage)
 

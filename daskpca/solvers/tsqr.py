@@ -92,6 +92,7 @@ from ..passes import (NUMPY, Passes, SizedByArrays, backend_of, client_blas_thre
                       tree_reduce)
 from .._validation import NonFinite, find_nonfinite, raise_if_nonfinite
 from ._base import FLOAT64, ComponentRequest, Cost, DeviceCost, PlanInput, SolverDeclaration, SolverResult
+from ._bounds import exact_bound
 
 N_PASSES = 1
 #: Exact to round-off: meets any ``tol`` (so a ``tol`` given with this solver is not ignored).
@@ -356,7 +357,8 @@ def solve(X, request: ComponentRequest, *, random_state=None) -> SolverResult:
         total_variance=float(sum_of_squares / ddof_count),
         n_passes=N_PASSES,
         spectrum=spectrum,
-        info={"singular_values": singular_values, "error_bound": 0.0},
+        # Exact: round-off over the gap, in singular values (Wedin: the data are not squared).
+        info={"singular_values": singular_values, "error_bound": exact_bound(singular_values, k, n_samples, n_features)},
     )
 
 

@@ -63,7 +63,7 @@ def test_exact_agrees_with_lapack_on_the_weighted_masked_cross_covariance():
     np.testing.assert_allclose(mca.singular_values_, s[:3], rtol=1e-8)
     np.testing.assert_allclose(mca.squared_covariance_fraction_, s[:3] ** 2 / np.sum(s**2), rtol=1e-8)
     np.testing.assert_allclose(mca.covariance_fraction_, s[:3] / np.sum(s), rtol=1e-8)
-    assert mca.n_passes_ == 1 and mca.solver_ == "exact" and mca.error_bound_ == 0.0
+    assert mca.n_passes_ == 1 and mca.solver_ == "exact" and mca.error_bound_ < 1e-10  # round-off over the gap
     assert list(mca.feature_stage_x_.keep) == list(keep)
     # A NaN in new data is named inside the projection task (a field masked at fit time is not).
     bad = Y.copy()

@@ -47,7 +47,7 @@ from scipy.linalg import blas, svd
 from ._base import Cost, PlanInput, SolverDeclaration
 from ..passes import (MERGE_SPLIT_EVERY, SizedByArrays, backend_of, center_block, format_bytes, like, map_row_blocks,
                       namespace, orthonormal_extension, tall_norm2, tree_reduce)
-from ._bounds import ROUNDOFF_RESIDUAL, wedin
+from ._bounds import ROUNDOFF_RESIDUAL, exact_bound, wedin
 from .._validation import NonFinite
 from ..exceptions import InputError, InvalidParameterError
 
@@ -386,7 +386,9 @@ def solve_exact(X, Y, *, resolve, choose_k, random_state=None) -> CrossSolution:
     return CrossSolution(
         left[:, :k].T, right_t[:k], values[:k], n,
         moments.mean_x[stage_x.keep] * stage_x.factor, moments.mean_y[stage_y.keep] * stage_y.factor,
-        (stage_x, stage_y), n_passes=1, error_bound=0.0, total_squared=total, sum_values=float(np.sum(values)),
+        # Exact: round-off over the gap σ_k − σ_{k+1} (Wedin; 1 where they are equal to round-off).
+        (stage_x, stage_y), n_passes=1, error_bound=exact_bound(values, k, n, len(values)), total_squared=total,
+        sum_values=float(np.sum(values)),
         info={"total_variance_x": float(np.sum(moments.m2_x[stage_x.keep] * stage_x.factor**2)) / max(n - 1, 1),
               "total_variance_y": float(np.sum(moments.m2_y[stage_y.keep] * stage_y.factor**2)) / max(n - 1, 1)},
     )

@@ -585,3 +585,23 @@ def test_the_next_eigenvalue_estimate_allows_the_products_round_off():
     assert next_eigenvalue(theta, norms, 2, None) == 2.0
     assert next_eigenvalue(theta, norms, 2, None, roundoff=1e-12) == 2.0 + 1e-12
     assert next_eigenvalue(theta, norms, 2, 10.0, roundoff=1e-12) == 2.0 + 1e-12  # the trace figure, 10 − 8 + 1e-7, is larger
+
+
+def test_the_pass_count_is_simulated_only_where_someone_is_shown_it(monkeypatch):
+    """The simulated prediction of the passes left costs client time (a small fit on a model
+    spectrum): a fit nobody watches — its own PassClock only times the passes — skips it; a
+    progress line (any listener that shows predictions) gets it."""
+    from daskpca import PCA
+    from daskpca.passes._progress import listen
+
+    calls = []
+    real = krylov.simulated_total
+    monkeypatch.setattr(krylov, "simulated_total", lambda *a, **k: calls.append(1) or real(*a, **k))
+    X = hard_spectrum(600, 150, 4, 1.2)
+    plain = PCA(4, solver="krylov", tol=1e-6, random_state=0).fit(X)
+    assert calls == [] and plain.n_passes_ > 3
+    shown = []
+    with listen(lambda report: shown.append(report.predicted)):
+        watched = PCA(4, solver="krylov", tol=1e-6, random_state=0).fit(X)
+    assert calls and any(p is not None for p in shown)
+    np.testing.assert_array_equal(watched.components_, plain.components_)  # the answer does not depend on it

@@ -125,9 +125,11 @@ def format_seconds(seconds: float) -> str:
 
 
 @contextmanager
-def listen(listener: Callable[[PassReport], None]) -> Iterator[None]:
-    """Call ``listener(report)`` for every pass start and end of the solves run inside."""
-    token = _listeners.set((*_listeners.get(), listener))
+def listen(listener: Callable[[PassReport], None], *, shows_predictions: bool = True) -> Iterator[None]:
+    """Call ``listener(report)`` for every pass start and end of the solves run inside.
+    ``shows_predictions=False``: the listener only times the passes (:class:`PassClock`), so a
+    solver need not compute the costly prediction of the passes left for it (:meth:`Passes.heard`)."""
+    token = _listeners.set((*_listeners.get(), (listener, shows_predictions)))
     try:
         yield
     finally:
@@ -135,7 +137,7 @@ def listen(listener: Callable[[PassReport], None]) -> Iterator[None]:
 
 
 def _send(report: PassReport) -> None:
-    for listener in _listeners.get():
+    for listener, _ in _listeners.get():
         listener(report)
 
 
@@ -149,7 +151,7 @@ class PassClock:
         self.passes: list[float] = []
         self.client: list[float] = []
         self._ended: float | None = None
-        self._listening = listen(self._hear)
+        self._listening = listen(self._hear, shows_predictions=False)
         self._listening.__enter__()
         self._start = time.perf_counter()
         return self
@@ -217,9 +219,11 @@ class Passes:
             self._spent += float(seconds)
 
     def heard(self) -> bool:
-        """Whether anyone sees these reports (a listener, or the log at INFO): a solver computes
-        a costly prediction only then."""
-        return bool(_listeners.get()) or logger.isEnabledFor(logging.INFO)
+        """Whether anyone sees these reports' predictions (a listener that shows them, such as the
+        progress line, or the log at INFO): a solver computes a costly prediction only then — not
+        for the fit's own clock (measured: a block Krylov fit at d = 1000 to 1e-6 spent two thirds
+        of its client time simulating a pass count nobody was shown)."""
+        return any(shows for _, shows in _listeners.get()) or logger.isEnabledFor(logging.INFO)
 
     @contextmanager
     def read(self) -> Iterator[None]:

@@ -81,12 +81,12 @@ def exact_bound(values: np.ndarray, k: int, n_samples: int, n_features: int) -> 
     """
     if k >= min(n_samples, n_features):
         return 0.0
-    values = np.asarray(values, dtype=np.float64)
-    if values.size <= k:
+    if len(values) <= k:
         return 1.0  # λ_{k+1} unknown: nothing certified
-    top = max(float(values[0]), 0.0)
+    # Three scalars (float() also of a device array's: the values may still be where they were solved).
+    top, kth, after = max(float(values[0]), 0.0), float(values[k - 1]), float(values[k])
     roundoff = ROUNDOFF_RESIDUAL * (np.sqrt(n_samples) + n_features) * top
-    gap = float(values[k - 1] - values[k]) - roundoff
+    gap = kth - after - roundoff
     return min(1.0, roundoff / gap) if gap > 0 else 1.0
 
 
@@ -442,6 +442,7 @@ def gram_bound(values: np.ndarray, k: int, n_samples: int, n_features: int) -> f
     further (:func:`tangent_bound`: the product contracts the tangent),
     plus that product's own round-off, ``ROUNDOFF_RESIDUAL``·√n·√(λ₁/λ_k) per column."""
     sine = exact_bound(values, k, n_samples, n_features)
-    if sine == 0.0 or sine >= 1.0 or k == 0 or not values[k - 1] > 0:
+    if sine == 0.0 or sine >= 1.0 or k == 0 or not float(values[k - 1]) > 0:
         return sine
-    return min(1.0, tangent_bound(sine) + ROUNDOFF_RESIDUAL * np.sqrt(n_samples) * np.sqrt(values[0] / values[k - 1]))
+    spread = np.sqrt(float(values[0]) / float(values[k - 1]))
+    return min(1.0, tangent_bound(sine) + ROUNDOFF_RESIDUAL * np.sqrt(n_samples) * spread)

@@ -735,13 +735,8 @@ def fit_warnings(model, module, solver: str, *, chosen_by_planner: bool, registr
         ))
     exact = getattr(module, "exact", getattr(module, "EXACT", False))
     if exact and solver_bound >= 1.0:  # an exact road on λ_k = λ_{k+1} (to round-off): no k-subspace is the answer
-        k, spectrum = model.n_components_, model.explained_variance_
-        after = model.solver_info_.get("next_variance")
-        tied = f"λ_{k} = {spectrum[-1]:.6g}" + (f" and λ_{k + 1} = {after:.6g}" if after is not None else " and λ_{k + 1}")
-        out.append((
-            f"{tied} are equal to round-off: the data determine no {k}-dimensional subspace (any rotation "
-            f"within the tied modes is as good), so error_bound_ is 1. Keep a number of components at a gap of "
-            "the spectrum (explained_variance_).", AccuracyWarning))
+        out.append((tied_modes_warning(model.n_components_, "λ", model.explained_variance_[-1],
+                                       model.solver_info_.get("next_variance"), "explained_variance_"), AccuracyWarning))
     elif default is None and chosen_by_planner and model.tol is None and not exact:
         bound = model.error_bound_
         out.append((
@@ -752,6 +747,16 @@ def fit_warnings(model, module, solver: str, *, chosen_by_planner: bool, registr
             AccuracyWarning,
         ))
     return out
+
+
+def tied_modes_warning(k: int, symbol: str, kth: float, after: float | None, attribute: str) -> str:
+    """The warning of an exact road whose k-th and (k+1)-th eigenvalues (``symbol`` "λ") or
+    singular values ("σ") are equal to round-off (its bound, ``solvers._bounds.exact_bound``, is 1):
+    no k-dimensional subspace is the answer. ``attribute`` names where the user reads the spectrum."""
+    tied = f"{symbol}_{k} = {kth:.6g} and {symbol}_{k + 1}" + (f" = {after:.6g}" if after is not None else "")
+    return (f"{tied} are equal to round-off: the data determine no {k}-dimensional subspace (any rotation within "
+            f"the tied modes is as good), so error_bound_ is 1. Keep a number of components at a gap of the "
+            f"spectrum ({attribute}).")
 
 
 def ill_conditioning_warning(explained_variance, solver: str, n_samples: int) -> str | None:

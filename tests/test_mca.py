@@ -13,7 +13,7 @@ import xarray as xr
 
 import daskpca
 from daskpca import MCA, PCA
-from daskpca.exceptions import DamagedModelError, NonFiniteInputError
+from daskpca.exceptions import AccuracyWarning, DamagedModelError, NonFiniteInputError
 
 from _helpers import align_signs, assert_identical_up_to_rounding, sin_theta, write_zarr
 
@@ -344,3 +344,18 @@ def test_a_krylov_read_budget_below_two_is_refused_before_any_read_by_its_declar
     assert MCA(2, solver="krylov", max_passes=2).plan(x, y).path == "krylov"
     with pytest.raises(daskpca.exceptions.InvalidParameterError, match=r"max_passes=1 would be ignored"):
         MCA(2, solver="exact", max_passes=1).plan(x, y)
+
+
+def test_the_exact_path_on_tied_singular_values_reports_1_and_warns():
+    # σ_k = σ_{k+1}: no k pairs of subspaces are the answer. The exact path's bound is round-off
+    # over the gap (1 here) and it says so, as PCA's exact roads do; on a clear gap, no warning.
+    from test_solver_krylov import clustered_spectrum
+
+    for split, tied in ((0.0, True), (0.5, False)):
+        X = clustered_spectrum(300, 40, 4, split)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            mca = MCA(4, solver="exact").fit(X, X.copy())
+        said = [w for w in caught if issubclass(w.category, AccuracyWarning) and "equal to round-off" in str(w.message)]
+        assert (mca.error_bound_ == 1.0) == tied and bool(said) == tied
+        assert tied or mca.error_bound_ < 1e-10

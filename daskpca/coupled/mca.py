@@ -197,6 +197,9 @@ class MCA(Estimator):
         self._set_fitted(solution, (x.layout, y.layout), plan.path, plan.reason)
         if self.tol is not None and solution.error_bound > self.tol:  # the Krylov path's bound, above tol
             self._warn_bound_missed(solution)
+        elif declaration.exact and solution.error_bound >= 1.0:  # σ_k = σ_{k+1} to round-off
+            warnings.warn(_plan.tied_modes_warning(self.n_components_, "σ", float(self.singular_values_[-1]), None,
+                                                   "singular_values_"), AccuracyWarning, stacklevel=2)
         self.cache_ = cache.summary
         self.__dict__.pop("_loaded_from", None)
         return self

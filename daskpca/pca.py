@@ -946,7 +946,9 @@ class PCA(ProbabilisticMixin, BasePCA):
         a ``checkpoint``).
     error_bound_ : float
         Bound on the sine of the largest principal angle between ``components_``' span and the
-        exact one: 0 for exact solvers, the Krylov solver's a posteriori bound (see
+        exact one: for exact solvers round-off over the gap λ_k − λ_{k+1} (1, with an
+        :class:`~daskpca.exceptions.AccuracyWarning`, where they are equal to round-off:
+        :func:`daskpca.solvers._bounds.exact_bound`), the Krylov solver's a posteriori bound (see
         :mod:`daskpca.solvers.krylov`), NaN for approximate solvers that compute none. Where the
         input's own precision limits the answer (values stored to an ulp that is not small
         against the kept spread: a large mean in float32, or a huge one in float64) that term

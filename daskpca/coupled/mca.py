@@ -120,7 +120,8 @@ class MCA(Estimator):
     n_passes_ : int
         Reads of the two fields (each pass reads both once).
     error_bound_ : float
-        0 on the exact path; the Krylov path's bound on the subspaces' sin θ.
+        The exact path's round-off over the gap σ_k − σ_{k+1} (1, with a warning, where they are
+        equal to round-off); the Krylov path's bound on the subspaces' sin θ.
     solver_info_ : dict
 
     Examples

@@ -223,7 +223,7 @@ def input_precision_bound(result: SolverResult, dtype, asked: float | None = Non
     return {"bound": bound, "ulp": ulp, "material": material}
 
 
-def with_input_precision(result: SolverResult, dtype, asked: float | None = None) -> dict:
+def info_with_input_precision(result: SolverResult, dtype, asked: float | None = None) -> dict:
     """The result's ``info`` with the input's precision (:func:`input_precision_bound`):
     ``input_precision_bound`` always; added to ``error_bound`` where it limits the answer (the
     solver's own bound then stays in ``solver_error_bound``)."""
@@ -522,7 +522,7 @@ class BasePCA(Estimator):
         """Fitted attributes from the solver's result; ``input_dtype`` (the analysed matrix's
         before conversion) adds the input's own precision to ``error_bound_``
         (:func:`input_precision_bound`)."""
-        info = result.info if input_dtype is None else with_input_precision(result, input_dtype, _asked_accuracy(self))
+        info = result.info if input_dtype is None else info_with_input_precision(result, input_dtype, _asked_accuracy(self))
         signs = flip_signs(result.components)
         k = len(result.explained_variance)
         n_samples, n_features = result.n_samples, result.mean.shape[0]

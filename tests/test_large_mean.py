@@ -106,3 +106,14 @@ def test_a_tol_looser_than_the_precision_term_is_not_warned_about():
     pca, warned = _fit(X, "covariance", {"tol": 0.5})
     assert 1e-4 < pca.solver_info_["input_precision_bound"] < 0.5
     assert pca.error_bound_ < 1e-10 and not pca.solver_info_["input_precision_limits"] and not warned
+
+
+def test_every_exact_road_states_the_same_input_precision_term():
+    # The term rests on the gap λ_k − λ_{k+1}: the Gram road now gives λ_{k+1} as the covariance
+    # road does. It fell back on the discarded variance: 2.3× more than the covariance road here,
+    # 1000× less on a clustered float64 field with a mean 1e6× its spread — 4.9e-10 there, where
+    # the rounding moved the subspace by 1.6e-8.
+    X = 1e6 * np.linspace(1, 2, 150) * 1e-2 + _spread()
+    terms = {solver: _fit(X, solver, {})[0].solver_info_["input_precision_bound"] for solver in ("covariance", "gram", "tsqr")}
+    assert terms["gram"] == pytest.approx(terms["covariance"], rel=1e-3)
+    assert terms["tsqr"] == pytest.approx(terms["covariance"], rel=1e-3)

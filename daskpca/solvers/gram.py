@@ -247,7 +247,10 @@ def result_from_part(X, part: _GramPart, request: ComponentRequest, passes: Pass
         total_variance=float(np.trace(gram) / ddof_count),
         n_passes=N_PASSES if n_defined else 1,
         spectrum=spectrum,
-        info={"error_bound": gram_bound(values, k, n_samples, n_features), "eigensolver": eigensolver},
+        info={"error_bound": gram_bound(values, k, n_samples, n_features), "eigensolver": eigensolver,
+              # λ_{k+1} (an upper estimate from Lanczos): the gap the input-precision term needs, as the
+              # covariance road gives it (without it that term fell back on the discarded variance).
+              **({"next_variance": float(values[k]) / ddof_count} if len(values) > k else {})},
     )
 
 

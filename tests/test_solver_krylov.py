@@ -482,6 +482,66 @@ def test_the_progress_line_names_where_its_eta_was_learnt():
                                  "~3.0 min left (ETA from pass 2)")
 
 
+def test_after_the_first_pass_the_time_left_is_counted_in_later_passes_not_the_first():
+    """The first pass reads and decodes the source (and keeps its blocks); the passes after it
+    over kept blocks repeat only its compute. After pass 1 the cycle the ETA counts in is the
+    first pass's compute on the threads that share it (Passes.computed), not its wall time —
+    unless the later passes read the source again."""
+    import time
+
+    from daskpca.passes._progress import Passes, listen
+
+    for reads, slow in ((("memory", 0.0), False), (("disk", 0.05), False), (("source", 0.0), True)):
+        starts = []
+        with listen(lambda report: starts.append(report) if report.seconds is None else None):
+            passes = Passes("krylov", 5, at_most=True, tol=1e-4)
+            passes.predict(5)
+            with passes.read():
+                time.sleep(0.3)  # the source's read and decode
+            passes.computed(0.2, 4, 2, reads)  # 0.2 s of compute over 4 tasks on 2 threads: 0.1 s a pass
+            with passes.read():
+                pass
+        cycle = starts[1].cycle_seconds
+        if slow:
+            assert cycle >= 0.3
+        else:
+            assert 0.1 + reads[1] <= cycle < 0.1 + reads[1] + 0.1, cycle
+            assert starts[1].seconds_left == pytest.approx(4 * cycle)
+
+
+def test_a_pass_reports_its_tasks_compute_and_a_later_pass_over_kept_blocks_repeats_it(tmp_path):
+    """Each sketch carries the seconds its tasks spent computing (leaves and merges, summed): on a
+    store whose every chunk read is slowed, the first pass's wall time is mostly the reads, its
+    compute is what the later passes over the kept blocks take, and the fit's ETA after pass 1
+    counts in that, not in the first pass's time."""
+    import time
+
+    import zarr
+    from zarr.storage import LocalStore, WrapperStore
+
+    from daskpca import PCA
+    from daskpca.passes._progress import listen
+
+    class SlowStore(WrapperStore):
+        async def get(self, key, prototype, byte_range=None):
+            if "/c/" in "/" + key:
+                time.sleep(0.02)  # blocks zarr's event loop: the chunk reads run one after another
+            return await self._store.get(key, prototype, byte_range)
+
+    X = spectral_data(np.concatenate([np.geomspace(10, 1, 6), 0.9 * np.linspace(1, 0.8, 114)]), 600, 120)
+    array = zarr.create_array(store=LocalStore(tmp_path / "x.zarr"), shape=X.shape, chunks=(20, 120), dtype="f8")
+    array[...] = X
+    slow = zarr.open_array(SlowStore(LocalStore(tmp_path / "x.zarr", read_only=True)), mode="r")
+    seen = []
+    with listen(lambda report: seen.append((time.perf_counter(), report))), dask.config.set(scheduler="threads"):
+        model = PCA(6, solver="krylov", tol=1e-4, random_state=0).fit(slow)
+    passes = [report.seconds for _, report in seen if report.seconds is not None]
+    second = [report for _, report in seen if report.seconds is None][1]
+    assert model.n_passes_ >= 3 and passes[0] > 0.3  # 30 chunks at 20 ms each, not all at once
+    assert second.cycle_seconds < passes[0] / 2  # the ETA after pass 1 counts in a later pass
+    assert max(passes[1:]) < passes[0] / 2
+
+
 @pytest.mark.parametrize("case", ["constant", "rank 3", "all equal"])
 def test_prediction_survives_degenerate_spectra(case):
     """The simulation runs (a listener is installed) on data with no variance, rank below k + 1, and

@@ -27,7 +27,8 @@ above input validation (:mod:`daskpca._validation`), the store's scratch folders
 below from ``daskpca.passes``, never its private modules (tests/test_layers.py enforces both).
 """
 
-from ._cache import choose, choose_each, for_fit, format_bytes, gather, job, job_facts, later_reads, lookup
+from ._cache import (choose, choose_each, for_fit, format_bytes, gather, job, job_facts, later_reads, lookup,
+                     what_later_passes_read)
 from ._decode import local_root, zarr_arrays
 from ._device import (DEVICE_NAMES, EIGH_FLOPS, FLOAT64_BYTES, NUMPY, SVD_FLOPS, backend_of, device_fan_in, device_memory,
                       like, meta_of, moved_from_host, namespace, on_device, rate, solve_on_device,
@@ -48,7 +49,7 @@ from ._sketch import (SKETCH_FLOPS_PER_SECOND, check_oversamples, feature_finger
 
 __all__ = [
     # the pass cache
-    "choose", "choose_each", "for_fit", "format_bytes", "gather", "job", "job_facts", "later_reads", "lookup",
+    "choose", "choose_each", "for_fit", "format_bytes", "gather", "job", "job_facts", "later_reads", "lookup", "what_later_passes_read",
     # decode
     "local_root", "zarr_arrays",
     # device dispatch

@@ -193,6 +193,20 @@ def in_memory(matrix) -> str | None:
     return " and ".join(sorted(kinds)) or "data computed by dask from values in its graph"
 
 
+def what_later_passes_read(matrix) -> tuple[str, float]:
+    """``(kind, seconds)``: what the passes after the first read for ``matrix`` — ``"memory"`` (the
+    running fit's pass cache kept its blocks, or they were in memory already: a later pass repeats
+    the tasks' compute, not the read), ``"disk"`` (the cache's uncompressed copy, read at
+    ``DISK_READ_BYTES_PER_SECOND``: ``seconds`` that read takes) or ``"source"`` (every pass reads
+    and decodes the input again). Asks the scheduler in place (the :class:`PassCache` while a fit
+    runs) and the graph; reads nothing."""
+    cache = dask.config.get("scheduler", None)
+    if isinstance(cache, PassCache) and cache.kept is not None:
+        kind = cache.choice.kind
+        return kind, (cache.choice.nbytes / DISK_READ_BYTES_PER_SECOND if kind == "disk" else 0.0)
+    return ("memory" if in_memory(matrix) else "source"), 0.0
+
+
 @dataclass(frozen=True)
 class MachineMemory:
     """The memory facts the cache's room is priced from (:func:`machine_memory`): on a

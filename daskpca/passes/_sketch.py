@@ -56,6 +56,7 @@ needs none), and the merges run there too, through :mod:`daskpca.passes._device`
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, replace
 from numbers import Integral
 
@@ -102,6 +103,9 @@ class _Sketch(SizedByArrays):
     # (d,) int64: non-finite entries per column, zero-filled before the products; counted only in
     # a pass that carries the feature stage (``count_missing``), None when there were none.
     missing: np.ndarray | None = None
+    # Seconds the tasks spent computing this sketch (leaves and merges, summed over tasks; not
+    # reading or decoding their blocks): what a later pass over blocks kept in memory repeats.
+    compute_seconds: float = 0.0
 
     @property
     def mean(self) -> np.ndarray:
@@ -344,6 +348,7 @@ def _sketch_block(block: np.ndarray, row_offset: int, omega: np.ndarray, with_m2
     ``count_missing``: count and zero-fill non-finite entries; ``scale``: the columns' factor
     (see :func:`_sketch_slab`).
     """
+    started = time.perf_counter()
     n_rows, n_features = block.shape
     backend = backend_of(block)
     xp = backend.xp
@@ -368,14 +373,17 @@ def _sketch_block(block: np.ndarray, row_offset: int, omega: np.ndarray, with_m2
                                     count_missing, scale))
         if len(pending) == SPLIT_EVERY:
             pending = [_merge_sketches(pending, omega)]
-    return _merge_sketches(pending, omega)
+    merged = _merge_sketches(pending, omega)
+    return replace(merged, compute_seconds=time.perf_counter() - started)
 
 
 def _merge_sketches(parts: list[_Sketch], omega: np.ndarray) -> _Sketch:
     """Re-center the parts on their pooled mean and combine their factors (see module notes)."""
+    started = time.perf_counter()
+    spent = sum(p.compute_seconds for p in parts)
     parts = [p for p in parts if p.count] or parts[:1]
     if len(parts) == 1:
-        return parts[0]
+        return replace(parts[0], compute_seconds=spent)
     xp = namespace(parts[0].r)
     omega = like(omega, parts[0].r)
     count = sum(p.count for p in parts)
@@ -396,8 +404,9 @@ def _merge_sketches(parts: list[_Sketch], omega: np.ndarray) -> _Sketch:
         nonfinite = nonfinite.merge(p.nonfinite)
     p, r = _qr_after_direction(xp.concatenate(ones_direction), xp.concatenate(r_rows, axis=0))
     # r[0, 1:] ≈ 0: every part's sketch is already orthogonal to c's all-ones direction.
-    return _Sketch(count, shift, offset, parts[0].scale, m2, r[1:, 1:], p[:, 1:].T @ xp.concatenate(ht_rows, axis=0),
-                   nonfinite, sum(counted) if counted else None)
+    ht = p[:, 1:].T @ xp.concatenate(ht_rows, axis=0)
+    return _Sketch(count, shift, offset, parts[0].scale, m2, r[1:, 1:], ht, nonfinite, sum(counted) if counted else None,
+                   spent + time.perf_counter() - started)
 
 
 def pass_graph(X, omega: np.ndarray, with_m2: bool = True, count_missing: bool = False, scale=None):

@@ -482,15 +482,18 @@ def test_the_progress_line_names_where_its_eta_was_learnt():
                                  "~3.0 min left (ETA from pass 2)")
 
 
-def test_after_the_first_pass_the_time_left_is_counted_in_later_passes_not_the_first():
+def test_after_the_first_pass_the_time_left_is_counted_in_later_passes_not_the_first(monkeypatch):
     """The first pass reads and decodes the source (and keeps its blocks); the passes after it
     over kept blocks repeat only its compute. After pass 1 the cycle the ETA counts in is the
     first pass's compute on the threads that share it (Passes.computed), not its wall time —
     unless the later passes read the source again."""
     import time
 
+    from daskpca.passes import _cache, _geometry
     from daskpca.passes._progress import Passes, listen
 
+    matrix = da.zeros((400, 10), chunks=(100, 10))  # 4 tasks a pass
+    monkeypatch.setattr(_geometry, "worker_resources", lambda: (2, None, "two threads"))
     for reads, slow in ((("memory", 0.0), False), (("disk", 0.05), False), (("source", 0.0), True)):
         starts = []
         with listen(lambda report: starts.append(report) if report.seconds is None else None):
@@ -498,7 +501,8 @@ def test_after_the_first_pass_the_time_left_is_counted_in_later_passes_not_the_f
             passes.predict(5)
             with passes.read():
                 time.sleep(0.3)  # the source's read and decode
-            passes.computed(0.2, 4, 2, reads)  # 0.2 s of compute over 4 tasks on 2 threads: 0.1 s a pass
+            monkeypatch.setattr(_cache, "what_later_passes_read", lambda _, reads=reads: reads)
+            passes.computed(0.2, matrix)  # 0.2 s of compute over 4 tasks on 2 threads: 0.1 s a pass
             with passes.read():
                 pass
         cycle = starts[1].cycle_seconds

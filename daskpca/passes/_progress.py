@@ -219,22 +219,25 @@ class Passes:
         if len(self._starts) > 1:  # before, the cycle is counted from the second pass's start
             self._spent += float(seconds)
 
-    def computed(self, seconds: float, tasks: int, threads: int, reads: tuple[str, float]) -> None:
+    def computed(self, seconds: float, matrix) -> None:
         """What the first pass tells of the later ones, called after it: its tasks spent
-        ``seconds`` computing (summed over its ``tasks``, their reads and decoding left out;
-        ``_Sketch.compute_seconds``) on ``threads``, and the later passes read ``reads``
-        (:func:`daskpca.passes.what_later_passes_read`: their kind and any read's seconds).
+        ``seconds`` computing (summed over the tasks, their reads and decoding left out:
+        ``_Sketch.compute_seconds``) on ``matrix``, what every pass reads.
 
         Until a later pass has been timed, the cycle the time left is counted in is then a later
-        pass's — the compute on the threads that share it, plus a disk cache's read, plus the
-        client's work after the first pass — not the first pass's, which also read and decoded
-        the source and kept its blocks: on a one-step-per-chunk store (8760 × 16 200 float32)
-        4.8 s against 0.6–1.0 s for each later pass over the kept blocks, so the ETA after pass 1
-        was 2.5× the time then left. Where the later passes read the source again, the first
-        cycle stands (as before)."""
-        kind, read_seconds = reads
+        pass's — that compute on the threads that share the pass's tasks, plus a disk cache's read
+        (:func:`~daskpca.passes.what_later_passes_read`), plus the client's work after the first
+        pass — not the first pass's, which also read and decoded the source and kept its blocks: on
+        a one-step-per-chunk store (8760 × 16 200 float32) 4.8 s against 0.6–1.0 s for each later
+        pass over the kept blocks, so the ETA after pass 1 was 2.5× the time then left. Where the
+        later passes read the source again, the first cycle stands."""
+        from ._cache import what_later_passes_read
+        from ._geometry import worker_resources
+
+        kind, read_seconds = what_later_passes_read(matrix)
         if kind != "source" and seconds > 0:
-            self._later = seconds / max(1, min(int(tasks), int(threads))) + read_seconds
+            threads = min(matrix.numblocks[0], worker_resources()[0])
+            self._later = seconds / max(threads, 1) + read_seconds
 
     def heard(self) -> bool:
         """Whether anyone sees these reports' predictions (a listener that shows them, such as the

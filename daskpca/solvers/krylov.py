@@ -202,7 +202,7 @@ from ._iterative import as_generator, sketch_result, subspace_sine
 # The kept basis and its orthogonalisation live in the pass machinery (daskpca.passes), shared
 # with the Gram road's in-memory eigensolver, Hilbert's Krylov road and MCA's.
 from ..passes import DEFLATION_RTOL, Basis, client_blas_threads, orthonormal_extension, tall_qr
-from ..passes import SKETCH_FLOPS_PER_SECOND, Passes, what_later_passes_read, worker_resources
+from ..passes import SKETCH_FLOPS_PER_SECOND, Passes
 # The sketch kernel shared with the randomized solver: its first pass (fused with the feature
 # stage, hence ``fuses_features`` here too) and every later pass are this solver's.
 from ..passes import (check_oversamples, feature_fingerprint, fuses_features, leading_right_vectors, pass_input,  # noqa: F401
@@ -713,7 +713,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             image = root.ht.T @ root.r  # W_j = H_jR_j = C·V_j
         n_passes += 1
         if n_passes == 1:  # what a later pass costs: this one's compute, without its read (Passes.computed)
-            passes.computed(root.compute_seconds, Z[0].numblocks[0], worker_resources()[0], what_later_passes_read(Z[0]))
+            passes.computed(root.compute_seconds, Z[0])
         # The client's share (the basis, Ritz values, bound, next block): BLAS-3 on d × m blocks
         # while no task runs, so with the caller's BLAS threads, not the one-per-task limit the
         # passes run under (measured on the reanalysis field: 9 s of client time in a 10-pass fit).

@@ -114,6 +114,18 @@ def probe_rows(n: int, storage_rows: int, fraction: float = PROBE_FRACTION) -> l
     return [(int(b) * storage_rows, min(int(b) * storage_rows + length, n)) for b in picks]
 
 
+def affordable(matrix) -> bool:
+    """Whether a fit may probe ``matrix`` unasked (someone watches its passes, so the ETA from the
+    first pass is worth a read): its rows come from a plain stored array or memory, in storage
+    row blocks no larger than the probe's budget, so the probe decodes whole chunks of ≤ 1 % of
+    the rows and nothing beyond them. A store of larger row blocks (a year a chunk) would decode
+    whole blocks for a slice of each: asked for with ``plan(X, probe=True)`` only."""
+    n = matrix.shape[0]
+    geometry = geometry_of(matrix)
+    storage_rows = geometry.storage_rows if geometry is not None else matrix.chunks[0][0]
+    return bool(probe_rows(n, storage_rows)) and storage_rows <= n * PROBE_FRACTION and plain_source(matrix) is not None
+
+
 def sample_spectrum(rows: np.ndarray, n_samples: int, weights: np.ndarray | None = None,
                     standardize: bool = False) -> tuple[np.ndarray, float]:
     """``(values, total)``: the eigenvalues (descending, m − 1 of them) of the probed rows' scatter

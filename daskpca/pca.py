@@ -37,7 +37,7 @@ from .models import (ARRAY, BOOL, NONE, PATH, RANDOM_STATE, WEIGHTS, Estimator, 
                      model_matrix, positions, project_matrix, reconstruct, scores_out, stored_params)
 from .solvers import SOLVERS, ComponentRequest, SolverResult, covariance
 from .passes import (DEVICE_NAMES, Moments, PassClock, combine_moments, flip_signs, for_fit, local_root,
-                     job_facts, regroup, to_device, tuned_for_tasks, zarr_arrays)
+                     job_facts, regroup, to_device, tuned_for_tasks, watched, zarr_arrays)
 
 #: Score scalings of ``transform`` / ``inverse_transform`` (see :mod:`daskpca.labeled`).
 SCALINGS = ("none", "unit", "sqrt_lambda")
@@ -368,6 +368,9 @@ class BasePCA(Estimator):
                 self._check_given_plan(plan, matrix, request)
             if prepared is None or plan.priced_for is None or plan.priced_for != job_facts():
                 plan = _plan.with_cache(plan, matrix, self.cache)
+        # An ETA from the first pass where someone watches (only block Krylov's passes are predicted).
+        if plan.probe is None and plan.solver == _probe.ROAD.name and self._probes_unasked(plan, matrix, X):
+            plan = self._probed(plan, matrix, spec, X)
         self._fit_plan = plan  # shown by _repr_html_
         name, reason, module = plan.solver, plan.reason, self._solver_modules[plan.solver]
         if spec is not None:
@@ -469,6 +472,19 @@ class BasePCA(Estimator):
                              standardize=spec is not None and spec.standardize,
                              in_memory=X if isinstance(X, np.ndarray) and X.ndim == 2 else None)
         return plan.with_probe(found)
+
+    def _probes_unasked(self, plan, matrix, X) -> bool:
+        """Whether a fit whose passes someone watches (a progress line, the log at INFO) probes its
+        input without being asked (also with a ``plan`` made without the probe: the probe changes
+        no road, only the passes predicted): block Krylov chosen with a tol (asked, or the certified
+        default's), and a probe of whole storage chunks within 1 % of the rows
+        (:func:`daskpca._probe.affordable`; in-memory rows always are). Its progress line then has
+        an ETA from the first pass, and the plan (``_fit_plan``) says what was read."""
+        if plan.solver != _probe.ROAD.name or self._solver_modules.get(plan.solver) is not _probe.ROAD:
+            return False
+        if (plan.tol is None and plan.default_tol is None) or not watched():
+            return False
+        return (isinstance(X, np.ndarray) and X.ndim == 2) or _probe.affordable(matrix)
 
     def _make_plan(self, array, request: ComponentRequest, spec) -> _plan.Plan:
         """The plan ``fit`` runs: the solver asked for (or the one planner's choice among this

@@ -546,6 +546,39 @@ def test_a_pass_reports_its_tasks_compute_and_a_later_pass_over_kept_blocks_repe
     assert max(passes[1:]) < passes[0] / 2
 
 
+def test_a_watched_fit_probes_its_input_unasked_where_the_probe_is_cheap(tmp_path):
+    """Someone watching the passes (a progress line, a listener, the log at INFO) gets an ETA from
+    the first pass: the fit probes ≤ 1 % of the rows itself (whole storage chunks) and says so in
+    its plan. Nobody watching: no probe, no read beyond the fit's. A store of row blocks larger
+    than 1 % of the rows (whole blocks would be decoded for a slice) is not probed unasked."""
+    import zarr
+
+    from daskpca import PCA
+    from daskpca.passes._progress import listen
+    from tests._helpers import CountingStore
+    from zarr.storage import LocalStore
+
+    X = spectral_data(np.concatenate([np.geomspace(10, 1, 6), 0.9 * np.linspace(1, 0.8, 114)]), 1000, 120)
+    for rows, probed in ((5, True), (100, False)):
+        path = tmp_path / f"x{rows}.zarr"
+        zarr.create_array(store=LocalStore(path), shape=X.shape, chunks=(rows, 120), dtype="f8")[...] = X
+        for watched in (True, False):
+            store = CountingStore(LocalStore(path, read_only=True))
+            starts = []
+            with listen(lambda report: starts.append(report) if report.seconds is None else None, shows_predictions=watched), \
+                    dask.config.set(scheduler="threads"):
+                model = PCA(6, solver="krylov", tol=1e-4, random_state=0).fit(zarr.open_array(store, mode="r"))
+            probe = model._fit_plan.probe
+            assert (probe is not None) == (probed and watched), (rows, watched)
+            reads = store.chunk_reads()
+            if probe is not None:
+                assert probe.rows == 10 and probe.chunks == 2 and "probed: 10 of 1000 rows" in str(model._fit_plan)
+                assert starts[0].learnt == 0 and starts[0].predicted == probe.passes  # the ETA from the probe
+                assert sum(reads.values()) == 200 + 2  # the fit's one read of 200 chunks (then its cache), the probe's 2
+            else:
+                assert sum(reads.values()) == 1000 // rows and starts[0].learnt is None
+
+
 @pytest.mark.parametrize("case", ["constant", "rank 3", "all equal"])
 def test_prediction_survives_degenerate_spectra(case):
     """The simulation runs (a listener is installed) on data with no variance, rank below k + 1, and

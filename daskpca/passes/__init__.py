@@ -42,7 +42,7 @@ from ._linalg import (DEFLATION_RTOL, LANCZOS_MAX_FRACTION, LANCZOS_MIN_SIZE, Ba
                       tuned_for_tasks)
 from ._moments import (MERGE_SPLIT_EVERY, Moments, center_block, chunk_moments, combine_moments, combine_moments_pooled,
                        merge_shifted_means, row_shift)
-from ._progress import PassClock, Passes, ProgressLine, format_seconds, progress
+from ._progress import PassClock, Passes, ProgressLine, format_seconds, progress, watched
 from ._sketch import (SKETCH_FLOPS_PER_SECOND, check_oversamples, feature_fingerprint, fuses_features,
                       leading_right_vectors, pass_input, release_slab_buffers, resumed_stage, run_first_pass, run_pass,
                       sketch_task_bytes, stage_state)
@@ -70,7 +70,7 @@ __all__ = [
     "MERGE_SPLIT_EVERY", "Moments", "center_block", "chunk_moments", "combine_moments", "combine_moments_pooled",
     "merge_shifted_means", "row_shift",
     # progress
-    "PassClock", "Passes", "ProgressLine", "format_seconds", "progress",
+    "PassClock", "Passes", "ProgressLine", "format_seconds", "progress", "watched",
     # the sketch kernel
     "SKETCH_FLOPS_PER_SECOND", "check_oversamples", "feature_fingerprint", "fuses_features", "leading_right_vectors",
     "pass_input", "release_slab_buffers", "resumed_stage", "run_first_pass", "run_pass", "sketch_task_bytes",

@@ -136,6 +136,15 @@ def listen(listener: Callable[[PassReport], None], *, shows_predictions: bool = 
         _listeners.reset(token)
 
 
+def watched() -> bool:
+    """Whether anyone sees the passes' predictions (a listener that shows them, such as the
+    progress line, or the log at INFO): a solver computes a costly prediction only then — not for
+    the fit's own clock (measured: a block Krylov fit at d = 1000 to 1e-6 spent two thirds of its
+    client time simulating a pass count nobody was shown) — and a fit probes its input for an ETA
+    from the first pass only then (:mod:`daskpca._probe`)."""
+    return any(shows for _, shows in _listeners.get()) or logger.isEnabledFor(logging.INFO)
+
+
 def _send(report: PassReport) -> None:
     for listener, _ in _listeners.get():
         listener(report)
@@ -201,7 +210,7 @@ class Passes:
         self._learnt: int | None = None
         self._spent = 0.0
         self._starts: list[float] = []
-        self._later: float | None = None  # a later pass's expected seconds (:meth:`computed`)
+        self._first: tuple | None = None  # the first pass's compute seconds and matrix (:meth:`computed`)
 
     def bound(self, value: float) -> None:
         """The error bound reached after the last pass (shown when the next one starts)."""
@@ -230,21 +239,27 @@ class Passes:
         pass — not the first pass's, which also read and decoded the source and kept its blocks: on
         a one-step-per-chunk store (8760 × 16 200 float32) 4.8 s against 0.6–1.0 s for each later
         pass over the kept blocks, so the ETA after pass 1 was 2.5× the time then left. Where the
-        later passes read the source again, the first cycle stands."""
+        later passes read the source again, the first cycle stands. Worked out when the second
+        pass starts, and only where someone is shown the time left (:func:`watched`)."""
+        self._first = (float(seconds), matrix)
+
+    def _later_pass(self) -> float | None:
+        """A later pass's expected seconds from the first pass's compute (:meth:`computed`), or None
+        where the later passes read the source again (or nothing was said)."""
         from ._cache import what_later_passes_read
         from ._geometry import worker_resources
 
+        if self._first is None:
+            return None
+        seconds, matrix = self._first
         kind, read_seconds = what_later_passes_read(matrix)
-        if kind != "source" and seconds > 0:
-            threads = min(matrix.numblocks[0], worker_resources()[0])
-            self._later = seconds / max(threads, 1) + read_seconds
+        if kind == "source" or not seconds > 0:
+            return None
+        return seconds / max(min(matrix.numblocks[0], worker_resources()[0]), 1) + read_seconds
 
     def heard(self) -> bool:
-        """Whether anyone sees these reports' predictions (a listener that shows them, such as the
-        progress line, or the log at INFO): a solver computes a costly prediction only then — not
-        for the fit's own clock (measured: a block Krylov fit at d = 1000 to 1e-6 spent two thirds
-        of its client time simulating a pass count nobody was shown)."""
-        return any(shows for _, shows in _listeners.get()) or logger.isEnabledFor(logging.INFO)
+        """Whether anyone sees these reports' predictions (:func:`watched`)."""
+        return watched()
 
     @contextmanager
     def read(self) -> Iterator[None]:
@@ -259,8 +274,9 @@ class Passes:
         first = 1 if len(self._starts) > 1 else 0
         cycle = ((now - self._starts[first] - self._spent) / (len(self._starts) - first)
                  if self._starts else None)
-        if len(self._starts) == 1 and self._later is not None:  # after the first pass (see :meth:`computed`)
-            cycle = self._later + (now - self._starts[0] - self.seconds[0])
+        later = self._later_pass() if len(self._starts) == 1 and watched() else None
+        if later is not None:  # after the first pass: a later pass's cycle (see :meth:`computed`)
+            cycle = later + (now - self._starts[0] - self.seconds[0])
         predicted = None if self._predicted is None else max(self._predicted, self.number)
         report = PassReport(self.solver, self.number, max(self.budget, self.number), self.at_most,
                             None, mean, self._bound, self.tol, predicted, cycle, self._learnt)

@@ -38,8 +38,8 @@ from ._geometry import (TASK_MEMORY_FRACTION, ColumnStrips, Geometry, current_cl
                         plain_source, regroup, relaid_out, remember, strip_columns, what_runs, worker_infos, worker_resources)
 from ._graph import SizedByArrays, map_column_blocks, map_row_blocks, merge_task_bytes, share, shared, tree_reduce
 from ._linalg import (DEFLATION_RTOL, LANCZOS_MAX_FRACTION, LANCZOS_MIN_SIZE, Basis, client_blas_threads, eigh_descending,
-                      eigh_descending_on_device, flip_signs, orthonormal_extension, tall_norm2, tall_qr, top_eigenpairs,
-                      tuned_for_tasks)
+                      eigh_descending_on_device, flip_signs, one_blas_thread, orthonormal_extension, tall_norm2, tall_qr,
+                      top_eigenpairs, tuned_for_tasks)
 from ._moments import (MERGE_SPLIT_EVERY, Moments, center_block, chunk_moments, combine_moments, combine_moments_pooled,
                        merge_shifted_means, row_shift)
 from ._progress import PassClock, Passes, ProgressLine, format_seconds, progress, watched
@@ -63,7 +63,7 @@ __all__ = [
     # graph reductions
     "SizedByArrays", "map_column_blocks", "map_row_blocks", "merge_task_bytes", "share", "shared", "tree_reduce",
     # local solves between passes
-    "DEFLATION_RTOL", "LANCZOS_MAX_FRACTION", "LANCZOS_MIN_SIZE", "Basis", "client_blas_threads", "eigh_descending",
+    "DEFLATION_RTOL", "LANCZOS_MAX_FRACTION", "LANCZOS_MIN_SIZE", "Basis", "one_blas_thread", "client_blas_threads", "eigh_descending",
     "eigh_descending_on_device", "flip_signs", "orthonormal_extension", "tall_norm2", "tall_qr", "top_eigenpairs",
     "tuned_for_tasks",
     # moments

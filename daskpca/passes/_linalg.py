@@ -84,6 +84,16 @@ def client_blas_threads():
         yield
 
 
+@contextmanager
+def one_blas_thread():
+    """One BLAS thread for a client step made of many small products (a few hundred rows): more
+    threads add nothing there and contend with anything else running — measured on the shared
+    2-core machine, busy: block Krylov's simulated fit took 0.9–2.8 s on two threads, 0.05 s on
+    one."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
 def eigh_descending(matrix: np.ndarray, n_top: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Eigenpairs of a symmetric matrix, largest first, eigenvalues clipped at zero.
 

@@ -201,7 +201,7 @@ from ._bounds import ROUNDOFF_RESIDUAL, TRACE_RTOL, certify, next_eigenvalue  # 
 from ._iterative import as_generator, sketch_result, subspace_sine
 # The kept basis and its orthogonalisation live in the pass machinery (daskpca.passes), shared
 # with the Gram road's in-memory eigensolver, Hilbert's Krylov road and MCA's.
-from ..passes import DEFLATION_RTOL, Basis, client_blas_threads, orthonormal_extension, tall_qr
+from ..passes import DEFLATION_RTOL, Basis, client_blas_threads, one_blas_thread, orthonormal_extension, tall_qr
 from ..passes import SKETCH_FLOPS_PER_SECOND, Passes
 # The sketch kernel shared with the randomized solver: its first pass (fused with the feature
 # stage, hence ``fuses_features`` here too) and every later pass are this solver's.
@@ -414,7 +414,8 @@ def simulated_total(theta: np.ndarray, total: float | None, rank: int, k: int, e
     model = model_spectrum(theta, total, rank, k)
     if model is None:
         return None
-    return simulated_passes(*model, k, ell, target, budget, n_samples)
+    with one_blas_thread():  # a few hundred diagonal entries: more threads only contend
+        return simulated_passes(*model, k, ell, target, budget, n_samples)
 
 
 def _missed_tol(tol: float, bound: float, budget: int, passes: int, invariant_size: int | None) -> str:

@@ -69,15 +69,25 @@ def _threaded_scheduler() -> bool:
     return unwrap_scheduler(dask.config.get("scheduler", None)) in (None, "threads", "threading", dask.threaded.get)
 
 
+#: Elements of a client step's largest operand below which :func:`client_blas_threads` keeps one
+#: thread: the step is then many small products whose threads only contend — block Krylov's client
+#: at d = 2000, m ≈ 180 (4·10⁵): 12.7 s on two threads, 4.4 s on one; at d = 500, m = 200 with the
+#: machine busy: 9.7 s, 0.3 s on one — while the reanalysis field's d = 65 160, m ≈ 300 (2·10⁷)
+#: gained from the threads.
+CLIENT_THREADED_ELEMENTS = 4_000_000
+
+
 @contextmanager
-def client_blas_threads():
+def client_blas_threads(elements: int | None = None):
     """Inside a solve, give a local step on the client the BLAS threads the caller had.
 
     No dask task runs while the client solves a small dense problem, so the one-thread limit
-    only slows it down. The limit is back in force when the block exits.
+    only slows it down. The limit is back in force when the block exits. ``elements``: the size
+    of the step's largest operand, where the caller knows it (block Krylov's basis, d × m); below
+    ``CLIENT_THREADED_ELEMENTS`` the one-thread limit stays.
     """
     threads = _caller_blas_threads.get()
-    if threads is None or threads <= 1:
+    if threads is None or threads <= 1 or (elements is not None and elements < CLIENT_THREADED_ELEMENTS):
         yield
         return
     with threadpool_limits(limits=threads, user_api="blas"):

@@ -717,8 +717,9 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             passes.computed(root.compute_seconds, Z[0])
         # The client's share (the basis, Ritz values, bound, next block): BLAS-3 on d × m blocks
         # while no task runs, so with the caller's BLAS threads, not the one-per-task limit the
-        # passes run under (measured on the reanalysis field: 9 s of client time in a 10-pass fit).
-        with client_blas_threads():
+        # passes run under (measured on the reanalysis field: 9 s of client time in a 10-pass fit),
+        # where the basis is large enough for them to help (CLIENT_THREADED_ELEMENTS).
+        with client_blas_threads(block.shape[0] * (basis.size + block.shape[1])):
             if total_m2 is None:
                 total_m2 = root.m2
             basis = basis.extend(block, image)
@@ -760,7 +761,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             store.save({"V": basis.V, "W": basis.W, "T": basis.T, "P": basis.P, "block": block,
                         "passes": done + n_passes, "m2": total_m2, "restarts": restarts, **stage_state(stage)})
     if result is None or not _gram_route_suffices(result.singular_values, k):  # else the last pass's is the answer
-        with client_blas_threads():
+        with client_blas_threads(basis.V.size):
             result = estimate(basis, k, n_samples=n_samples, stable=True, total=total_m2)
     result, projection = result.best()  # the answer with the smallest bound
     history[-1] = result.error_bound

@@ -114,16 +114,18 @@ def probe_rows(n: int, storage_rows: int, fraction: float = PROBE_FRACTION) -> l
     return [(int(b) * storage_rows, min(int(b) * storage_rows + length, n)) for b in picks]
 
 
-def affordable(matrix) -> bool:
+def affordable(matrix, rows_of=None) -> bool:
     """Whether a fit may probe ``matrix`` unasked (someone watches its passes, so the ETA from the
-    first pass is worth a read): its rows come from a plain stored array or memory, in storage
-    row blocks no larger than the probe's budget, so the probe decodes whole chunks of ≤ 1 % of
-    the rows and nothing beyond them. A store of larger row blocks (a year a chunk) would decode
-    whole blocks for a slice of each: asked for with ``plan(X, probe=True)`` only."""
+    first pass is worth a read): its rows come from a plain stored array, memory, or ``rows_of``
+    (a labeled input's reader, :func:`daskpca.labeled.row_reader`), in storage row blocks no larger
+    than the probe's budget, so the probe decodes whole chunks of ≤ 1 % of the rows and nothing
+    beyond them. A store of larger row blocks (a year a chunk) would decode whole blocks for a
+    slice of each: asked for with ``plan(X, probe=True)`` only."""
     n = matrix.shape[0]
     geometry = geometry_of(matrix)
     storage_rows = geometry.storage_rows if geometry is not None else matrix.chunks[0][0]
-    return bool(probe_rows(n, storage_rows)) and storage_rows <= n * PROBE_FRACTION and plain_source(matrix) is not None
+    readable = rows_of is not None or plain_source(matrix) is not None
+    return bool(probe_rows(n, storage_rows)) and storage_rows <= n * PROBE_FRACTION and readable
 
 
 def sample_spectrum(rows: np.ndarray, n_samples: int, weights: np.ndarray | None = None,
@@ -169,12 +171,13 @@ def without_floor(values: np.ndarray) -> np.ndarray:
 
 
 def probe(matrix, k: int, *, tol: float | None, max_passes: int | None, n_oversamples: int = 10,
-          weights: np.ndarray | None = None, standardize: bool = False, in_memory=None) -> Probe:
+          weights: np.ndarray | None = None, standardize: bool = False, in_memory=None, rows_of=None) -> Probe:
     """Read the probe's rows of ``matrix`` (n × d, as the fit reads it) and predict block Krylov's
     passes for ``tol`` (see the module notes). ``tol`` None: block Krylov runs its read budget,
     nothing to estimate (nothing read). Reads ≤ 1 % of the rows, once: from the stored array
-    ``matrix`` reads (:func:`~daskpca.passes.plain_source`), or ``in_memory`` (the NumPy array
-    ``matrix`` was made from)."""
+    ``matrix`` reads (:func:`~daskpca.passes.plain_source`), ``in_memory`` (the NumPy array
+    ``matrix`` was made from) or ``rows_of(start, stop)`` (a labeled input's rows, read from the
+    input itself: :func:`daskpca.labeled.row_reader`)."""
     started = time.perf_counter()
     n, d = matrix.shape
     budget, prior = krylov.pass_budget(tol, max_passes), krylov.predicted_passes(tol, max_passes)
@@ -195,11 +198,13 @@ def probe(matrix, k: int, *, tol: float | None, max_passes: int | None, n_oversa
         return fallback(f"{wanted} rows give at most {wanted - 1} eigenvalues; k = {k} and the one after need "
                         f"{k + 2} rows, 1 % of n ≥ {100 * (k + 2)}")
     source = plain_source(matrix) if in_memory is None else in_memory
-    if source is None:
-        # A matrix computed by dask (a labeled field's reshape, a weighted input): slicing it would
-        # compute the whole task blocks holding the rows, far more than 1 % of the data.
+    if rows_of is None and source is not None:
+        rows_of = lambda start, stop: np.asarray(source[start:stop])  # noqa: E731
+    if rows_of is None:
+        # A matrix computed by dask (a field stacked from several sample dims, a weighted input):
+        # slicing it would compute the whole task blocks holding the rows, far more than 1 %.
         return fallback("the input is not a plain stored array: its sampled rows would compute whole task blocks")
-    rows = np.concatenate([np.asarray(source[start:stop]) for start, stop in ranges])
+    rows = np.concatenate([rows_of(start, stop) for start, stop in ranges])
     values, total = sample_spectrum(rows, n, weights, standardize)
     if not (total > 0 and values.size and values[0] > 0):
         return fallback("the probed rows have no variance (constant)", rows.shape[0])

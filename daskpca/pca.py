@@ -369,8 +369,8 @@ class BasePCA(Estimator):
             if prepared is None or plan.priced_for is None or plan.priced_for != job_facts():
                 plan = _plan.with_cache(plan, matrix, self.cache)
         # An ETA from the first pass where someone watches (only block Krylov's passes are predicted).
-        if plan.probe is None and plan.solver == _probe.ROAD.name and self._probes_unasked(plan, matrix, X):
-            plan = self._probed(plan, matrix, spec, X)
+        if plan.probe is None and plan.solver == _probe.ROAD.name and self._probes_unasked(plan, matrix, X, layout):
+            plan = self._probed(plan, matrix, spec, X, layout)
         self._fit_plan = plan  # shown by _repr_html_
         name, reason, module = plan.solver, plan.reason, self._solver_modules[plan.solver]
         if spec is not None:
@@ -455,11 +455,11 @@ class BasePCA(Estimator):
         prepared = PreparedInput(X, sample_dims, params, matrix, layout, spec, request)
         plan = self._make_plan(matrix, request, spec)
         if probe:
-            plan = self._probed(plan, matrix, spec, X)
+            plan = self._probed(plan, matrix, spec, X, layout)
         object.__setattr__(plan, "prepared_input", prepared)  # an attribute, not a field of the frozen plan
         return plan
 
-    def _probed(self, plan, matrix, spec, X) -> _plan.Plan:
+    def _probed(self, plan, matrix, spec, X, layout=None) -> _plan.Plan:
         """``plan`` with the probe's prediction (:mod:`daskpca._probe`; see :meth:`plan`)."""
         if self._solver_modules.get(_probe.ROAD.name) is not _probe.ROAD:
             raise InputError(f"probe=True: the probe predicts PCA's block Krylov road; {type(self).__name__} has no "
@@ -470,10 +470,11 @@ class BasePCA(Estimator):
                              max_passes=self.max_passes, n_oversamples=getattr(self, "n_oversamples", 10),
                              weights=None if spec is None else spec.weights,
                              standardize=spec is not None and spec.standardize,
-                             in_memory=X if isinstance(X, np.ndarray) and X.ndim == 2 else None)
+                             in_memory=X if isinstance(X, np.ndarray) and X.ndim == 2 else None,
+                             rows_of=None if layout is None else labeled.row_reader(X, layout))
         return plan.with_probe(found)
 
-    def _probes_unasked(self, plan, matrix, X) -> bool:
+    def _probes_unasked(self, plan, matrix, X, layout=None) -> bool:
         """Whether a fit whose passes someone watches (a progress line, the log at INFO) probes its
         input without being asked (also with a ``plan`` made without the probe: the probe changes
         no road, only the passes predicted): block Krylov chosen with a tol (asked, or the certified
@@ -484,7 +485,8 @@ class BasePCA(Estimator):
             return False
         if (plan.tol is None and plan.default_tol is None) or not watched():
             return False
-        return (isinstance(X, np.ndarray) and X.ndim == 2) or _probe.affordable(matrix)
+        rows_of = None if layout is None else labeled.row_reader(X, layout)
+        return (isinstance(X, np.ndarray) and X.ndim == 2) or _probe.affordable(matrix, rows_of)
 
     def _make_plan(self, array, request: ComponentRequest, spec) -> _plan.Plan:
         """The plan ``fit`` runs: the solver asked for (or the one planner's choice among this

@@ -70,6 +70,7 @@ from .results import (
 from .weights import LATITUDE_NAMES, resolve_weights
 
 __all__ = [
+    "row_reader",
     "LATITUDE_NAMES",
     "MODE",
     "Layout",
@@ -108,6 +109,23 @@ def from_xarray(X, sample_dims, weights=None) -> LabeledMatrix:
     layout = Layout.from_dataset(ds, sample_dims, is_dataarray, name)
     matrix, kind = layout.to_matrix(ds)
     return LabeledMatrix(matrix, kind, layout, resolve_weights(weights, ds, layout))
+
+
+def row_reader(X, layout: Layout):
+    """A reader of rows ``start:stop`` of labeled ``X``'s matrix, as :func:`from_xarray` lays them
+    out, taken from ``X`` itself — only the storage chunks holding those samples are read (the
+    matrix's own tasks would read whole task blocks): ``read(start, stop) -> ndarray (rows, d)``.
+    None where the samples are stacked from several dims (a row range is no slice of ``X`` then).
+    For the plan's probe (:mod:`daskpca._probe`)."""
+    if len(layout.sample_dims) != 1:
+        return None
+    ds, _, _ = as_dataset(X)
+    (dim,) = layout.sample_dims
+
+    def read(start: int, stop: int) -> np.ndarray:
+        return np.asarray(layout.to_matrix(ds.isel({dim: slice(start, stop)}))[0])
+
+    return read
 
 
 def to_matrix(layout: Layout, X):

@@ -283,7 +283,7 @@ def test_fit_says_what_ran_in_text_and_json(sources, tmp_path, capsys):
     pca = daskpca.load(tmp_path / "a.zarr")
     assert "solver: krylov (" in captured.out
     assert re.search(rf"passes over the data: {pca.n_passes_} passes, [\d.]+ s a pass \+ [\d.]+ s on the client; fit [\d.]+ s "
-                     r"\(the plan predicted ≈ [\d.]+ s\)", captured.out), captured.out
+                     r"\(the plan predicted ≈ [\d.]+ s in \d+ passes(, from a probe of \d+ rows)?\)", captured.out), captured.out
     assert re.search(r"error bound: \d\.?\d*e-\d\d on sin θ; tol asked for 1e-06", captured.out), captured.out
     # Passes of milliseconds: the log has only the last line (a pass's own after 2 s of it).
     assert f"progress: done: {pca.n_passes_} passes in" in captured.err and "resumed" not in captured.out

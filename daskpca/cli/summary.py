@@ -58,7 +58,9 @@ def summary(pca, args=None, *, model, scores=None, timings=None, plan=None) -> d
     # The fit's own plan's estimate of the solver that ran: the plan a fit makes in its job holds
     # that solver's estimate with the passes served by the pass cache at their cached time
     # (daskpca._plan.with_cache), which is also what plan.seconds reads.
-    predicted = next((e.seconds for e in plan.estimates if e.name == pca.solver_), None) if plan else None
+    ran = next((e for e in plan.estimates if e.name == pca.solver_), None) if plan else None
+    predicted = None if ran is None else ran.seconds
+    probe = getattr(plan, "probe", None)
     return {
         "model": model,
         "scores": scores,
@@ -79,6 +81,9 @@ def summary(pca, args=None, *, model, scores=None, timings=None, plan=None) -> d
         "client_seconds": client_seconds,
         "default_tol": None if certified is None else float(certified),
         "predicted_seconds": predicted,
+        # The passes the plan predicted for the solver that ran, and the probe that gave them (rows read).
+        "predicted_passes": ran.passes if ran is not None and isinstance(ran.passes, int) else None,
+        "probed_rows": None if probe is None or probe.passes is None else int(probe.rows),
         "fit_seconds": getattr(pca, "fit_seconds_", None),
         "resumed_from_pass": pca.solver_info_.get("resumed_from_pass"),
         "cache": getattr(pca, "cache_", None),  # the pass cache: kind, bytes, where, reason
@@ -133,7 +138,12 @@ def what_ran(summary: dict) -> str:
     if summary["fit_seconds"] is not None:
         passes += f"; fit {format_seconds(summary['fit_seconds'])}"
         if summary["predicted_seconds"] is not None:
-            passes += f" (the plan predicted ≈ {format_seconds(summary['predicted_seconds'])})"
+            passes += f" (the plan predicted ≈ {format_seconds(summary['predicted_seconds'])}"
+            if summary.get("predicted_passes") is not None:
+                passes += f" in {summary['predicted_passes']} passes"
+                if summary.get("probed_rows") is not None:
+                    passes += f", from a probe of {summary['probed_rows']} rows"
+            passes += ")"
     lines.append(f"passes over the data: {passes}")
     bound, tol = summary["error_bound"], summary["tol"]
     text = "none computed by this solver" if bound is None else f"{bound:.2g} on sin θ" + (" (exact)" if bound == 0 else "")

@@ -513,6 +513,38 @@ def test_after_the_first_pass_the_time_left_is_counted_in_later_passes_not_the_f
             assert starts[1].seconds_left == pytest.approx(4 * cycle)
 
 
+def test_the_time_left_scales_the_clients_work_by_how_it_grows():
+    """Block Krylov's client work after pass j grows with its basis (client_flops): the time left
+    counts each pass to come with the last measured client time scaled by the solver's model,
+    not the mean so far — and one-off work (a simulation, Passes.spent) is left out of it."""
+    import time
+
+    from daskpca.passes._progress import Passes, listen
+
+    starts = []
+    with listen(lambda report: starts.append(report) if report.seconds is None else None):
+        passes = Passes("krylov", 10, at_most=True, tol=1e-4)
+        passes.client_grows(lambda j: float(j))  # the client's work after pass j ∝ j
+        passes.predict(4)
+        with passes.read():
+            time.sleep(0.05)
+        time.sleep(0.1)  # the client after pass 1
+        passes.spent(0.0)
+        with passes.read():
+            time.sleep(0.05)
+        started = time.perf_counter()
+        time.sleep(0.2)  # the client after pass 2, of which 0.1 s one-off
+        passes.spent(0.1)
+        with passes.read():
+            pass
+    second, third = starts[1], starts[2]
+    # After pass 1: passes 2–4 to come, their client work 2, 3, 4 × pass 1's (0.1 s): 0.05 + 0.3 s each.
+    assert 0.35 <= second.cycle_seconds < 0.45 and second.seconds_left == pytest.approx(3 * second.cycle_seconds)
+    # After pass 2: passes 3–4, client 3, 4 × (0.2 − 0.1)/2 s.
+    assert 0.05 + 0.1 * 3.5 / 2 <= third.cycle_seconds < 0.05 + 0.1 * 3.5 / 2 + 0.1, third.cycle_seconds
+    assert time.perf_counter() - started >= 0.2
+
+
 def test_a_pass_reports_its_tasks_compute_and_a_later_pass_over_kept_blocks_repeats_it(tmp_path):
     """Each sketch carries the seconds its tasks spent computing (leaves and merges, summed): on a
     store whose every chunk read is slowed, the first pass's wall time is mostly the reads, its

@@ -209,8 +209,11 @@ class Passes:
         self._predicted: int | None = None
         self._learnt: int | None = None
         self._spent = 0.0
+        self._spent_since_end = 0.0  # one-off client seconds since the last pass ended
         self._starts: list[float] = []
+        self._ends: list[float] = []
         self._first: tuple | None = None  # the first pass's compute seconds and matrix (:meth:`computed`)
+        self._client_cost: Callable[[int], float] | None = None  # the client's work after pass j, relative (:meth:`client_grows`)
 
     def bound(self, value: float) -> None:
         """The error bound reached after the last pass (shown when the next one starts)."""
@@ -227,6 +230,15 @@ class Passes:
         simulation): left out of the time a pass's cycle takes."""
         if len(self._starts) > 1:  # before, the cycle is counted from the second pass's start
             self._spent += float(seconds)
+        self._spent_since_end += float(seconds)
+
+    def client_grows(self, cost: Callable[[int], float]) -> None:
+        """The client's work after pass j grows as ``cost(j)`` (any unit: a solver's model of its
+        flops, block Krylov's growing with its basis): the time left then counts each pass still
+        to come with the client's last measured time scaled by it, not the mean so far. Block
+        Krylov at d = 1000 spends ~15× longer on the client after its 10th pass than after its
+        first."""
+        self._client_cost = cost
 
     def computed(self, seconds: float, matrix) -> None:
         """What the first pass tells of the later ones, called after it: its tasks spent
@@ -274,10 +286,9 @@ class Passes:
         first = 1 if len(self._starts) > 1 else 0
         cycle = ((now - self._starts[first] - self._spent) / (len(self._starts) - first)
                  if self._starts else None)
-        later = self._later_pass() if len(self._starts) == 1 and watched() else None
-        if later is not None:  # after the first pass: a later pass's cycle (see :meth:`computed`)
-            cycle = later + (now - self._starts[0] - self.seconds[0])
         predicted = None if self._predicted is None else max(self._predicted, self.number)
+        if self._starts and watched():  # the time left is shown: the passes to come, as modelled
+            cycle = self._coming_cycle(now, predicted or self.budget, cycle)
         report = PassReport(self.solver, self.number, max(self.budget, self.number), self.at_most,
                             None, mean, self._bound, self.tol, predicted, cycle, self._learnt)
         logger.info("%s", report.describe())
@@ -286,7 +297,35 @@ class Passes:
         start = time.perf_counter()
         yield
         self.seconds.append(time.perf_counter() - start)
+        self._ends.append(time.perf_counter())
+        self._spent_since_end = 0.0
         _send(replace(report, seconds=self.seconds[-1]))
+
+    def _coming_cycle(self, now: float, last: int, measured: float) -> float:
+        """The mean cycle (a pass and the client's work after it) of passes ``number`` … ``last``,
+        from what the passes so far measured (``measured``: their mean cycle, from the second pass
+        on).
+
+        - The pass: after the first, a later pass's expected time where it differs from the first
+          (:meth:`computed`); after more, the mean of the passes from the second on.
+        - The client's work: with a model of its growth (:meth:`client_grows`), the last
+          measured, one-off work left out, scaled pass by pass by the model; else as measured.
+        """
+        later = self._later_pass() if len(self._starts) == 1 else None
+        if later is None and self._client_cost is None:
+            return measured
+        passes = later if later is not None else (sum(self.seconds[1:]) / len(self.seconds[1:]) if len(self.seconds) > 1
+                                                  else self.seconds[0])
+        client = max(now - self._ends[-1] - self._spent_since_end, 0.0)  # after pass number − 1
+        if self._client_cost is not None:
+            done = self.number - 1
+            base = self._client_cost(done)
+            if base > 0:
+                coming = range(self.number, max(last, self.number) + 1)
+                client *= sum(self._client_cost(j) for j in coming) / (len(coming) * base)
+        elif later is None:
+            return measured
+        return passes + client
 
 
 class ProgressLine:

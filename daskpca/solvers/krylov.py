@@ -693,6 +693,8 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
     n_passes, history, invariant, simulated = 0, [], False, None
     from_probe = bool(probed) and not done
     passes = Passes("krylov", budget, at_most=True, tol=tol, done=done)
+    # The client's work after pass j grows with the basis (client_flops' increments): the ETA scales by it.
+    passes.client_grows(lambda j: client_flops(n_features, ell, j, k) - client_flops(n_features, ell, j - 1, k))
     prior = predicted_passes(tol, max_passes)  # the planner's, until the passes say more
     if probed and not done:  # the plan's probe simulated this fit on a sample's spectrum
         simulated = list(probed)

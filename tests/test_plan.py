@@ -317,9 +317,38 @@ def test_the_probes_point_estimate_is_within_one_and_a_half_times_the_passes_mad
         made = estimator.fit(X, plan=plan).n_passes_
     assert plan.probe.rows == X.shape[0] // 100 and plan.probe.passes is not None
     assert 1 / 1.5 <= plan.probe.passes / made <= 1.5, (plan.probe.passes, made, plan.probe.prior)
+    # The plan names the model its estimate rests on: white noise under the fields' spikes, a
+    # coloured tail under the others.
+    model = "over white noise σ² = " if name in ("reanalysis", "archive") else "the sample spectrum less its floor"
+    if name != "continuum":  # its tail is nearly white (0.9 → 0.72): either model may be chosen
+        assert model in plan.probe.describe()
     assert starts[0].learnt == 0 and starts[0].predicted == plan.probe.passes
     if made > 2:
         assert starts[1].describe().endswith("left (ETA from the probe)")
+
+
+def test_the_spiked_model_recovers_the_noise_and_the_spikes_from_their_sample_eigenvalues():
+    """Baik–Silverstein's map inverted: 400 rows of 8000 features (γ = 20: the sample spikes sit
+    at 1.2–2× their population values, the bulk at σ²(√γ ∓ 1)²) give back σ² and the spike strengths
+    s = λ − σ² within their sampling error (√(2/m) ≈ 7 %); without spikes nothing is modelled, and a
+    coloured tail (σ_i² = 1/i) is not taken for white noise."""
+    from daskpca._probe import sample_spectrum, spikes_over_white_noise
+
+    rng = np.random.default_rng(0)
+    n, m, d, sigma2 = 40_000, 400, 8000, 2.0
+    strengths = np.array([400.0, 200.0, 100.0, 40.0])
+    modes = np.linalg.qr(rng.standard_normal((d, strengths.size)))[0]
+    rows = (rng.standard_normal((m, strengths.size)) * np.sqrt(strengths)) @ modes.T
+    rows += np.sqrt(sigma2) * rng.standard_normal((m, d))
+    values, total, features = sample_spectrum(rows, n)
+    model = spikes_over_white_noise(values, total, n, m, features)
+    assert model is not None and model.noise == pytest.approx(sigma2, rel=0.02)
+    np.testing.assert_allclose(model.strengths, strengths, rtol=0.25)
+    assert "4 spikes over white noise σ² = 2" in model.describe(4)
+    noise_only = sample_spectrum(np.sqrt(sigma2) * rng.standard_normal((m, d)), n)
+    assert spikes_over_white_noise(*noise_only[:2], n, m, d) is None  # nothing above the edge
+    coloured = sample_spectrum(rng.standard_normal((m, d)) / np.sqrt(np.arange(1, d + 1)), n)
+    assert spikes_over_white_noise(*coloured[:2], n, m, d) is None
 
 
 @pytest.mark.parametrize("case", ["constant", "n < 200", "computed"])

@@ -45,9 +45,10 @@ stated, small read for a better one:
    Measured (benchmarks/probe.py): within 0.69–1.4× of the passes made on every case there and in
    tests/test_plan.py at tol 1e-4 and 1e-6; the floor's model alone: 1.25–1.5× on the reanalysis
    and 2.0–2.2× on the archive cases (now 1.0× and 1.33–1.4×), but 0.85–1.0× on the continuum
-   (now 0.69–0.7×: of its k = 10 modes the probe resolves one, the other nine are put at
-   0.8 of its edge where the tenth is near the noise). Where k reaches into the noise (k above the modes there are, or no mode
-   above it) the fit runs its budget and both models predict about half of it.
+   (now 0.69–0.7×: of its k = 10 modes the probe resolves one, the other nine are put at 0.8
+   of its edge where the tenth is near the noise). Where k reaches into the noise (k above the
+   modes there are, or no mode above it) the fit runs its budget and both models predict about
+   half of it.
 
 The plan then counts the chosen block Krylov road at that many passes (plus the feature stage's
 reads), its time the plan's per-pass time × (passes + the probe's fraction of a pass), and says
@@ -96,7 +97,7 @@ WHITE_BULK_VALUES = 4
 #: the probe's detection edge σ²√γ (BBP). It is somewhere below that edge and the probe cannot say
 #: where: at the edge the archive- and reanalysis-like fields were predicted within 1.0–1.33× but
 #: continua (the k-th mode near the noise) 0.6×; at 0.8 all within 0.69–1.44× (benchmarks/probe.py,
-#: tests/test_plan.py and 18 more fields); lower, the fields predict 1.5× and more.
+#: tests/test_plan.py and 14 more fields); lower, the fields predict 1.5× and more.
 UNRESOLVED_FRACTION = 0.8
 
 

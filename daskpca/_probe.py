@@ -255,7 +255,8 @@ def spikes_over_white_noise(values: np.ndarray, total: float, n: int, m: int, d:
     λ = σ² + s above it at ℓ = λ·(1 + γσ²/s) where s > σ²√γ, inside the bulk otherwise (Baik, Ben
     Arous & Péché 2005; Baik & Silverstein 2006; Paul 2007). σ² solves trace = dσ² + Σ s_i over the
     values above the upper edge σ²(1 + √γ)² by more than the Tracy–Widom scale of the noise's
-    largest value, each inverted (:func:`_spike_strength`); a fixed point, a few iterations. The bulk (the values below the edge) is white noise's where it spans
+    largest value, each inverted (:func:`_spike_strength`); a fixed point, a few iterations. The
+    bulk (the values below the edge) is white noise's where it spans
     no more than :data:`WHITE_BULK_SPREAD` × MP's ratio of edges (a coloured tail, of effective
     rank below d, spreads wider), with at least :data:`WHITE_BULK_VALUES` values and one spike.
     """
@@ -277,7 +278,8 @@ def spikes_over_white_noise(values: np.ndarray, total: float, n: int, m: int, d:
         noise = fitted
     bulk = values[resolved:]
     support = ((math.sqrt(ratio) + 1) / (math.sqrt(ratio) - 1)) ** 2
-    if resolved == 0 or bulk.size < WHITE_BULK_VALUES or not bulk[-1] > 0 or bulk[0] / bulk[-1] > WHITE_BULK_SPREAD * support:
+    white = bulk.size >= WHITE_BULK_VALUES and bulk[-1] > 0 and bulk[0] / bulk[-1] <= WHITE_BULK_SPREAD * support
+    if resolved == 0 or not white:
         return None
     return SpikedNoise(noise, _spike_strength(values[:resolved], noise, ratio), ratio)
 

@@ -13,12 +13,42 @@ stated, small read for a better one:
 2. **Spectrum** (:func:`sample_spectrum`): the m probed rows, centred on their own mean, give
    the m × m Gram G = X̃_s·X̃_sᵀ; its eigenvalues are those of the sample scatter X̃_sᵀX̃_s, scaled by
    (n − 1)/(m − 1) to the scatter C = X̃ᵀX̃ of all n rows; its trace (the probed rows' total
-   variance, so scaled) estimates trace C, hence the tail's mass. The floor a few rows put under
-   every sample eigenvalue (their smallest) is taken off (:func:`without_floor`).
-3. **Passes** (:func:`probe`): the same simulation the fit runs on itself from pass 2
-   (:func:`~daskpca.solvers.krylov.model_spectrum` — the top k values and a tail carrying the
-   rest of the trace — and :func:`~daskpca.solvers.krylov.simulated_passes`) for the tol asked
-   (or the certified default's), whose pass count is the point estimate.
+   variance, so scaled) estimates trace C, hence the tail's mass.
+3. **Model** of C's spectrum, one of two, decided from the data (:func:`spikes_over_white_noise`):
+
+   - *Spikes over white noise* where the probe's bulk is white noise's: m − 1 ≪ d rows of white
+     noise σ² put their sample eigenvalues on the Marchenko–Pastur support σ²(√γ ∓ 1)², γ =
+     d/(m − 1) (in covariance units), and a population spike λ = σ² + s at ℓ = λ(1 + γσ²/s) above
+     it where s > σ²√γ, inside it otherwise (the BBP transition: Baik, Ben Arous & Péché 2005,
+     Ann. Probab. 33; Baik & Silverstein 2006, J. Multivar. Anal. 97; Paul 2007, Stat. Sinica 17).
+     The bulk is taken as white where it spans no more than MP's ratio of edges
+     (:data:`WHITE_BULK_SPREAD`). The spikes above the edge are inverted (a quadratic), σ² is
+     the trace less them over d, and the same theorem maps them forward to what the fit sees
+     with all n rows, γ_f = d/(n − 1): spikes at λ(1 + γ_fσ²/s), the noise an MP bulk of ratio
+     γ_f whose top σ²(1 + √γ_f)² is the k-th mode's gap (:func:`spiked_spectrum`). This is why
+     the sample spectrum itself misleads there: at γ = 168 (20 rows of 3200 features) a spike of
+     s = 28σ² sits 4 % above a bulk top at 196σ², where the fit with all 2000 rows sees it 6×
+     above the bulk's 5.1σ²; the floor's model below predicted 11–12 passes where the fit made
+     5–6. Of the k modes, those the probe cannot resolve (s below σ²√γ, or lost in the bulk's
+     finite-m spread: at m = 20 a spike at 3× the edge) are put at :data:`UNRESOLVED_FRACTION`
+     of its edge: the probe cannot say where they are below it (measured, see there).
+   - *The sample spectrum less its floor* otherwise (fast decay, a coloured continuum, a
+     plateau): the floor a few rows put under every sample eigenvalue (their smallest) is taken
+     off (:func:`without_floor`), and :func:`~daskpca.solvers.krylov.model_spectrum` keeps the top
+     k values and puts the rest of the trace in a tail.
+
+4. **Passes** (:func:`probe`): the same simulation the fit runs on itself from pass 2
+   (:func:`~daskpca.solvers.krylov.simulated_passes`) on that spectrum, for the tol asked (or the
+   certified default's), whose pass count is the point estimate; the plan says which model
+   (``"… from their spectrum (7 spikes over white noise σ² = 1.02 per feature, 3 of the k = 10
+   modes below its detection edge …)"``).
+   Measured (benchmarks/probe.py): within 0.69–1.4× of the passes made on every case there and in
+   tests/test_plan.py at tol 1e-4 and 1e-6; the floor's model alone: 1.25–1.5× on the reanalysis
+   and 2.0–2.2× on the archive cases (now 1.0× and 1.33–1.4×), but 0.85–1.0× on the continuum
+   (now 0.69–0.7×: of its k = 10 modes the probe resolves one, the other nine are put at 0.8
+   of its edge where the tenth is near the noise). Where k reaches into the noise (k above the
+   modes there are, or no mode above it) the fit runs its budget and both models predict about
+   half of it.
 
 The plan then counts the chosen block Krylov road at that many passes (plus the feature stage's
 reads), its time the plan's per-pass time × (passes + the probe's fraction of a pass), and says
@@ -35,7 +65,8 @@ why.
 
 Memory: the m probed rows in float64 (m·d·8 bytes: 87 × 65 160 is 45 MB) and their m × m Gram,
 on the client. Time: m/n of a pass's read, one m·m·d product and the simulation (a few hundred
-diagonal entries, one small fit per pass predicted).
+diagonal entries, one small fit per pass predicted; the spiked model's MP quantiles: one
+interpolation over min(n − 1, d) values).
 """
 
 from __future__ import annotations
@@ -55,6 +86,19 @@ ROAD = krylov.DECLARATION
 PROBE_FRACTION = 0.01
 #: Where one storage row block holds more than 1 % of the rows: slices from this many blocks.
 PROBE_BLOCKS = 4
+#: White noise is recognised where the probe's bulk (its values below the spikes) spans at most
+#: this factor of the ratio of Marchenko–Pastur's edges, ((√γ + 1)/(√γ − 1))². Measured on white
+#: noise under spikes: 0.85–0.98 of it (finite-m bulks fall inside the edges); coloured tails,
+#: whose effective rank is below d: 1.10 (σ_i = 1/i), 1.22–1.28 (a plateau), ≥ 3 (fast decay).
+WHITE_BULK_SPREAD = 1.05
+#: Fewest bulk values the white-noise test reads (fewer: the spread says nothing).
+WHITE_BULK_VALUES = 4
+#: A mode the probe cannot resolve (its sample value inside the bulk) is put at this fraction of
+#: the probe's detection edge σ²√γ (BBP). It is somewhere below that edge and the probe cannot say
+#: where: at the edge the archive- and reanalysis-like fields were predicted within 1.0–1.33× but
+#: continua (the k-th mode near the noise) 0.6×; at 0.8 all within 0.69–1.44× (benchmarks/probe.py,
+#: tests/test_plan.py and 14 more fields); lower, the fields predict 1.5× and more.
+UNRESOLVED_FRACTION = 0.8
 
 
 @dataclass(frozen=True)
@@ -77,6 +121,7 @@ class Probe:
     seconds: float = 0.0
     prior: int = 0  # the planner's point estimate without the probe (krylov.predicted_passes)
     road: str = ROAD.name  # the plan's estimate the point estimate is for
+    model: str = ""  # the spectrum the simulation ran on (SpikedNoise.describe, or the floor's)
 
     @property
     def fraction(self) -> float:
@@ -87,8 +132,9 @@ class Probe:
         read = f"probed: {self.rows} of {self.n_samples} rows ({100 * self.fraction:.1f} %)"
         if self.passes is None:
             return f"{read}; no point estimate from them ({self.reason}): the prior point estimate stands"
-        return (f"{read}, point estimate {self.passes} pass{'es' if self.passes != 1 else ''} from their spectrum "
-                f"for sin θ ≤ {self.target:g} (the probe: {self.fraction:.3g} of a pass, {self.seconds:.2g} s)")
+        model = f" ({self.model})" if self.model else ""
+        return (f"{read}, point estimate {self.passes} pass{'es' if self.passes != 1 else ''} from their spectrum"
+                f"{model} for sin θ ≤ {self.target:g} (the probe: {self.fraction:.3g} of a pass, {self.seconds:.2g} s)")
 
 
 def probe_rows(n: int, storage_rows: int, fraction: float = PROBE_FRACTION) -> list[tuple[int, int]]:
@@ -129,10 +175,10 @@ def affordable(matrix, rows_of=None) -> bool:
 
 
 def sample_spectrum(rows: np.ndarray, n_samples: int, weights: np.ndarray | None = None,
-                    standardize: bool = False) -> tuple[np.ndarray, float]:
-    """``(values, total)``: the eigenvalues (descending, m − 1 of them) of the probed rows' scatter
-    and its trace, both scaled by (n − 1)/(m − 1) to estimate those of the scatter C of all
-    ``n_samples`` rows (see the module notes).
+                    standardize: bool = False) -> tuple[np.ndarray, float, int]:
+    """``(values, total, features)``: the eigenvalues (descending, m − 1 of them) of the probed rows'
+    scatter and its trace, both scaled by (n − 1)/(m − 1) to estimate those of the scatter C of all
+    ``n_samples`` rows (see the module notes), and the features kept (d less those with a NaN).
 
     ``rows``: (m, d). Features with a NaN in the sample are left out (a land mask: the fit drops
     them too); ``weights`` (d,) multiply the features and ``standardize`` divides each by its
@@ -150,7 +196,7 @@ def sample_spectrum(rows: np.ndarray, n_samples: int, weights: np.ndarray | None
     m = X.shape[0]
     values = np.clip(np.linalg.eigvalsh(X @ X.T)[::-1][:m - 1], 0.0, None)  # centring leaves m − 1
     factor = (n_samples - 1) / (m - 1)
-    return values * factor, float(np.sum(X * X)) * factor
+    return values * factor, float(np.sum(X * X)) * factor, X.shape[1]
 
 
 def without_floor(values: np.ndarray) -> np.ndarray:
@@ -164,10 +210,121 @@ def without_floor(values: np.ndarray) -> np.ndarray:
     rows). Less their smallest value, the head is the signal and the tail's mass (the trace less
     the head, unchanged) goes to a flat continuum (:func:`~daskpca.solvers.krylov.model_spectrum`):
     within 1.5× of the passes made on every test spectrum (tests/test_plan.py). On a fast-decaying
-    spectrum the smallest value is near 0 and nothing changes.
+    spectrum the smallest value is near 0 and nothing changes. The probe's model where its bulk is
+    not white noise's (where it is: :func:`spikes_over_white_noise`, whose spikes this model leaves
+    barely above the tail, 1.5–2.2× the passes made).
     """
     floor = float(values[-1]) if values.size else 0.0
     return np.clip(values - floor, 1e-12 * float(values[0]), None) if values.size else values
+
+
+def marchenko_pastur_quantiles(ratio: float, upper: np.ndarray) -> np.ndarray:
+    """The values of the Marchenko–Pastur law of ``ratio`` y ≤ 1 (σ² = 1, support (1 ± √y)²) above
+    which the fractions ``upper`` of it lie: its upper quantiles, from its density
+    √((b − x)(x − a))/(2πyx) integrated on 4097 points packed at the edges (cos spacing)."""
+    low, high = (1 - math.sqrt(ratio)) ** 2, (1 + math.sqrt(ratio)) ** 2
+    x = low + (high - low) * (1 - np.cos(np.linspace(0.0, np.pi, 4097))) / 2
+    density = np.sqrt(np.clip((high - x) * (x - low), 0.0, None)) / (2 * np.pi * ratio * x)
+    cdf = np.concatenate([[0.0], np.cumsum((density[1:] + density[:-1]) / 2 * np.diff(x))])
+    return np.interp(1.0 - np.asarray(upper, dtype=np.float64), cdf / cdf[-1], x)
+
+
+@dataclass(frozen=True)
+class SpikedNoise:
+    """The probe's spectrum as spikes over white noise (see :func:`spikes_over_white_noise`), in
+    covariance units (per row): ``noise`` σ² per feature, the population ``strengths`` λ_i − σ² of
+    the spikes the probe resolved (descending) and its aspect ``ratio`` γ = d/(m − 1)."""
+
+    noise: float
+    strengths: np.ndarray
+    ratio: float
+
+    @property
+    def edge(self) -> float:
+        """The probe's detection edge σ²√γ: a weaker spike's sample value stays in the bulk (BBP)."""
+        return self.noise * math.sqrt(self.ratio)
+
+    def describe(self, k: int) -> str:
+        hidden = max(k - self.strengths.size, 0)
+        below = (f", {hidden} of the k = {k} modes below its detection edge, put at {UNRESOLVED_FRACTION:g} of it"
+                 if hidden else "")
+        spikes = f"{self.strengths.size} spike{'s' if self.strengths.size != 1 else ''}"
+        return f"{spikes} over white noise σ² = {self.noise:.3g} per feature{below}"
+
+
+def _spike_strength(value: np.ndarray, noise: float, ratio: float) -> np.ndarray:
+    """The population strength s = λ − σ² whose sample eigenvalue is ``value`` (above the bulk):
+    the larger root of s² − (ℓ − σ²(1 + γ))·s + γσ⁴ = 0, from ℓ = λ·(1 + γσ²/(λ − σ²))."""
+    b = value - noise * (1 + ratio)
+    return (b + np.sqrt(np.clip(b * b - 4 * ratio * noise * noise, 0.0, None))) / 2
+
+
+def spikes_over_white_noise(values: np.ndarray, total: float, n: int, m: int, d: int) -> SpikedNoise | None:
+    """The spiked covariance model fitted to the probe's spectrum, or None where its bulk is not
+    white noise's (then :func:`without_floor` models it).
+
+    ``values``, ``total``: :func:`sample_spectrum`'s (scatter units for n rows) from ``m`` rows of
+    ``d`` features. In covariance units (÷ (n − 1)), with γ = d/(m − 1) > 1: white noise σ² puts
+    the m − 1 sample eigenvalues on Marchenko–Pastur's support σ²(√γ ∓ 1)², and a population spike
+    λ = σ² + s above it at ℓ = λ·(1 + γσ²/s) where s > σ²√γ, inside the bulk otherwise (Baik, Ben
+    Arous & Péché 2005; Baik & Silverstein 2006; Paul 2007). σ² solves trace = dσ² + Σ s_i over the
+    values above the upper edge σ²(1 + √γ)² by more than the Tracy–Widom scale of the noise's
+    largest value, each inverted (:func:`_spike_strength`); a fixed point, a few iterations. The
+    bulk (the values below the edge) is white noise's where it spans
+    no more than :data:`WHITE_BULK_SPREAD` × MP's ratio of edges (a coloured tail, of effective
+    rank below d, spreads wider), with at least :data:`WHITE_BULK_VALUES` values and one spike.
+    """
+    ratio = d / max(m - 1, 1)
+    if not ratio > 1 or not values.size:
+        return None
+    values, trace = values / (n - 1), total / (n - 1)
+    # The largest of m − 1 white-noise values fluctuates about the edge on Johnstone's (2001)
+    # Tracy–Widom scale (σ² = 1, covariance units): a spike is a value above edge + that scale.
+    scale = (math.sqrt(m - 1) + math.sqrt(d)) * (1 / math.sqrt(m - 1) + 1 / math.sqrt(d)) ** (1 / 3) / (m - 1)
+    noise, resolved = trace / d, 0
+    for _ in range(100):
+        resolved = int(np.sum(values > noise * ((1 + math.sqrt(ratio)) ** 2 + scale)))
+        fitted = (trace - float(np.sum(_spike_strength(values[:resolved], noise, ratio)))) / d
+        if not fitted > 0:
+            return None
+        if abs(fitted - noise) <= 1e-12 * noise:
+            break
+        noise = fitted
+    bulk = values[resolved:]
+    support = ((math.sqrt(ratio) + 1) / (math.sqrt(ratio) - 1)) ** 2
+    white = bulk.size >= WHITE_BULK_VALUES and bulk[-1] > 0 and bulk[0] / bulk[-1] <= WHITE_BULK_SPREAD * support
+    if resolved == 0 or not white:
+        return None
+    return SpikedNoise(noise, _spike_strength(values[:resolved], noise, ratio), ratio)
+
+
+def spiked_spectrum(spikes: SpikedNoise, n: int, d: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, multiplicities)`` of the scatter C of all n rows the spiked model predicts, for
+    :func:`~daskpca.solvers.krylov.simulated_passes`.
+
+    The same theorem forward, at C's aspect γ_f = d/(n − 1): each spike at λ(1 + γ_fσ²/s) where
+    s > σ²√γ_f, at the bulk's top otherwise; the k − K modes the probe did not resolve at
+    :data:`UNRESOLVED_FRACTION` of its detection edge; the noise as MP's bulk of ratio γ_f (its
+    quantiles, σ²(1 ± √γ_f)² for γ_f ≤ 1, γ_f·MP(1/γ_f) for the n − 1 nonzero ones above),
+    binned (:func:`~daskpca.solvers.krylov.binned_spectrum`); all × (n − 1), scatter units. The
+    k-th mode's gap is to that bulk's top, where the probe's own bulk put it barely below its top.
+    """
+    noise, aspect = spikes.noise, d / (n - 1)
+    strengths = np.concatenate([spikes.strengths,
+                                np.full(max(k - spikes.strengths.size, 0), UNRESOLVED_FRACTION * spikes.edge)])
+    top = noise * (1 + math.sqrt(aspect)) ** 2
+    seen = strengths > noise * math.sqrt(aspect)
+    modes = np.where(seen, (strengths + noise) * (1 + aspect * noise / np.where(seen, strengths, 1.0)), top)
+    modes = np.sort(modes)[::-1]
+    rank = min(n - 1, d)
+    count = max(rank - modes.size, 0)
+    upper = (np.arange(count) + 0.5) / max(count, 1)
+    if aspect <= 1:
+        bulk = noise * marchenko_pastur_quantiles(aspect, upper)
+    else:
+        bulk = noise * aspect * marchenko_pastur_quantiles(1 / aspect, upper)
+    tail = np.sort(np.concatenate([modes[k:], bulk]))[::-1]
+    return krylov.binned_spectrum(modes[:k] * (n - 1), tail * (n - 1), k)
 
 
 def probe(matrix, k: int, *, tol: float | None, max_passes: int | None, n_oversamples: int = 10,
@@ -205,13 +362,19 @@ def probe(matrix, k: int, *, tol: float | None, max_passes: int | None, n_oversa
         # slicing it would compute the whole task blocks holding the rows, far more than 1 %.
         return fallback("the input is not a plain stored array: its sampled rows would compute whole task blocks")
     rows = np.concatenate([rows_of(start, stop) for start, stop in ranges])
-    values, total = sample_spectrum(rows, n, weights, standardize)
+    values, total, features = sample_spectrum(rows, n, weights, standardize)
     if not (total > 0 and values.size and values[0] > 0):
         return fallback("the probed rows have no variance (constant)", rows.shape[0])
-    ell = min(k + n_oversamples, n, d)
-    rank = min(n - 1, d)
-    history = krylov.simulated_total(without_floor(values), total, rank, k, ell, tol, budget, n)
+    ell = min(k + n_oversamples, n, features)
+    rank = min(n - 1, features)
+    spikes = spikes_over_white_noise(values, total, n, rows.shape[0], features) if k < rank else None
+    if spikes is not None:
+        model = spikes.describe(k)
+        history = krylov.simulated_passes(*spiked_spectrum(spikes, n, features, k), k, ell, tol, budget, n)
+    else:
+        model = "the sample spectrum less its floor"
+        history = krylov.simulated_total(without_floor(values), total, rank, k, ell, tol, budget, n)
     if not history:
         return fallback("their spectrum has nothing to model", rows.shape[0])
     return Probe(rows.shape[0], n, len(ranges), len(history), tuple(float(b) for b in history), tol,
-                 seconds=time.perf_counter() - started, prior=prior)
+                 seconds=time.perf_counter() - started, prior=prior, model=model)

@@ -285,8 +285,10 @@ def test_the_probe_reads_at_most_one_percent_of_the_rows_and_the_plan_says_so(tm
 
 def _case(name):
     n, d, k = 2400, 200, 10
-    if name == "reanalysis":  # 20 modes above white noise at its Marchenko–Pastur edge
-        k = 20
+    if name in ("reanalysis", "archive"):  # modes above white noise at its Marchenko–Pastur edge
+        # The archive: few rows probed against many features (20 of 2000 rows, d = 1500: the probe's
+        # d/m is 79), as a one-step-per-chunk store of a gridded field gives.
+        n, d, k = (2000, 1500, 10) if name == "archive" else (n, d, 20)
         rng = np.random.default_rng(3)
         edge = (np.sqrt(d) + np.sqrt(n)) ** 2 / n
         modes = np.linalg.qr(rng.standard_normal((d, k)))[0].T
@@ -298,12 +300,13 @@ def _case(name):
     return spectral_data(variances[name], n, d), k
 
 
-@pytest.mark.parametrize("name", ["rate 0.5", "rate 0.8", "continuum", "plateau", "reanalysis"])
+@pytest.mark.parametrize("name", ["rate 0.5", "rate 0.8", "continuum", "plateau", "reanalysis", "archive"])
 @pytest.mark.parametrize("tol", [1e-4, 1e-6])
 def test_the_probes_point_estimate_is_within_one_and_a_half_times_the_passes_made(name, tol):
-    """24 of 2400 rows predict the passes block Krylov makes within 1.5× on fast decay, a continuum
-    just below λ_k, a plateau and a reanalysis-like field; the fit given the probed plan shows an
-    ETA from the probe from its first pass."""
+    """1 % of the rows (24 of 2400; the archive's 20 of 2000 against 1500 features) predict the
+    passes block Krylov makes within 1.5× on fast decay, a continuum just below λ_k, a plateau, a
+    reanalysis-like field and an archive-like one (spikes over white noise, m ≪ d); the fit given
+    the probed plan shows an ETA from the probe from its first pass."""
     from daskpca.passes._progress import listen
 
     X, k = _case(name)
@@ -312,11 +315,40 @@ def test_the_probes_point_estimate_is_within_one_and_a_half_times_the_passes_mad
     starts = []
     with listen(lambda report: starts.append(report) if report.seconds is None else None):
         made = estimator.fit(X, plan=plan).n_passes_
-    assert plan.probe.rows == 24 and plan.probe.passes is not None
+    assert plan.probe.rows == X.shape[0] // 100 and plan.probe.passes is not None
     assert 1 / 1.5 <= plan.probe.passes / made <= 1.5, (plan.probe.passes, made, plan.probe.prior)
+    # The plan names the model its estimate rests on: white noise under the fields' spikes, a
+    # coloured tail under the others.
+    model = "over white noise σ² = " if name in ("reanalysis", "archive") else "the sample spectrum less its floor"
+    if name != "continuum":  # its tail is nearly white (0.9 → 0.72): either model may be chosen
+        assert model in plan.probe.describe()
     assert starts[0].learnt == 0 and starts[0].predicted == plan.probe.passes
     if made > 2:
         assert starts[1].describe().endswith("left (ETA from the probe)")
+
+
+def test_the_spiked_model_recovers_the_noise_and_the_spikes_from_their_sample_eigenvalues():
+    """Baik–Silverstein's map inverted: 400 rows of 8000 features (γ = 20: the sample spikes sit
+    at 1.2–2× their population values, the bulk at σ²(√γ ∓ 1)²) give back σ² and the spike strengths
+    s = λ − σ² within their sampling error (√(2/m) ≈ 7 %); without spikes nothing is modelled, and a
+    coloured tail (σ_i² = 1/i) is not taken for white noise."""
+    from daskpca._probe import sample_spectrum, spikes_over_white_noise
+
+    rng = np.random.default_rng(0)
+    n, m, d, sigma2 = 40_000, 400, 8000, 2.0
+    strengths = np.array([400.0, 200.0, 100.0, 40.0])
+    modes = np.linalg.qr(rng.standard_normal((d, strengths.size)))[0]
+    rows = (rng.standard_normal((m, strengths.size)) * np.sqrt(strengths)) @ modes.T
+    rows += np.sqrt(sigma2) * rng.standard_normal((m, d))
+    values, total, features = sample_spectrum(rows, n)
+    model = spikes_over_white_noise(values, total, n, m, features)
+    assert model is not None and model.noise == pytest.approx(sigma2, rel=0.02)
+    np.testing.assert_allclose(model.strengths, strengths, rtol=0.25)
+    assert "4 spikes over white noise σ² = 2" in model.describe(4)
+    noise_only = sample_spectrum(np.sqrt(sigma2) * rng.standard_normal((m, d)), n)
+    assert spikes_over_white_noise(*noise_only[:2], n, m, d) is None  # nothing above the edge
+    coloured = sample_spectrum(rng.standard_normal((m, d)) / np.sqrt(np.arange(1, d + 1)), n)
+    assert spikes_over_white_noise(*coloured[:2], n, m, d) is None
 
 
 @pytest.mark.parametrize("case", ["constant", "n < 200", "computed"])

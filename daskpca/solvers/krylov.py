@@ -344,11 +344,19 @@ def model_spectrum(theta: np.ndarray, total: float, rank: int, k: int) -> tuple[
             ratio = (low + high) / 2
             low, high = (ratio, high) if start * np.sum(ratio ** steps) <= left else (low, ratio)
         tail = start * low ** steps
-    values, sizes, i, size = list(head), [1] * head.size, 0, 1
-    while i < count:  # the first ℓ-ish tail values alone (they decide the gap), then growing bins
+    return binned_spectrum(head, tail, k)
+
+
+def binned_spectrum(head: np.ndarray, tail: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, multiplicities)`` for :func:`simulated_passes`: the ``head`` values each alone, then
+    the descending ``tail``'s first 2k values alone (they decide the gap) and the rest in bins
+    growing by :data:`TAIL_BIN_GROWTH`, each bin at its mean (its mass kept). A few hundred
+    entries whatever the tail's length (rank − k, up to d)."""
+    values, sizes, i, size = [float(v) for v in head], [1] * len(head), 0, 1
+    while i < tail.size:
         size = 1 if i < 2 * k else max(size + 1, int(size * TAIL_BIN_GROWTH))
         segment = tail[i:i + size]
-        values.append(float(segment.mean()))  # the bin's mass is kept
+        values.append(float(segment.mean()))
         sizes.append(segment.size)
         i += segment.size
     return np.array(values), np.array(sizes, dtype=np.int64)
@@ -379,15 +387,16 @@ def simulated_passes(values: np.ndarray, multiplicities: np.ndarray, k: int, ell
     ell = min(ell, diagonal.size)
     block = tall_qr(np.vstack(rows)[:, :ell])[0]
     basis, history = Basis.empty(diagonal.size), []
-    for _ in range(budget):
-        basis = basis.extend(block, diagonal[:, None] * block)
-        found = certify(basis, k, *basis.ritz(), n_samples, total)
-        history.append(smallest_bound(min(found["bound"], found["refined"]), found["augmented"]))
-        if history[-1] <= target:
-            break
-        block = orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:], basis.T[:, -block.shape[1]:])
-        if block.shape[1] == 0:  # invariant: the fit would stop here too
-            break
+    with one_blas_thread():  # a few hundred diagonal entries: more threads only contend
+        for _ in range(budget):
+            basis = basis.extend(block, diagonal[:, None] * block)
+            found = certify(basis, k, *basis.ritz(), n_samples, total)
+            history.append(smallest_bound(min(found["bound"], found["refined"]), found["augmented"]))
+            if history[-1] <= target:
+                break
+            block = orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:], basis.T[:, -block.shape[1]:])
+            if block.shape[1] == 0:  # invariant: the fit would stop here too
+                break
     return history
 
 
@@ -414,8 +423,7 @@ def simulated_total(theta: np.ndarray, total: float | None, rank: int, k: int, e
     model = model_spectrum(theta, total, rank, k)
     if model is None:
         return None
-    with one_blas_thread():  # a few hundred diagonal entries: more threads only contend
-        return simulated_passes(*model, k, ell, target, budget, n_samples)
+    return simulated_passes(*model, k, ell, target, budget, n_samples)
 
 
 def _missed_tol(tol: float, bound: float, budget: int, passes: int, invariant_size: int | None) -> str:

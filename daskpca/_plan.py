@@ -89,6 +89,11 @@ CLIENT_FLOPS_PER_SECOND = 7.5e9
 #: What one task costs besides its bytes and flops: the scheduler, and one synchronous zarr call
 #: (an event-loop round trip). Measured: 8760 one-row tasks read 2.1 GiB in 12.0 s, 18 tasks in 4.0 s.
 TASK_SECONDS = 0.9e-3
+#: What one pass costs besides its tasks: building its graph, one ``dask.compute`` and the
+#: client's bookkeeping around it (measured: 11–13 ms a pass of four tiny in-memory tasks, 14 ms
+#: building a sketching pass's graph over a one-step-per-chunk store). Negligible for a large
+#: pass; at a few tenths of a second a pass it was a third of the plan's shortfall (issue 41).
+PASS_SECONDS = 0.015
 #: What a pass pays per storage chunk beyond the tasks (issue 41: a one-step-per-chunk store read
 #: through ``da.from_zarr(...).reshape`` was planned at 0.87 s and took 9.2 s, its first pass 7.6):
 #: where dask blocks are joined inside a task (``Geometry.read == "concatenated"``) every block is
@@ -435,7 +440,7 @@ def on_the_device(estimate: SolverEstimate, declaration, shape: PlanInput, devic
 
 def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, threads: int = 1,
                       distributed: bool = False, registry=None, chunk_seconds: float = 0.0) -> float | None:
-    """The time model: per pass, the bytes at READ_BYTES_PER_SECOND and TASK_SECONDS per task
+    """The time model: per pass, PASS_SECONDS, the bytes at READ_BYTES_PER_SECOND and TASK_SECONDS per task
     (on a ``distributed`` cluster also each task's result at TRANSFER_BYTES_PER_SECOND); the
     flops at the solver's rate (its declaration's ``flop_rate``); all on the share of the ``threads`` that a
     pass of ``estimate.tasks`` tasks keeps busy; ``chunk_seconds`` per pass over the source for its
@@ -446,12 +451,13 @@ def predicted_seconds(estimate: SolverEstimate, n: int, d: int, itemsize: int, t
     busy = min(max(estimate.tasks, 1), threads) / threads
     size = n * d * itemsize
     per_pass = size / READ_BYTES_PER_SECOND + estimate.tasks * TASK_SECONDS / threads
+    fixed = PASS_SECONDS * (estimate.passes + estimate.copy_passes)  # the client's, not shared by the threads
     if distributed:
         per_pass += estimate.tasks * estimate.result_bytes / TRANSFER_BYTES_PER_SECOND
     per_pass += estimate.move_seconds
     copy = estimate.copy_passes * size / COPY_READ_BYTES_PER_SECOND + size / WRITE_BYTES_PER_SECOND if estimate.copy_passes else 0.0
     flops = estimate.flops / flop_rate(estimate, registry)
-    return ((estimate.passes * per_pass + copy + flops) / busy + estimate.passes * chunk_seconds
+    return ((estimate.passes * per_pass + copy + flops) / busy + estimate.passes * chunk_seconds + fixed
             + estimate.client_flops / CLIENT_FLOPS_PER_SECOND + estimate.local_seconds)
 
 

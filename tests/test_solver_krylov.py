@@ -624,23 +624,23 @@ def test_a_labeled_field_is_probed_from_the_dataset_itself(tmp_path):
     from daskpca.passes._progress import listen
     from tests._helpers import CountingStore
 
-    X = spectral_data(np.concatenate([np.geomspace(10, 1, 6), 0.9 * np.linspace(1, 0.8, 114)]), 1000, 120)
-    field = xr.DataArray(X.reshape(1000, 10, 12), dims=("time", "lat", "lon"), name="t2m",
-                         coords={"time": np.arange(1000), "lat": np.linspace(-45, 45, 10), "lon": np.arange(12.0)})
+    X = spectral_data(np.concatenate([np.geomspace(10, 1, 4), 0.9 * np.linspace(1, 0.8, 116)]), 600, 120)
+    field = xr.DataArray(X.reshape(600, 10, 12), dims=("time", "lat", "lon"), name="t2m",
+                         coords={"time": np.arange(600), "lat": np.linspace(-45, 45, 10), "lon": np.arange(12.0)})
     field.to_dataset().chunk({"time": 1}).to_zarr(LocalStore(tmp_path / "t.zarr"), zarr_format=3, consolidated=False)
     store = CountingStore(LocalStore(tmp_path / "t.zarr", read_only=True))
     data = xr.open_zarr(store, consolidated=False)["t2m"]
-    estimator = PCA(6, solver="krylov", tol=1e-4, random_state=0)
+    estimator = PCA(4, solver="krylov", tol=1e-4, random_state=0)
     plan = estimator.plan(data, sample_dims="time", probe=True)
     steps = [key for key in store.chunk_reads() if key.startswith("t2m/")]
-    assert plan.probe.passes is not None and plan.probe.rows == 10 and len(steps) == 10
+    assert plan.probe.passes is not None and plan.probe.rows == 6 and len(steps) == 6
     starts = []
     with listen(lambda report: starts.append(report) if report.seconds is None else None), dask.config.set(scheduler="threads"):
         model = estimator.fit(data, sample_dims="time")
     assert model._fit_plan.probe is not None and starts[0].learnt == 0
     stacked = field.expand_dims(member=[0, 1]).stack(sample=("member", "time")).transpose("sample", "lat", "lon")
     stacked = stacked.unstack("sample").transpose("member", "time", "lat", "lon")
-    several = PCA(6, solver="krylov", tol=1e-4).plan(stacked, sample_dims=("member", "time"), probe=True)
+    several = PCA(4, solver="krylov", tol=1e-4).plan(stacked, sample_dims=("member", "time"), probe=True)
     assert several.probe.passes is None and "not a plain stored array" in several.probe.reason
 
 

@@ -478,7 +478,7 @@ def test_the_progress_line_names_where_its_eta_was_learnt():
     assert f"{after.predicted} predicted (krylov" in after.describe()
     assert after.describe().endswith(f"left (ETA from pass {after.learnt})")
     report = PassReport("krylov", 4, 20, True, None, 41.0, 3.1e-2, 1e-4, 7, 45.0, 2)
-    assert report.describe() == ("pass 4 of ≤ 20, 7 predicted (krylov, bound 3.1e-02 → tol 1e-04), 41 s a pass, "
+    assert report.describe() == ("pass 4 of ≤ 20, 7 predicted (krylov, bound 3.1e-02 → tol 1e-04), 45 s a pass, "
                                  "~3.0 min left (ETA from pass 2)")
 
 

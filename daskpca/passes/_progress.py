@@ -93,7 +93,8 @@ class PassReport:
 
     def describe(self) -> str:
         """``"pass 3 of ≤ 8, 6 predicted (krylov, bound 2.1e-03 → tol 1e-04), 41 s a pass, ~2.1 min left (ETA
-        from pass 2)"``: the ETA's source is named once the passes predicted were learnt from the fit."""
+        from pass 2)"``: the ETA's source is named once the passes predicted were learnt from the fit;
+        "a pass" is the cycle the time left counts in (``cycle_seconds``), else the mean pass."""
         at_most = "≤ " if self.at_most else ""
         detail = self.solver
         if self.bound is not None:
@@ -103,7 +104,9 @@ class PassReport:
         if self.seconds is not None:
             return f"{text} took {format_seconds(self.seconds)}"
         if self.mean_seconds is not None:
-            text += f", {format_seconds(self.mean_seconds)} a pass, ~{format_seconds(self.seconds_left)} left"
+            # The time a pass to come is counted at (the cycle, its client's work included), so that
+            # "a pass" and the time left agree: after pass 1 a later pass is not the first's time.
+            text += f", {format_seconds(self.cycle_seconds or self.mean_seconds)} a pass, ~{format_seconds(self.seconds_left)} left"
             if self.learnt is not None and self.predicted is not None and self.at_most:
                 # Which passes the time left rests on: the fit's own, not the planner's guess
                 # (0: the plan's probe of a sample of the rows, daskpca._probe).

@@ -320,14 +320,9 @@ class Passes:
         passes = later if later is not None else (sum(self.seconds[1:]) / len(self.seconds[1:]) if len(self.seconds) > 1
                                                   else self.seconds[0])
         client = max(now - self._ends[-1] - self._spent_since_end, 0.0)  # after pass number − 1
-        if self._client_cost is not None:
-            done = self.number - 1
-            base = self._client_cost(done)
-            if base > 0:
-                coming = range(self.number, max(last, self.number) + 1)
-                client *= sum(self._client_cost(j) for j in coming) / (len(coming) * base)
-        elif later is None:
-            return measured
+        if self._client_cost is not None and self._client_cost(self.number - 1) > 0:
+            coming = range(self.number, max(last, self.number) + 1)
+            client *= sum(self._client_cost(j) for j in coming) / (len(coming) * self._client_cost(self.number - 1))
         return passes + client
 
 

@@ -361,7 +361,13 @@ def probe(matrix, k: int, *, tol: float | None, max_passes: int | None, n_oversa
         # A matrix computed by dask (a field stacked from several sample dims, a weighted input):
         # slicing it would compute the whole task blocks holding the rows, far more than 1 %.
         return fallback("the input is not a plain stored array: its sampled rows would compute whole task blocks")
-    rows = np.concatenate([rows_of(start, stop) for start, stop in ranges])
+    try:
+        rows = np.concatenate([rows_of(start, stop) for start, stop in ranges])
+    except Exception as error:  # any store's error (an object store's are not OSError): only the read is inside
+        # The probe only predicts: a read it cannot make (a store this process cannot reach while
+        # the workers can, a damaged chunk) leaves the prior and says why; the fit's own first
+        # pass meets the same store and reports what is wrong with it.
+        return fallback(f"the probed rows could not be read here ({type(error).__name__}: {error})")
     values, total, features = sample_spectrum(rows, n, weights, standardize)
     if not (total > 0 and values.size and values[0] > 0):
         return fallback("the probed rows have no variance (constant)", rows.shape[0])

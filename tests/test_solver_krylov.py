@@ -644,6 +644,21 @@ def test_a_labeled_field_is_probed_from_the_dataset_itself(tmp_path):
     assert several.probe.passes is None and "not a plain stored array" in several.probe.reason
 
 
+def test_a_probe_that_cannot_read_its_rows_keeps_the_prior_and_says_why():
+    """The probe only predicts: rows it cannot read here (a store only the workers reach, a damaged
+    chunk) leave the prior point estimate, with the reason in the plan — a watched fit that probes
+    unasked is never failed by its probe."""
+    from daskpca import _probe
+
+    def unreachable(start, stop):
+        raise FileNotFoundError(f"/scratch/only-on-workers/x.zarr/c/{start}/0")
+
+    matrix = da.zeros((1000, 50), chunks=(10, 50))
+    found = _probe.probe(matrix, 4, tol=1e-4, max_passes=None, rows_of=unreachable)
+    assert found.passes is None and found.prior == krylov.predicted_passes(1e-4)
+    assert "could not be read here (FileNotFoundError: /scratch/only-on-workers" in found.reason
+
+
 @pytest.mark.parametrize("case", ["constant", "rank 3", "all equal"])
 def test_prediction_survives_degenerate_spectra(case):
     """The simulation runs (a listener is installed) on data with no variance, rank below k + 1, and

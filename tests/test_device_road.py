@@ -410,3 +410,16 @@ def test_device_merges_are_sized_to_the_task_budget_the_plan_checks(monkeypatch)
     # A small d keeps the device's wide merges.
     narrow = _device.on_device(on_device[:, :1000])
     assert _geometry.device_merge_fan_in(narrow, 2, 1000 * 1000 * 8, copies=3) == _device.DEVICE_SPLIT_EVERY
+
+
+def test_a_device_pass_claims_no_compute_time_for_the_eta(backend):
+    """A sketch's compute seconds (what Passes.computed counts a later pass at) are the tasks' CPU
+    time on the host; a device's kernels run asynchronously past it, so a device pass claims none
+    and the ETA counts its passes as measured."""
+    from daskpca.passes import _sketch
+
+    X = _data(2_000, 40)
+    omega = np.linalg.qr(np.random.default_rng(0).standard_normal((40, 8)))[0]
+    host = _sketch.run_pass((da.from_array(X, chunks=(500, 40)), None), omega, first=True)
+    device = _sketch.run_pass((_on(backend, X, chunks=(500, 40)), None), omega, first=True)
+    assert host.compute_seconds > 0 and device.compute_seconds == 0.0

@@ -377,7 +377,9 @@ def _sketch_block(block: np.ndarray, row_offset: int, omega: np.ndarray, with_m2
         if len(pending) == SPLIT_EVERY:
             pending = [_merge_sketches(pending, omega)]
     merged = _merge_sketches(pending, omega)
-    return replace(merged, compute_seconds=time.thread_time() - started)
+    # On a device the kernels run asynchronously, past the thread's CPU time: none is claimed (the
+    # ETA then counts the passes as measured, Passes.computed).
+    return replace(merged, compute_seconds=time.thread_time() - started if backend.on_host else 0.0)
 
 
 def _merge_sketches(parts: list[_Sketch], omega: np.ndarray) -> _Sketch:
@@ -408,8 +410,9 @@ def _merge_sketches(parts: list[_Sketch], omega: np.ndarray) -> _Sketch:
     p, r = _qr_after_direction(xp.concatenate(ones_direction), xp.concatenate(r_rows, axis=0))
     # r[0, 1:] ≈ 0: every part's sketch is already orthogonal to c's all-ones direction.
     ht = p[:, 1:].T @ xp.concatenate(ht_rows, axis=0)
+    own = time.thread_time() - started if backend_of(ht).on_host else 0.0  # as the leaves' (_sketch_block)
     return _Sketch(count, shift, offset, parts[0].scale, m2, r[1:, 1:], ht, nonfinite, sum(counted) if counted else None,
-                   spent + time.thread_time() - started)
+                   spent + own)
 
 
 def pass_graph(X, omega: np.ndarray, with_m2: bool = True, count_missing: bool = False, scale=None):

@@ -532,7 +532,6 @@ def test_the_time_left_scales_the_clients_work_by_how_it_grows():
         passes.spent(0.0)
         with passes.read():
             time.sleep(0.05)
-        started = time.perf_counter()
         time.sleep(0.2)  # the client after pass 2, of which 0.1 s one-off
         passes.spent(0.1)
         with passes.read():
@@ -542,7 +541,6 @@ def test_the_time_left_scales_the_clients_work_by_how_it_grows():
     assert 0.35 <= second.cycle_seconds < 0.45 and second.seconds_left == pytest.approx(3 * second.cycle_seconds)
     # After pass 2: passes 3–4, client 3, 4 × (0.2 − 0.1)/2 s.
     assert 0.05 + 0.1 * 3.5 / 2 <= third.cycle_seconds < 0.05 + 0.1 * 3.5 / 2 + 0.1, third.cycle_seconds
-    assert time.perf_counter() - started >= 0.2
 
 
 def test_a_pass_reports_its_tasks_compute_and_a_later_pass_over_kept_blocks_repeats_it(tmp_path):

@@ -100,11 +100,15 @@ PASS_SECONDS = 0.015
 #: still a task of the graph and, from a store, a synchronous zarr call of its own — serialised in
 #: one process (measured, 3000 chunks of 28.8 KB, zstd: 2.7 ms each on 1 thread, 2.5 ms on 2,
 #: 1.8 ms uncompressed; the same blocks in memory 0.1 ms). Inside one zarr selection per task
-#: (``"selection"``) the chunks are fetched together: (0.47 − 0.25 s) / 2988 more chunks. Read as
-#: stored, each chunk is a task, already counted by TASK_SECONDS.
+#: (``"selection"``, through the zarrs pipeline where it applies: passes/_decode.py) the chunks are
+#: fetched together: first measured (0.47 − 0.25 s) / 2988 more chunks = 7.4e-5 s; measured again
+#: on the first pass of a fit (2026-11-27, one row per chunk against 250 and 4000, best of 3):
+#: 3.2–3.7e-5 s (3000 chunks of 28.8 KB), 3.8e-5 s (16 000 of 16 KB), 1.8–2.6e-5 s (8760 of
+#: 65 KB), so that the plan's first pass over a one-step-per-chunk store was 1.5–1.8× the fit's.
+#: Read as stored, each chunk is a task, already counted by TASK_SECONDS.
 CHUNK_CALL_SECONDS = 2.4e-3
 BLOCK_SECONDS = 1.0e-4
-SELECTION_CHUNK_SECONDS = 7.0e-5
+SELECTION_CHUNK_SECONDS = 3.5e-5
 #: On a ``distributed`` cluster a task's result leaves its worker's memory: serialised and sent
 #: to the worker that merges it (or to the client), in a tree whose merges wait for it. Counted
 #: as every task's result moved once per pass at this rate (measured on 2 local workers × 1 GiB,
@@ -218,6 +222,9 @@ class SolverEstimate:
     local_seconds: float = 0.0  # the final eigenproblem / SVD where a device plan puts it
     move_seconds: float = 0.0  # per pass: the blocks moved from the host to the device
     certified: bool = False  # an approximate solver that certifies the plan's tol within its read budget
+    #: One pass more of a road that stops on convergence, over the source, without the client's
+    #: work (None: a fixed count of passes): what a probe's pass count is priced by (:meth:`Plan.with_probe`).
+    pass_seconds: float | None = None
 
     @property
     def uncached(self) -> float | None:
@@ -234,7 +241,12 @@ class SolverEstimate:
 
     def with_seconds(self, n: int, d: int, itemsize: int, threads: int = 1, distributed: bool = False,
                      registry=None, chunk_seconds: float = 0.0) -> "SolverEstimate":
-        return replace(self, seconds=predicted_seconds(self, n, d, itemsize, threads, distributed, registry, chunk_seconds))
+        timed = lambda e: predicted_seconds(e, n, d, itemsize, threads, distributed, registry, chunk_seconds)  # noqa: E731
+        seconds, one_more = timed(self), None
+        if self.most_passes is not None and isinstance(self.passes, int) and self.passes > 0:
+            # The same road one pass longer (its flops a pass more, the client's the same): the difference.
+            one_more = timed(replace(self, passes=self.passes + 1, flops=self.flops * (self.passes + 1) / self.passes)) - seconds
+        return replace(self, seconds=seconds, pass_seconds=one_more)
 
 
 @dataclass(frozen=True)
@@ -271,18 +283,35 @@ class Plan:
     priced_for: tuple | None = field(default=None, compare=False)
 
     def with_probe(self, probe) -> "Plan":
-        """This plan with the probed road's (``probe.road``: block Krylov) passes the ``probe``'s point estimate (plus the feature
-        stage's reads), its time the per-pass time × (those passes + the probe's fraction of a
-        pass), and the probe stated. The choice of road is kept (the probe refines the chosen road's
-        estimate; it does not re-plan). A probe without an estimate only adds its line."""
+        """This plan with the probed road's (``probe.road``: block Krylov) passes the ``probe``'s
+        point estimate (plus the feature stage's reads) and the probe stated. Its time changes by
+        the passes gained or saved, each at a later pass's time (``pass_seconds``, less what the
+        plan's pass cache saves on it: the first pass, which reads the source and keeps its blocks,
+        is the same whatever the count), by the client's work for the probe's count
+        (``probe.client_flops``: it grows faster than the passes) and by the probe's own read.
+        Before (issue 41), the whole time was scaled by the count, the first pass's read with it:
+        1.5–2.2× the fit's time where the probe's count was within 1.2×. The choice of road is
+        kept (the probe refines the chosen road's estimate; it does not re-plan). A probe without
+        an estimate only adds its line."""
         estimates = list(self.estimates)
+        cache = self.cache
+        saved = 0.0  # what the plan's cache saves on each later pass
+        if cache is not None and cache.kind is not None and None not in (cache.read_seconds, cache.pass_seconds):
+            saved = max(cache.read_seconds - cache.pass_seconds, 0.0)
         for i, e in enumerate(estimates):
             if e.name != probe.road or probe.passes is None or not isinstance(e.passes, int) or e.passes < 1:
                 continue
             prior = probe.prior  # the solver's passes in e.passes, after the feature stage's reads
             passes = e.passes - prior + probe.passes
-            seconds = None if e.seconds is None else e.seconds / e.passes * (passes + probe.fraction)
+            client = probe.client_flops if probe.client_flops is not None else e.client_flops
+            seconds = e.seconds
+            if seconds is not None and e.pass_seconds is not None:
+                seconds += ((passes - e.passes) * (e.pass_seconds - saved) + (client - e.client_flops) / CLIENT_FLOPS_PER_SECOND
+                            + probe.fraction * e.pass_seconds)
+            elif seconds is not None:
+                seconds = seconds / e.passes * (passes + probe.fraction)
             estimates[i] = replace(e, passes=passes, flops=e.flops * probe.passes / max(prior, 1), seconds=seconds,
+                                   client_flops=client,
                                    note=f"{e.note}; {probe.passes} solver passes from the probe" if e.note else e.note)
         return replace(self, estimates=estimates, probe=probe)
 

@@ -51,7 +51,8 @@ stated, small read for a better one:
    half of it.
 
 The plan then counts the chosen block Krylov road at that many passes (plus the feature stage's
-reads), its time the plan's per-pass time × (passes + the probe's fraction of a pass), and says
+reads), its time changed by the passes gained or saved at a later pass's time and by the client's
+work for that many passes (:meth:`daskpca._plan.Plan.with_probe`), and says
 so (``"probed: 87 of 8760 rows (1.0 %), point estimate 7 passes from their spectrum"``). A fit
 given that plan (``fit(X, plan=plan)``) starts from the probe's simulated bounds: its progress
 line shows an ETA from the first pass ("ETA from the probe") until the fit's own simulation from
@@ -122,6 +123,7 @@ class Probe:
     prior: int = 0  # the planner's point estimate without the probe (krylov.predicted_passes)
     road: str = ROAD.name  # the plan's estimate the point estimate is for
     model: str = ""  # the spectrum the simulation ran on (SpikedNoise.describe, or the floor's)
+    client_flops: float | None = None  # the client's work over those passes (krylov.client_flops; None: no estimate)
 
     @property
     def fraction(self) -> float:
@@ -383,4 +385,5 @@ def probe(matrix, k: int, *, tol: float | None, max_passes: int | None, n_oversa
     if not history:
         return fallback("their spectrum has nothing to model", rows.shape[0])
     return Probe(rows.shape[0], n, len(ranges), len(history), tuple(float(b) for b in history), tol,
-                 seconds=time.perf_counter() - started, prior=prior, model=model)
+                 seconds=time.perf_counter() - started, prior=prior, model=model,
+                 client_flops=krylov.client_flops(d, ell, len(history), k))

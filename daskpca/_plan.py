@@ -288,11 +288,12 @@ class Plan:
         the passes gained or saved, each at a later pass's time (``pass_seconds``, less what the
         plan's pass cache saves on it: the first pass, which reads the source and keeps its blocks,
         is the same whatever the count), by the client's work for the probe's count
-        (``probe.client_flops``: it grows faster than the passes) and by the probe's own read.
-        Before (issue 41), the whole time was scaled by the count, the first pass's read with it:
-        1.5–2.2× the fit's time where the probe's count was within 1.2×. The choice of road is
-        kept (the probe refines the chosen road's estimate; it does not re-plan). A probe without
-        an estimate only adds its line."""
+        (``probe.client_flops``: it grows faster than the passes) and by the probe's own read: a
+        probed plan of P passes costs what a plan of P passes costs. (Before, the whole time was
+        scaled by the count, the first pass's read and keep with it.) The choice of road is kept
+        (the probe refines the chosen road's estimate; it does not re-plan: a fit that probes
+        unasked, because someone watches it, must take the road an unwatched one takes). A probe
+        without an estimate only adds its line."""
         estimates = list(self.estimates)
         cache = self.cache
         saved = 0.0  # what the plan's cache saves on each later pass
@@ -305,11 +306,9 @@ class Plan:
             passes = e.passes - prior + probe.passes
             client = probe.client_flops if probe.client_flops is not None else e.client_flops
             seconds = e.seconds
-            if seconds is not None and e.pass_seconds is not None:
+            if seconds is not None and e.pass_seconds is not None:  # the road stops on convergence (with_seconds)
                 seconds += ((passes - e.passes) * (e.pass_seconds - saved) + (client - e.client_flops) / CLIENT_FLOPS_PER_SECOND
                             + probe.fraction * e.pass_seconds)
-            elif seconds is not None:
-                seconds = seconds / e.passes * (passes + probe.fraction)
             estimates[i] = replace(e, passes=passes, flops=e.flops * probe.passes / max(prior, 1), seconds=seconds,
                                    client_flops=client,
                                    note=f"{e.note}; {probe.passes} solver passes from the probe" if e.note else e.note)

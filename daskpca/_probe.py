@@ -58,6 +58,10 @@ given that plan (``fit(X, plan=plan)``) starts from the probe's simulated bounds
 line shows an ETA from the first pass ("ETA from the probe") until the fit's own simulation from
 pass 2 replaces it.
 
+Rows dask computes (a cube reshaped to rows, ``da.from_zarr(cube).reshape(n, -1)``; several
+stacked sample dims) are computed from the blocks they come from where those are few
+(:func:`computed_rows`: at most :data:`COMPUTED_SHARE` of the graph's tasks).
+
 Where the probe cannot say anything (fewer than 100 rows: 1 % is less than one; the probed rows
 have no variance; fewer probed rows than k + 2, too few for k values and the one after;
 an input that is not a plain stored read, whose sampled rows would compute whole task blocks)
@@ -78,7 +82,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .passes import geometry_of, plain_source
+from .passes import geometry_of, plain_source, ungrouped
 from .solvers import krylov
 
 #: The road the probe predicts (its simulation is block Krylov's own iteration and bound).
@@ -162,6 +166,33 @@ def probe_rows(n: int, storage_rows: int, fraction: float = PROBE_FRACTION) -> l
     return [(int(b) * storage_rows, min(int(b) * storage_rows + length, n)) for b in picks]
 
 
+#: A matrix dask computes (``da.from_zarr(cube).reshape(n, -1)``, a cast, a selection) is probed
+#: where the graph of its sampled rows, culled from the whole, holds at most this share of the
+#: whole graph's tasks: a cube of one step per chunk needs ~1 % (each row its own chunk's tasks);
+#: row blocks larger than the sample, or rows a rechunk joins from column strips, need most of it.
+COMPUTED_SHARE = 0.05
+
+
+def computed_rows(matrix, ranges) -> tuple:
+    """``(read, share)``: ``read()`` computes the rows ``ranges`` of the dask array ``matrix`` in one
+    ``dask.compute`` (on the client's cluster where there is one), and ``share`` is the fraction of
+    ``matrix``'s tasks their culled graph holds; ``read`` is None where that is above
+    :data:`COMPUTED_SHARE` (they would compute far more than 1 % of the input) or the chunks are not
+    NumPy's (a device array's rows would have to come back to the host first). Metadata only."""
+    import dask
+    import dask.array as da
+
+    matrix = ungrouped(matrix)  # rows joined into larger task blocks: sampled from the blocks joined
+    if not ranges or not isinstance(getattr(matrix, "_meta", None), np.ndarray):
+        return None, 1.0
+    sample = da.concatenate([matrix[start:stop] for start, stop in ranges])
+    needed = len(sample.dask.cull(set(dask.core.flatten(sample.__dask_keys__()))))
+    share = max(needed - 2 * len(ranges) - 1, 0) / max(len(matrix.dask), 1)  # less the slices and the join
+    if share > COMPUTED_SHARE:
+        return None, share
+    return (lambda: np.asarray(sample.compute())), share
+
+
 def affordable(matrix, rows_of=None) -> bool:
     """Whether a fit may probe ``matrix`` unasked (someone watches its passes, so the ETA from the
     first pass is worth a read): its rows come from a plain stored array, memory, or ``rows_of``
@@ -172,8 +203,10 @@ def affordable(matrix, rows_of=None) -> bool:
     n = matrix.shape[0]
     geometry = geometry_of(matrix)
     storage_rows = geometry.storage_rows if geometry is not None else matrix.chunks[0][0]
-    readable = rows_of is not None or plain_source(matrix) is not None
-    return bool(probe_rows(n, storage_rows)) and storage_rows <= n * PROBE_FRACTION and readable
+    ranges = probe_rows(n, storage_rows)
+    if not ranges or storage_rows > n * PROBE_FRACTION:
+        return False
+    return rows_of is not None or plain_source(matrix) is not None or computed_rows(matrix, ranges)[0] is not None
 
 
 def sample_spectrum(rows: np.ndarray, n_samples: int, weights: np.ndarray | None = None,
@@ -359,12 +392,16 @@ def probe(matrix, k: int, *, tol: float | None, max_passes: int | None, n_oversa
     source = plain_source(matrix) if in_memory is None else in_memory
     if rows_of is None and source is not None:
         rows_of = lambda start, stop: np.asarray(source[start:stop])  # noqa: E731
-    if rows_of is None:
-        # A matrix computed by dask (a field stacked from several sample dims, a weighted input):
-        # slicing it would compute the whole task blocks holding the rows, far more than 1 %.
-        return fallback("the input is not a plain stored array: its sampled rows would compute whole task blocks")
+    if rows_of is not None:
+        read = lambda: np.concatenate([rows_of(start, stop) for start, stop in ranges])  # noqa: E731
+    else:  # rows dask computes (a cube reshaped to rows): read where they need little of the graph
+        read, share = computed_rows(matrix, ranges)
+        if read is None:
+            return fallback(f"the input is not a plain stored array, and its sampled rows would compute "
+                            f"{100 * share:.0f} % of its graph's tasks (whole task blocks, or every block a rechunk "
+                            "joins)")
     try:
-        rows = np.concatenate([rows_of(start, stop) for start, stop in ranges])
+        rows = read()
     except Exception as error:  # any store's error (an object store's are not OSError): only the read is inside
         # The probe only predicts: a read it cannot make (a store this process cannot reach while
         # the workers can, a damaged chunk) leaves the prior and says why; the fit's own first

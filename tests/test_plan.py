@@ -371,6 +371,39 @@ def test_a_degenerate_probe_keeps_the_prior_and_says_why(case):
     assert plan.passes == plan.probe.prior == 5 and "the prior point estimate stands" in str(plan)
 
 
+def test_rows_dask_computes_are_probed_where_they_need_few_of_its_blocks(tmp_path):
+    """A cube of one time step per chunk read as da.from_zarr(cube).reshape(n, -1) (its rows
+    computed by dask, joined into task blocks by the pass geometry): the probe computes its 1 % of
+    the rows from the blocks they come from, reading only their storage chunks, once each. Rows a
+    rechunk joins from column strips would compute most of the graph: not probed, nothing read,
+    and the plan says why; not probed unasked either."""
+    import zarr
+    from zarr.storage import LocalStore
+
+    from _helpers import CountingStore
+    from daskpca import _probe
+
+    n, k = 3000, 4
+    X = spectral_data(np.concatenate([np.geomspace(10, 1, k), 0.9 * np.linspace(1, 0.8, 48 - k)]), n, 48)
+    zarr.create_array(store=LocalStore(tmp_path / "cube.zarr"), shape=(n, 6, 8), chunks=(1, 6, 8), dtype="f8")[...] = \
+        X.reshape(n, 6, 8)
+    store = CountingStore(LocalStore(tmp_path / "cube.zarr", read_only=True))
+    cube = da.from_zarr(zarr.open_array(store, mode="r")).reshape(n, 48)
+    plan = PCA(k, solver="krylov", tol=1e-4).plan(cube, probe=True)
+    reads = store.chunk_reads()
+    assert plan.geometry.read == "concatenated" and plan.probe.passes is not None  # joined blocks, yet probed
+    assert plan.probe.rows == 30 and len(reads) == 30 and max(reads.values()) == 1  # 1 % of the steps, once each
+    assert _probe.affordable(cube)  # a watched fit probes it unasked
+    strips = CountingStore(LocalStore(tmp_path / "strips.zarr"))
+    zarr.create_array(store=strips, shape=(n, 48), chunks=(n, 8), dtype="f8")[...] = X
+    strips = CountingStore(LocalStore(tmp_path / "strips.zarr", read_only=True))
+    rows = da.from_zarr(zarr.open_array(strips, mode="r")).rechunk((100, 48))
+    refused = PCA(k, solver="krylov", tol=1e-4).plan(rows, probe=True)
+    assert refused.probe.passes is None and "not a plain stored array" in refused.probe.reason
+    assert "% of its graph's tasks" in refused.probe.reason and not strips.chunk_reads()
+    assert not _probe.affordable(rows)
+
+
 def test_a_pass_is_priced_for_the_storage_chunks_its_tasks_read_one_call_each(tmp_path):
     # Issue 41: a store of one time step per chunk read through da.from_zarr(...).reshape joins
     # its blocks into each task: every block is a task and a zarr call of its own (serialised),

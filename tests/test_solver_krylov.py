@@ -613,7 +613,8 @@ def test_a_labeled_field_is_probed_from_the_dataset_itself(tmp_path):
     """An xarray field (one time step per chunk, as archives store it) is probed by reading its
     sampled time steps from the dataset — the storage chunks holding them, ≤ 1 % — not the
     stacked matrix's task blocks (which would read hundreds of steps each); asked for
-    (plan(probe=True)) or by a watched fit. Several sample dims: not probed, and said why."""
+    (plan(probe=True)) or by a watched fit. Several sample dims: the rows dask stacks, sampled
+    where they need few of its blocks (_probe.computed_rows)."""
     import xarray as xr
     import zarr
     from zarr.storage import LocalStore
@@ -639,7 +640,7 @@ def test_a_labeled_field_is_probed_from_the_dataset_itself(tmp_path):
     stacked = field.expand_dims(member=[0, 1]).stack(sample=("member", "time")).transpose("sample", "lat", "lon")
     stacked = stacked.unstack("sample").transpose("member", "time", "lat", "lon")
     several = PCA(4, solver="krylov", tol=1e-4).plan(stacked, sample_dims=("member", "time"), probe=True)
-    assert several.probe.passes is None and "not a plain stored array" in several.probe.reason
+    assert several.probe.passes is not None and several.probe.rows == 12  # from the stacked rows dask computes
 
 
 def test_a_probe_that_cannot_read_its_rows_keeps_the_prior_and_says_why():

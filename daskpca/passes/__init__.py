@@ -35,7 +35,8 @@ from ._device import (DEVICE_NAMES, EIGH_FLOPS, FLOAT64_BYTES, NUMPY, SVD_FLOPS,
                       to_device, to_host)
 from ._geometry import (TASK_MEMORY_FRACTION, ColumnStrips, Geometry, current_client, device_merge_fan_in,
                         device_task_bytes, device_threads, geometry_of, needs_column_strips, on_column_strips,
-                        plain_source, regroup, relaid_out, remember, strip_columns, what_runs, worker_infos, worker_resources)
+                        plain_source, regroup, relaid_out, remember, strip_columns, ungrouped, what_runs, worker_infos,
+                        worker_resources)
 from ._graph import SizedByArrays, map_column_blocks, map_row_blocks, merge_task_bytes, share, shared, tree_reduce
 from ._linalg import (DEFLATION_RTOL, LANCZOS_MAX_FRACTION, LANCZOS_MIN_SIZE, Basis, client_blas_threads, eigh_descending,
                       eigh_descending_on_device, flip_signs, one_blas_thread, orthonormal_extension, tall_norm2, tall_qr,
@@ -58,7 +59,7 @@ __all__ = [
     "to_device", "to_host",
     # geometry and strips
     "TASK_MEMORY_FRACTION", "ColumnStrips", "Geometry", "current_client", "device_merge_fan_in", "device_task_bytes",
-    "device_threads", "geometry_of", "needs_column_strips", "on_column_strips", "plain_source", "regroup", "relaid_out", "remember",
+    "device_threads", "geometry_of", "needs_column_strips", "on_column_strips", "plain_source", "regroup", "relaid_out", "remember", "ungrouped",
     "strip_columns", "what_runs", "worker_infos", "worker_resources",
     # graph reductions
     "SizedByArrays", "map_column_blocks", "map_row_blocks", "merge_task_bytes", "share", "shared", "tree_reduce",

@@ -96,6 +96,7 @@ class Geometry:
 
 _GEOMETRIES: OrderedDict[str, Geometry] = OrderedDict()
 _REMEMBERED = 256
+_UNGROUPED: OrderedDict[str, object] = OrderedDict()  # regrouped name → the array its blocks were joined from
 
 
 def geometry_of(array) -> Geometry | None:
@@ -104,13 +105,24 @@ def geometry_of(array) -> Geometry | None:
     return _GEOMETRIES.get(getattr(array, "name", None))
 
 
-def remember(array, geometry: Geometry):
-    """Record ``geometry`` for ``array`` (see :func:`geometry_of`); returns ``array``."""
-    _GEOMETRIES[array.name] = geometry
-    _GEOMETRIES.move_to_end(array.name)
-    while len(_GEOMETRIES) > _REMEMBERED:
-        _GEOMETRIES.popitem(last=False)
+def remember(array, geometry: Geometry, *, joined_from=None):
+    """Record ``geometry`` for ``array`` (see :func:`geometry_of`), and ``joined_from``, the array
+    whose blocks a merge-only rechunk joined into ``array``'s (see :func:`ungrouped`); returns ``array``."""
+    for record, value in ((_GEOMETRIES, geometry), (_UNGROUPED, joined_from)):
+        if value is None:
+            record.pop(array.name, None)
+            continue
+        record[array.name] = value
+        record.move_to_end(array.name)
+        while len(record) > _REMEMBERED:
+            record.popitem(last=False)
     return array
+
+
+def ungrouped(array):
+    """The array :func:`regroup` joined ``array``'s row blocks from (the same values in its own,
+    smaller blocks: a sample of rows computes only its blocks), else ``array`` itself."""
+    return _UNGROUPED.get(getattr(array, "name", None), array)
 
 
 def current_client():
@@ -374,7 +386,7 @@ def regroup(array, row_axis: int = 0, whole_axes: tuple[int, ...] = (), *, encod
         regrouped = da.from_array(fast_source(source), chunks=chunks, lock=False, asarray=True, meta=np.empty((0,) * array.ndim, array.dtype),
                                   name=f"read-{tokenize(array.name, chunks)}")
         return remember(regrouped, replace(geometry, read="selection"))
-    return remember(array.rechunk(chunks), replace(geometry, read="concatenated"))
+    return remember(array.rechunk(chunks), replace(geometry, read="concatenated"), joined_from=array)
 
 
 

@@ -333,6 +333,35 @@ def test_the_probes_point_estimate_is_within_one_and_a_half_times_the_passes_mad
         assert starts[1].describe().endswith("left (ETA from the probe)")
 
 
+def test_a_tail_the_probes_rows_cannot_resolve_is_modelled_from_its_bulks_moments():
+    """160 rows of 2000 features (1 % of 16 000): a plateau of five modes under λ_k = 1.5·(its level)
+    and a tail decaying to 1e-3 lift every sample value by the tail's variance over the rows, and
+    the bulk's top (2.0–2.5 here) is that spread's, not a mode after λ_k. Less its smallest value
+    (the floor model) the head and that top gave a gap of ~1.04 and 10 passes for tol 1e-4; from
+    the bulk's mean and its first two moments (effective rank within 15 % of the tail's) the
+    probe predicts what the same simulation makes on the true spectrum. A tail the rows resolve
+    (fast decay) keeps the floor model, which continues the sample's own trailing values."""
+    from daskpca._probe import sample_spectrum, unresolved_tail, without_floor
+
+    n, d, k, m, tol = 16_000, 2_000, 10, 160, 1e-4
+    rng = np.random.default_rng(0)
+    plateau = np.concatenate([np.geomspace(30, 1.5, k), np.ones(5), np.geomspace(0.5, 1e-3, d - k - 5)])
+    fast = 0.8 ** np.arange(d)
+    for variances, resolved in ((plateau, False), (fast, True)):
+        rows = rng.standard_normal((m, d)) * np.sqrt(variances)  # any rotation: the probe sees only the spectrum
+        values, total, _ = sample_spectrum(rows, n)
+        scatter = variances * (n - 1)
+        made = len(krylov.simulated_passes(*krylov.binned_spectrum(scatter[:k], scatter[k:], k), k, k + 10, tol, 20, n))
+        floor = len(krylov.simulated_total(without_floor(values), total, d, k, k + 10, tol, 20, n))
+        tail = unresolved_tail(values, total, n, k, d)
+        if resolved:
+            assert tail is None and floor == made
+            continue
+        tail_rank = np.sum(variances[k:]) ** 2 / np.sum(variances[k:] ** 2)
+        assert tail is not None and abs(tail[2] / tail_rank - 1) < 0.15
+        assert len(krylov.simulated_passes(*tail[:2], k, k + 10, tol, 20, n)) == made == 6 < floor
+
+
 def test_the_spiked_model_recovers_the_noise_and_the_spikes_from_their_sample_eigenvalues():
     """Baik–Silverstein's map inverted: 400 rows of 8000 features (γ = 20: the sample spikes sit
     at 1.2–2× their population values, the bulk at σ²(√γ ∓ 1)²) give back σ² and the spike strengths

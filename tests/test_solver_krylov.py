@@ -809,6 +809,39 @@ def test_the_next_eigenvalue_estimate_allows_the_products_round_off():
     assert next_eigenvalue(theta, norms, 2, 10.0, roundoff=1e-12) == 2.0 + 1e-12  # the trace figure, 10 − 8 + 1e-7, is larger
 
 
+def test_the_probes_prediction_stands_while_the_fit_keeps_to_its_course(monkeypatch):
+    """A fit given a probed plan keeps the probe's simulated count while its own bound stays within
+    SIMULATION_DRIFT of the probe's simulated bound, pass by pass: no simulation of its own (each
+    costs client time; replaced at pass 2 whatever the course, a plateau's fit re-ran it 3–5 times
+    and predicted 11–13 passes where the probe's 6 and 8 were made). Off the course (a continuum the
+    probe under-predicts) the fit's own simulation takes over."""
+    from daskpca import PCA
+    from daskpca.passes._progress import listen
+
+    calls = []
+    real = krylov.simulated_total
+    monkeypatch.setattr(krylov, "simulated_total", lambda *a, **k: calls.append(1) or real(*a, **k))
+    n, d, k = 2400, 200, 10
+    spectra = {"rate 0.8": 0.8 ** np.arange(d),
+               "continuum": np.concatenate([np.geomspace(10, 1, k), 0.9 * np.linspace(1, 0.8, d - k)])}
+    for name, variances in spectra.items():
+        X = spectral_data(variances, n, d)
+        estimator = PCA(k, solver="krylov", tol=1e-6, random_state=0)
+        plan = estimator.plan(X, probe=True)
+        calls.clear()
+        starts = []
+        with listen(lambda report: starts.append(report) if report.seconds is None else None):
+            model = estimator.fit(X, plan=plan)
+        simulated, made = plan.probe.history, model.solver_info_["bound_history"]
+        on_course = all(krylov._on_course(list(simulated), j + 1, bound) for j, bound in enumerate(made[:-1]))
+        if name == "rate 0.8":  # the probe's count is the fit's, and its bounds kept to the course (3 passes)
+            assert on_course and plan.probe.passes == model.n_passes_
+            assert calls == [] and all(report.learnt == 0 for report in starts)
+        else:
+            assert not on_course and plan.probe.passes < model.n_passes_
+            assert calls and starts[-1].learnt == starts[-1].number - 1
+
+
 def test_the_pass_count_is_simulated_only_where_someone_is_shown_it(monkeypatch):
     """The simulated prediction of the passes left costs client time (a small fit on a model
     spectrum): a fit nobody watches — its own PassClock only times the passes — skips it; a

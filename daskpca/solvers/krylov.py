@@ -391,8 +391,7 @@ def simulated_passes(values: np.ndarray, multiplicities: np.ndarray, k: int, ell
     with one_blas_thread():  # a few hundred diagonal entries: more threads only contend
         for _ in range(budget):
             basis = basis.extend(block, diagonal[:, None] * block)
-            found = certify(basis, k, *basis.ritz(), n_samples, total)
-            history.append(smallest_bound(min(found["bound"], found["refined"]), found["augmented"]))
+            history.append(estimate(basis, k, n_samples=n_samples, total=total).certified())
             if history[-1] <= target:
                 break
             block = orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:], basis.T[:, -block.shape[1]:])

@@ -366,8 +366,10 @@ def binned_spectrum(head: np.ndarray, tail: np.ndarray, k: int) -> tuple[np.ndar
 def simulated_passes(values: np.ndarray, multiplicities: np.ndarray, k: int, ell: int, target: float, budget: int,
                      n_samples: int = 1, seed: int = 0) -> list[float]:
     """The bounds after each pass block Krylov makes on a matrix with this spectrum until its bound
-    reaches ``target`` (at most ``budget`` passes; their count is the prediction): the same iteration and the same bound code (:func:`certify`,
-    :func:`smallest_bound`) as :func:`solve`, on a diagonal matrix, from a Gaussian start.
+    reaches ``target`` (at most ``budget`` passes; their count is the prediction): the same iteration and the same
+    bound as :func:`solve` stops on (:func:`estimate`, the left projection's Nyström bound included: without it the
+    simulation predicted a pass more than fits made on fast decay, 4 for 3 at 0.8ⁱ and tol 1e-6), on a diagonal
+    matrix, from a Gaussian start.
 
     A value of multiplicity μ is exact in a smaller space: block Krylov on a diagonal C sees the
     start block's rows E (μ×ℓ) on that eigenspace only through EᵀE (C is λ·I there), and the

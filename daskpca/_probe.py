@@ -179,23 +179,24 @@ COMPUTED_SHARE = 0.05
 
 
 def computed_rows(matrix, ranges) -> tuple:
-    """``(read, share)``: ``read()`` computes the rows ``ranges`` of the dask array ``matrix`` in one
-    ``dask.compute`` (on the client's cluster where there is one), and ``share`` is the fraction of
-    ``matrix``'s tasks their culled graph holds; ``read`` is None where that is above
-    :data:`COMPUTED_SHARE` (they would compute far more than 1 % of the input) or the chunks are not
+    """``(read, why_not)``: ``read()`` computes the rows ``ranges`` of the dask array ``matrix`` in
+    one ``dask.compute`` (on the client's cluster where there is one), where their graph, culled from
+    ``matrix``'s, holds at most :data:`COMPUTED_SHARE` of its tasks; else ``read`` is None and
+    ``why_not`` says why: they would compute far more than 1 % of the input, or the chunks are not
     NumPy's (a device array's rows would have to come back to the host first). Metadata only."""
     import dask
     import dask.array as da
 
     matrix = ungrouped(matrix)  # rows joined into larger task blocks: sampled from the blocks joined
-    if not ranges or not isinstance(getattr(matrix, "_meta", None), np.ndarray):
-        return None, 1.0
+    if not isinstance(getattr(matrix, "_meta", None), np.ndarray):
+        return None, "its chunks are not NumPy arrays"
     sample = da.concatenate([matrix[start:stop] for start, stop in ranges])
     needed = len(sample.dask.cull(set(dask.core.flatten(sample.__dask_keys__()))))
     share = max(needed - 2 * len(ranges) - 1, 0) / max(len(matrix.dask), 1)  # less the slices and the join
     if share > COMPUTED_SHARE:
-        return None, share
-    return (lambda: np.asarray(sample.compute())), share
+        return None, (f"its sampled rows would compute {100 * share:.0f} % of its graph's tasks (whole task "
+                      "blocks, or every block a rechunk joins)")
+    return (lambda: np.asarray(sample.compute())), ""
 
 
 def affordable(matrix, rows_of=None) -> bool:
@@ -258,12 +259,13 @@ def without_floor(values: np.ndarray) -> np.ndarray:
     return np.clip(values - floor, 1e-12 * float(values[0]), None) if values.size else values
 
 
-def unresolved_tail(values: np.ndarray, total: float, n: int, k: int, rank: int) -> tuple | None:
+def unresolved_tail(values: np.ndarray, total: float, k: int, rank: int) -> tuple | None:
     """``(values, multiplicities, effective rank)`` of C's spectrum where the probe's bulk (its
     sample values after the k-th) is a tail the rows cannot resolve, else None (then
     :func:`without_floor` models it).
 
-    ``values``, ``total``: :func:`sample_spectrum`'s (m − 1 values, scatter units for n rows). A
+    ``values``, ``total``: :func:`sample_spectrum`'s (m − 1 values, scatter units for n rows);
+    ``rank``: C's most nonzero eigenvalues (min(n − 1, d)). A
     tail of population eigenvalues Σ_t sampled by m' = m − 1 − k centred rows (the dimensions the
     head leaves) gives a sample covariance S with E tr S = tr Σ_t and, for Gaussian rows (Wishart
     moments), E tr S² = ((tr Σ_t)² + (m' + 1)·tr Σ_t²)/m': so tr Σ_t² = (m'·tr S² − (tr S)²)/(m' + 1)
@@ -442,11 +444,9 @@ def probe(matrix, k: int, *, tol: float | None, max_passes: int | None, n_oversa
     if rows_of is not None:
         read = lambda: np.concatenate([rows_of(start, stop) for start, stop in ranges])  # noqa: E731
     else:  # rows dask computes (a cube reshaped to rows): read where they need little of the graph
-        read, share = computed_rows(matrix, ranges)
+        read, why_not = computed_rows(matrix, ranges)
         if read is None:
-            return fallback(f"the input is not a plain stored array, and its sampled rows would compute "
-                            f"{100 * share:.0f} % of its graph's tasks (whole task blocks, or every block a rechunk "
-                            "joins)")
+            return fallback(f"the input is not a plain stored array, and {why_not}")
     try:
         rows = read()
     except Exception as error:  # any store's error (an object store's are not OSError): only the read is inside
@@ -464,7 +464,7 @@ def probe(matrix, k: int, *, tol: float | None, max_passes: int | None, n_oversa
         model = spikes.describe(k)
         history = krylov.simulated_passes(*spiked_spectrum(spikes, n, features, k), k, ell, tol, budget, n)
     else:
-        tail = unresolved_tail(values, total, n, k, rank)
+        tail = unresolved_tail(values, total, k, rank)
         if tail is not None:
             model = f"the sample spectrum less its floor (its bulk's mean), over a tail of effective rank ≈ {tail[2]:.0f}"
             history = krylov.simulated_passes(*tail[:2], k, ell, tol, budget, n)

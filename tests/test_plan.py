@@ -353,7 +353,7 @@ def test_a_tail_the_probes_rows_cannot_resolve_is_modelled_from_its_bulks_moment
         scatter = variances * (n - 1)
         made = len(krylov.simulated_passes(*krylov.binned_spectrum(scatter[:k], scatter[k:], k), k, k + 10, tol, 20, n))
         floor = len(krylov.simulated_total(without_floor(values), total, d, k, k + 10, tol, 20, n))
-        tail = unresolved_tail(values, total, n, k, d)
+        tail = unresolved_tail(values, total, k, d)
         if resolved:
             assert tail is None and floor == made
             continue

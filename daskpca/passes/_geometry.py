@@ -96,7 +96,10 @@ class Geometry:
 
 _GEOMETRIES: OrderedDict[str, Geometry] = OrderedDict()
 _REMEMBERED = 256
-_UNGROUPED: OrderedDict[str, object] = OrderedDict()  # regrouped name → the array its blocks were joined from
+#: A regrouped array's name → (name, chunks, meta) of the array its blocks were joined from: only
+#: what rebuilds it from the regrouped array's own graph, which holds its layers (the array itself
+#: would keep a user's in-memory data alive after the fit).
+_UNGROUPED: OrderedDict[str, tuple] = OrderedDict()
 
 
 def geometry_of(array) -> Geometry | None:
@@ -106,9 +109,11 @@ def geometry_of(array) -> Geometry | None:
 
 
 def remember(array, geometry: Geometry, *, joined_from=None):
-    """Record ``geometry`` for ``array`` (see :func:`geometry_of`), and ``joined_from``, the array
-    whose blocks a merge-only rechunk joined into ``array``'s (see :func:`ungrouped`); returns ``array``."""
-    for record, value in ((_GEOMETRIES, geometry), (_UNGROUPED, joined_from)):
+    """Record ``geometry`` for ``array`` (see :func:`geometry_of`), and how to rebuild
+    ``joined_from``, the array whose blocks a merge-only rechunk joined into ``array``'s (see
+    :func:`ungrouped`); returns ``array``."""
+    joined = None if joined_from is None else (joined_from.name, joined_from.chunks, joined_from._meta)
+    for record, value in ((_GEOMETRIES, geometry), (_UNGROUPED, joined)):
         if value is None:
             record.pop(array.name, None)
             continue
@@ -121,8 +126,15 @@ def remember(array, geometry: Geometry, *, joined_from=None):
 
 def ungrouped(array):
     """The array :func:`regroup` joined ``array``'s row blocks from (the same values in its own,
-    smaller blocks: a sample of rows computes only its blocks), else ``array`` itself."""
-    return _UNGROUPED.get(getattr(array, "name", None), array)
+    smaller blocks: a sample of rows computes only its blocks), rebuilt from ``array``'s graph;
+    else ``array`` itself."""
+    import dask.array as da
+
+    joined = _UNGROUPED.get(getattr(array, "name", None))
+    if joined is None or joined[0] not in getattr(array.dask, "layers", {}):
+        return array
+    name, chunks, meta = joined
+    return da.Array(array.dask, name, chunks, meta=meta)
 
 
 def current_client():

@@ -87,7 +87,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .passes import geometry_of, plain_source, ungrouped
+from .passes import NUMPY, geometry_of, on_device, plain_source, ungrouped
 from .solvers import krylov
 
 #: The road the probe predicts (its simulation is block Krylov's own iteration and bound).
@@ -188,7 +188,7 @@ def computed_rows(matrix, ranges) -> tuple:
     import dask.array as da
 
     matrix = ungrouped(matrix)  # rows joined into larger task blocks: sampled from the blocks joined
-    if not isinstance(getattr(matrix, "_meta", None), np.ndarray):
+    if on_device(matrix) is not NUMPY:
         return None, "its chunks are not NumPy arrays"
     sample = da.concatenate([matrix[start:stop] for start, stop in ranges])
     needed = len(sample.dask.cull(set(dask.core.flatten(sample.__dask_keys__()))))

@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 import dask
 import numpy as np
 
-from ._device import device_fan_in, device_memory
+from ._device import device_fan_in, device_memory, meta_of
 
 logger = logging.getLogger("daskpca")
 
@@ -112,7 +112,7 @@ def remember(array, geometry: Geometry, *, joined_from=None):
     """Record ``geometry`` for ``array`` (see :func:`geometry_of`), and how to rebuild
     ``joined_from``, the array whose blocks a merge-only rechunk joined into ``array``'s (see
     :func:`ungrouped`); returns ``array``."""
-    joined = None if joined_from is None else (joined_from.name, joined_from.chunks, joined_from._meta)
+    joined = None if joined_from is None else (joined_from.name, joined_from.chunks, meta_of(joined_from, ndim=joined_from.ndim))
     for record, value in ((_GEOMETRIES, geometry), (_UNGROUPED, joined)):
         if value is None:
             record.pop(array.name, None)

@@ -50,8 +50,13 @@ Ritz vectors and δ = θ_k − λ_{k+1} > 0, sin θ(X_k, U_k) ≤ ‖R_k‖₂/�
 eigenvectors. λ_{k+1} is unknown; it is estimated from above by θ_{k+1} + ‖r_{k+1}‖ (the next Ritz
 value, which is ≤ λ_{k+1} by Cauchy interlacing, plus its residual, which is large while that
 value has not converged): δ̂ = θ_k − θ_{k+1} − ‖r_{k+1}‖. This is an *estimate*, not a proof: a
-Krylov space could in principle miss λ_{k+1}'s eigenvector entirely (probability zero for a
-Gaussian start, but not a theorem). It is shown conservative — reported bound ≥ true sin θ
+Krylov space can miss eigenvalues above θ_{k+1} + ‖r_{k+1}‖ while θ_{k+1} sits unresolved inside
+a continuum, or where it has converged on C's null space (wide data) before the continuum above
+it. So the estimate is floored by the mean of the variance the top k cannot hold
+(:func:`._bounds.next_eigenvalue`), and the bounds split at later Ritz values only where those are
+resolved (:func:`._bounds.resolved_cuts`): on 1000 random spectra (continua, plateaus, fast and
+slow decay; tall and wide; every pass) the returned bound was below the truth at 15 of 300 fits'
+passes before (up to 9×, continua and a plateau), at none above round-off after. It is shown conservative — reported bound ≥ true sin θ
 against a float64 LAPACK reference — on every test spectrum and seed (``tests/test_solver_krylov.py``:
 noise continua with λ_k/λ_{k+1} from 1.1 to 3, tall, wide and square, 6 seeds each, every pass;
 σ_i = i^{-1/2}; κ = 1e10). Measured bound / true sin θ: 2.4–2.7 at λ_k/λ_{k+1} = 1.1–1.2, ≤ 11 at
@@ -393,7 +398,8 @@ def simulated_passes(values: np.ndarray, multiplicities: np.ndarray, k: int, ell
     with one_blas_thread():  # a few hundred diagonal entries: more threads only contend
         for _ in range(budget):
             basis = basis.extend(block, diagonal[:, None] * block)
-            history.append(estimate(basis, k, n_samples=n_samples, total=total).certified())
+            # The diagonal holds Σ min(μ, ℓ) of the model's Σ μ dimensions: its rank is the model's.
+            history.append(estimate(basis, k, n_samples=n_samples, total=total, rank=int(multiplicities.sum())).certified())
             if history[-1] <= target:
                 break
             block = orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:], basis.T[:, -block.shape[1]:])
@@ -594,11 +600,13 @@ def _gap_ratio(theta: np.ndarray, upper: float) -> float | None:
     return float(theta[-1] / upper) if theta.size and upper > 0 and np.isfinite(upper) else None
 
 
-def estimate(basis: Basis, k: int, *, n_samples: int = 1, stable: bool = False, total: float | None = None) -> Estimate:
+def estimate(basis: Basis, k: int, *, n_samples: int = 1, stable: bool = False, total: float | None = None,
+             rank: int | None = None) -> Estimate:
     """The four answers and their bounds from the kept basis (see module notes); ``total`` is
-    the total scatter trace C (from the first pass), used to bound λ_{k+1} (:func:`next_eigenvalue`)."""
+    the total scatter trace C (from the first pass), used to bound λ_{k+1} (:func:`next_eigenvalue`),
+    and ``rank`` at least C's rank (None: min(n, d)), its floor."""
     ritz_values, ritz_vectors = basis.ritz()
-    found = certify(basis, k, ritz_values, ritz_vectors, n_samples, total)
+    found = certify(basis, k, ritz_values, ritz_vectors, n_samples, total, rank)
     X, theta, ritz_bound, eig_error = found["X"], found["theta"], found["bound"], found["eig_error"]
     singular_values, components = _left_ritz(basis, k, ritz_values, ritz_vectors, stable=stable)
     refined = _refined_answer(found["image"], theta) if X.shape[1] == k else None

@@ -138,10 +138,15 @@ def next_eigenvalue(theta: np.ndarray, norms: np.ndarray, k: int, total: float |
     return max(float(upper), 0.0)
 
 
-#: Most Ritz vectors beyond the k-th whose block :func:`split_bounds` tries as the "next
-#: cluster" (its residuals cost d·m per vector a pass): a plateau of up to this many equal modes
-#: just below λ_k is separated from the rest of the spectrum.
-NEXT_CLUSTER = 16
+#: Most Ritz vectors beyond the k-th that the bounds split into bands (:func:`split_bounds`,
+#: :func:`split_residual_bound`; their residuals cost d·m per vector a pass): a plateau of up to
+#: this many equal modes just below λ_k, and the converged part of a decaying tail below it.
+NEXT_CLUSTER = 48
+
+#: Widest band whose residual norm :func:`split_bounds` takes as the spectral norm (an eigenproblem
+#: of its Gram); wider bands take the Frobenius norm, from running sums: the bands a partition
+#: keeps are converged ones, narrow where it matters, and there are O(S²) bands.
+SPECTRAL_BAND = 16
 
 #: A cut below the Ritz vector x_{k+s} (s ≥ 1) is made only where the Ritz values down to it are
 #: resolved (:func:`resolved_cuts`): residuals at most this fraction of the gaps they are judged by.
@@ -170,33 +175,37 @@ def resolved_cuts(theta: np.ndarray, norms: np.ndarray, k: int, most: int) -> li
 def split_bounds(theta: np.ndarray, norms: np.ndarray, gram: np.ndarray, k: int, residual: float, roundoff: float,
                   total: float | None, rank: int | None = None) -> tuple[float, float]:
     """The plain Ritz vectors' bound ε on sin θ(X_k, U_k) and the refined span(C·X_k)'s, sharpened by
-    the next Ritz block Z = [x_{k+1} … x_{k+s}] (the best over s = 0 … :data:`NEXT_CLUSTER`).
+    bands of the next Ritz vectors x_{k+1} … x_{k+S} (the best partition, S ≤ :data:`NEXT_CLUSTER`).
 
     ``theta`` are all m Ritz values (descending), ``norms`` and ``gram`` = RᵀR the residual norms
-    and Gram of the first k + s + 1 Ritz vectors, ``residual`` = ‖R_k‖ (round-off included).
+    and Gram of the first k + S + 1 Ritz vectors, ``residual`` = ‖R_k‖ (round-off included);
+    ``total``, ``rank``: :func:`next_eigenvalue`'s.
 
-    Why (a plateau of equal eigenvalues just below λ_k): write B = U_⊥ᵀX_k = [B_p; B_r], B_p on
-    the eigenvectors U_p of λ_{k+1} … λ_{k+s}, B_r on the rest (eigenvalues ≤ λ_{k+s+1}). Both
-    solve Sylvester equations Λ·B − B·Θ_k = UᵀR_k with Θ_k ≥ θ_k above Λ, so (Bhatia–Davis–McIntosh,
+    Why (a plateau of equal eigenvalues just below λ_k, then a decaying tail): write
+    B = U_⊥ᵀX_k = [B_1; …; B_j; B_r], B_i on the eigenvectors U_i of λ_{k+a+1} … λ_{k+b} (band i
+    between cuts a < b; cuts 0 = s_0 < … < s_j = S), B_r on the rest (eigenvalues ≤ λ_{k+S+1}). Each
+    solves a Sylvester equation Λ·B − B·Θ_k = UᵀR_k with Θ_k ≥ θ_k above Λ, so (Bhatia–Davis–McIntosh,
     constant 1 for spectra separated by a point)
 
-    - ‖B_r‖ ≤ ‖R_k‖/(θ_k − λ̂_{k+s+1}): the gap to the eigenvalues below the cluster, not to λ_{k+1};
-    - ‖B_p‖ ≤ ‖U_pᵀR_k‖/(θ_k − λ̂_{k+1}) and ‖U_pᵀR_k‖ = ‖U_pᵀ(I − VVᵀ)R_k‖ ≤ sin θ(U_p, Z)·‖R_k‖,
-      because R_k ⟂ span V ⊇ Z (Rayleigh–Ritz); sin θ(U_p, Z) ≤ ‖R_Z‖/δ_Z by Davis–Kahan for the
-      interior cluster, δ_Z = min(θ_k − θ_{k+1}, θ_{k+s} − λ̂_{k+s+1}) (λ_k ≥ θ_k by interlacing).
+    - ‖B_r‖ ≤ ‖R_k‖/(θ_k − λ̂_{k+S+1}): the gap to the eigenvalues below the bands, not to λ_{k+1};
+    - ‖B_i‖ ≤ ‖U_iᵀR_k‖/(θ_k − λ̂_{k+a+1}) and ‖U_iᵀR_k‖ = ‖U_iᵀ(I − VVᵀ)R_k‖ ≤ sin θ(U_i, Z_i)·‖R_k‖,
+      because R_k ⟂ span V ⊇ Z_i = [x_{k+a+1} … x_{k+b}] (Rayleigh–Ritz); sin θ(U_i, Z_i) ≤ ‖R_{Z_i}‖/δ_i
+      by Davis–Kahan for an interior cluster, δ_i = min(θ_{k+a} − θ_{k+a+1}, θ_{k+b} − λ̂_{k+b+1})
+      (λ_{k+a} ≥ θ_{k+a} by interlacing); ‖R_{Z_i}‖ the spectral norm up to :data:`SPECTRAL_BAND`
+      vectors, the Frobenius norm (an upper bound) beyond.
 
-    Then sin θ(X_k) = ‖B‖ ≤ √(‖B_p‖² + ‖B_r‖²), and the refined span, C·X_k = U_kΛ_kA + U_⊥Λ_⊥B,
-    has tan θ ≤ ‖Λ_⊥B‖/(θ_k·cos θ(X_k)) with ‖Λ_⊥B‖² ≤ λ̂²_{k+1}‖B_p‖² + λ̂²_{k+s+1}‖B_r‖². s = 0 is
-    the plain Davis–Kahan bound and the contraction by λ̂_{k+1}/θ_k. The Ritz block of a plateau
-    converges with the kept one, so sin θ(U_p, Z)·‖R_k‖ is a product of two small numbers and the
-    error X_k can hold sits below the plateau: measured on λ_k/λ_{k+1} = 1.5 with five equal modes
-    under λ_k, 3.9× tighter than s = 0 (benchmarks/README.md, "Tightness"). Every λ̂ is
-    :func:`next_eigenvalue`'s (the same estimate as the plain bound's), so the min over s is a
-    bound wherever that one is. Two cuts s1 < s2 split the same way into three bands — the plateau,
-    a second Ritz block below it (Davis–Kahan for an interior cluster: δ = min(θ_{k+s1} − θ_{k+s1+1},
-    θ_{k+s2} − λ̂_{k+s2+1}), λ_{k+s1} ≥ θ_{k+s1}) with the gap θ_k − λ̂_{k+s1+1} and contraction
-    λ̂_{k+s1+1}, and the rest below λ̂_{k+s2+1}: a plateau's decaying tail converges too (test
-    plateau, tol 1e-5: bound/true 7.7 → 5.6).
+    The rows of the B_i lie on orthogonal eigenvectors, so sin θ(X_k) = ‖B‖ ≤ √(Σ‖B_i‖² + ‖B_r‖²),
+    and the refined span, C·X_k = U_kΛ_kA + U_⊥Λ_⊥B, has tan θ ≤ ‖Λ_⊥B‖/(θ_k·cos θ(X_k)) with
+    ‖Λ_⊥B‖² ≤ Σ λ̂²_{k+a+1}‖B_i‖² + λ̂²_{k+S+1}‖B_r‖²: each part contracted by its band's top
+    eigenvalue. S = 0 is the plain Davis–Kahan bound and the contraction by λ̂_{k+1}/θ_k. A plateau's
+    Ritz block converges with the kept one, so sin θ(U_i, Z_i)·‖R_k‖ is a product of two small
+    numbers and the error X_k can hold sits below the plateau (λ_k/λ_{k+1} = 1.5 with five equal
+    modes under λ_k: 3.9× tighter than S = 0, benchmarks/README.md, "Tightness"); deeper, the
+    converged Ritz vectors of a decaying tail take the rest's level down with them (any number of
+    bands, 48 deep: 600 × 150 plateau at tol 1e-7, bound/true 6.9 → 3.8; 200 × 500 with eight equal
+    modes, 8.7 → 4.0 at 1e-9; two bands 16 deep before). Cuts are made only at resolved Ritz values
+    (:func:`resolved_cuts`). Every λ̂ is :func:`next_eigenvalue`'s, so the best partition is a bound
+    wherever that estimate is.
     """
     theta_k = theta[k - 1]
     top = max(theta[0], 0.0)
@@ -208,6 +217,7 @@ def split_bounds(theta: np.ndarray, norms: np.ndarray, gram: np.ndarray, k: int,
     most = min(NEXT_CLUSTER, norms.size - k - 1)
     below = [next_eigenvalue(theta, norms, k + s, total, roundoff, rank) for s in range(most + 1)]  # λ̂_{k+s+1}
     resolved = resolved_cuts(theta, norms, k, most)
+    squares = np.concatenate([[0.0], np.cumsum(np.clip(np.diag(gram)[k:k + most].real, 0.0, None))])
 
     def band(first: int, last: int) -> float | None:
         """The part of ‖B‖ on the eigenvectors of λ_{k+first+1} … λ_{k+last}, through their Ritz
@@ -215,36 +225,49 @@ def split_bounds(theta: np.ndarray, norms: np.ndarray, gram: np.ndarray, k: int,
         interior = min(theta[k + first - 1] - theta[k + first], theta[k + last - 1] - below[last])
         if not (interior > 0 and theta_k > below[first]):
             return None
-        cluster = np.sqrt(max(np.linalg.eigvalsh(gram[k + first:k + last, k + first:k + last])[-1], 0.0)) + roundoff
+        if last - first <= SPECTRAL_BAND:
+            cluster = np.linalg.eigvalsh(gram[k + first:k + last, k + first:k + last])[-1]
+        else:  # the Frobenius norm, an upper bound, from running sums
+            cluster = squares[last] - squares[first]
+        cluster = np.sqrt(max(cluster, 0.0)) + roundoff
         # Only the computed residual lies in span V's complement: round-off (W's, and V's
         # orthogonality) is not contracted by sin θ(U_p, Z) (measured: a bound of 1.5e-13
         # against a true 2.7e-10 at λ_k/λ_{k+1} = 1 + 1e-6 when it was).
         return (min(1.0, cluster / interior) * (residual - roundoff) + roundoff) / (theta_k - below[first])
 
-    # Cuts 0 ≤ s1 ≤ s2: the band of the next s1 Ritz vectors (the plateau), the band of the s2 − s1
-    # after it (a second, lower cluster: a plateau's tail converges too), and the rest below
-    # λ̂_{k+s2+1}; each part of B contracted in the refined span by its band's top eigenvalue.
-    for s2 in range(most + 1):
-        if not (theta_k > below[s2] and resolved[s2]):
-            continue
-        for s1 in range(s2 + 1):
-            if not resolved[s1]:
+    # Any number of bands: cuts 0 = s_0 < s_1 < … < s_j = S at resolved Ritz values, the band of the
+    # Ritz vectors between each two cuts (a plateau, a lower cluster, a decaying tail's converged
+    # vectors), and the rest below λ̂_{k+S+1}; each part of B contracted in the refined span by its
+    # band's top eigenvalue. ‖B‖² and ‖Λ_⊥B‖² are sums over the bands: the best partition of every
+    # prefix for either sum by dynamic programming over the cuts, and every S tried for the rest.
+    cuts = [s for s in range(most + 1) if resolved[s]]
+    parts = {(first, last): band(first, last) for last in cuts for first in cuts if first < last}
+    parts = {cut: part for cut, part in parts.items() if part is not None}
+    for contracted in (False, True):  # the partition least in ‖B‖², then the one least in ‖Λ_⊥B‖²
+        cost, chosen = dict.fromkeys(cuts, np.inf), dict.fromkeys(cuts)
+        cost[0] = 0.0
+        for last in cuts[1:]:
+            for first in cuts:
+                if first >= last or (first, last) not in parts or not np.isfinite(cost[first]):
+                    continue
+                weight = parts[(first, last)] * (below[first] if contracted else 1.0)
+                if cost[first] + weight * weight < cost[last]:
+                    cost[last], chosen[last] = cost[first] + weight * weight, first
+        for rest in cuts:
+            if not (np.isfinite(cost[rest]) and theta_k > below[rest]):
                 continue
-            parts = [(residual / (theta_k - below[s2]), below[s2])]
-            if s1 > 0:
-                parts.append((band(0, s1), upper))
-            if s2 > s1:
-                parts.append((band(s1, s2), below[s1]))
-            if any(part is None for part, _ in parts):
-                continue
-            sine = float(np.sqrt(sum(part * part for part, _ in parts)))
+            pieces, last = [(residual / (theta_k - below[rest]), below[rest])], rest  # (‖B_i‖, its level)
+            while last > 0:
+                pieces.append((parts[(chosen[last], last)], below[chosen[last]]))
+                last = chosen[last]
+            sine = float(np.sqrt(sum(part * part for part, _ in pieces)))
             if not sine < 1.0:
                 continue
             best_plain = min(best_plain, sine)
             if theta_k > DEFLATION_RTOL * top:
                 # W's own round-off (relative ROUNDOFF_RESIDUAL·√n to θ₁, which the residuals
                 # cannot see) moves span(C·X_k) by up to that over θ_k.
-                image = np.sqrt(sum((level * part) ** 2 for part, level in parts))
+                image = np.sqrt(sum((level * part) ** 2 for part, level in pieces))
                 tangent = image / (theta_k * np.sqrt(1.0 - sine * sine))
                 best_refined = min(best_refined, tangent / np.sqrt(1.0 + tangent * tangent) + roundoff / theta_k)
     return best_plain, min(1.0, best_refined)
@@ -395,6 +418,7 @@ def certify(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray, n_samples: i
     image = basis.W @ Y[:, :kept]  # C·X, exactly (W = C·V)
     R = image - X * theta[:kept]  # in d-space: no cancellation in ‖r‖
     norms = np.linalg.norm(R, axis=0)
+    gram = R.conj().T @ R
     top = max(theta[0], 0.0) if theta.size else 0.0
     roundoff = ROUNDOFF_RESIDUAL * np.sqrt(n_samples) * top
     residual = (tall_norm2(R[:, :k]) if k <= R.shape[1] else np.inf) + roundoff
@@ -410,12 +434,11 @@ def certify(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray, n_samples: i
     if k >= basis.V.shape[0]:  # the kept subspace is the whole space
         bound, refined = 0.0, 0.0
     elif gap > 0 and np.isfinite(residual):
-        bound, refined = split_bounds(theta, norms, R.conj().T @ R, k, residual, roundoff, total, rank)
+        bound, refined = split_bounds(theta, norms, gram, k, residual, roundoff, total, rank)
     else:
         bound, refined = 1.0, 1.0
     eig_error = min(residual, residual**2 / gap) if gap > 0 else residual
     augmented, vectors, values = 1.0, None, None
-    gram = R.conj().T @ R
     if 0 < k < basis.V.shape[0] and gap > 0 and np.isfinite(residual):
         augmented, vectors, values = unseen_variance_bound(basis, k, theta, Y, R, gram, norms, upper, roundoff, total,
                                                            rank)

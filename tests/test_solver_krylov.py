@@ -920,6 +920,34 @@ def test_the_probes_prediction_stands_while_the_fit_keeps_to_its_course(monkeypa
             assert calls and starts[-1].learnt == starts[-1].number - 1
 
 
+def test_three_informative_bounds_decide_the_count_by_their_measured_fall(monkeypatch):
+    """Once the last three bounds are informative their fall is the fit's own rate: it sets the
+    count from then on, and no simulation is run for it (a model spectrum's was off by 2–4 passes
+    both ways on continua and plateaus at 16 000 × 2000, the measured fall exact from pass 5). A
+    continuum λ_k/λ_{k+1} = 1.2 at 2400 × 200, tol 1e-6: 9 passes, predicted 9 at every start from
+    the sixth (the simulation's 7, 7, 8, 8 before); the count never passes the pass at which the
+    basis spans the data (here 10: min(n − 1, d) / ℓ)."""
+    from daskpca import PCA
+    from daskpca.passes._progress import listen
+
+    calls = []
+    real = krylov.simulated_total
+    monkeypatch.setattr(krylov, "simulated_total", lambda *a, **k: calls.append(1) or real(*a, **k))
+    n, d, k = 2400, 200, 10
+    X = spectral_data(np.concatenate([np.geomspace(12, 1.2, k), np.linspace(1.0, 0.8, d - k)]), n, d)
+    starts = []
+    with listen(lambda report: starts.append((report, len(calls))) if report.seconds is None else None):
+        model = PCA(k, solver="krylov", tol=1e-6, random_state=0).fit(X)
+    history = model.solver_info_["bound_history"]
+    decided = [(report, sims) for report, sims in starts
+               if report.number > 3 and all(b < krylov.INFORMATIVE_BOUND for b in history[report.number - 4:report.number - 1])]
+    assert len(decided) >= 3
+    for report, sims in decided:
+        assert report.predicted == model.n_passes_ and report.learnt == report.number - 1
+        assert sims == decided[0][1]  # no simulation once the fall decides
+    assert all(report.predicted <= 10 for report, _ in starts)
+
+
 def test_the_pass_count_is_simulated_only_where_someone_is_shown_it(monkeypatch):
     """The simulated prediction of the passes left costs client time (a small fit on a model
     spectrum): a fit nobody watches — its own PassClock only times the passes — skips it; a

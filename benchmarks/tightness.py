@@ -84,8 +84,8 @@ def row(folder: Path, name: str, layout: str, tol: float, n: int, d: int) -> lis
     # The first pass whose start knows a learnt prediction (after pass SIMULATED_FROM_PASS): its
     # predicted passes and time left against those actually made after its start.
     # (A probed fit's pass 1 starts with the probe's prediction, learnt = 0, but no time left yet.)
-    learnt = next(((report, at) for report, at in starts if report.learnt is not None and report.seconds_left is not None),
-                  None)
+    learnt = next(((report, at) for report, at in starts
+                   if report.learnt is not None and report.seconds_left is not None), None)
     if learnt is not None:
         report, at = learnt
         predicted = f"{report.predicted} ({report.predicted / passes:.2f}×)"

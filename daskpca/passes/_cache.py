@@ -71,6 +71,7 @@ from typing import Iterator
 
 import dask
 import numpy as np
+from dask._task_spec import convert_legacy_graph
 
 from ..exceptions import CacheWarning, InvalidParameterError, ScratchError
 from ._copies import _read_block, _write_block
@@ -521,6 +522,9 @@ class PassCache:
         present = self.sources.keys() & graph.keys()
         if not present or (self.kept is None and len(present) < len(self.sources)):
             return self.__wrapped__(expr, keys, **kwargs)  # not (a full read of) the input
+        # Task objects throughout (a graph layer may hold dask's older tuple tasks, which name
+        # their inputs by key without saying so): a kept block replaces its key's task below.
+        graph = convert_legacy_graph(graph)
         if self.kept is None:
             return self._first(graph, keys, kwargs)
         self.served += 1

@@ -191,7 +191,6 @@ def tree_reduce(parts: list, combine: Callable, name: str, *args, split_every: i
     """
     if not parts:
         raise ValueError("tree_reduce needs at least one part")  # a bug, not a user error
-    parts = [part if isinstance(part, Delayed) else dask.delayed(part) for part in parts]
     token = tokenize(parts, combine, args) if finish is None else tokenize(parts, combine, args, finish)
     # The root's combine hands its result back in host memory: partials of device blocks are
     # merged on the device, and only the reduced result moves, once (a no-op for NumPy).

@@ -28,8 +28,8 @@ def _blas() -> ThreadpoolController:
 
     Found once, and again only after more modules were imported (a library that loads another
     BLAS comes with an import): threadpoolctl's search walks every loaded shared library, 7 ms
-    a call with PyTorch's and CuPy's libraries loaded — three calls a fit made it a fifth of an
-    exact fit's 0.08 s on a GPU (400 000 × 1000, H200).
+    a call with PyTorch's and CuPy's libraries loaded (H200 machine); two or three calls a fit
+    made it 14–21 ms of an exact GPU fit's 0.08 s (400 000 × 1000).
     """
     global _blas_found
     modules = len(sys.modules)

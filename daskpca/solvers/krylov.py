@@ -155,15 +155,18 @@ cannot tell a halving spectrum (2 passes) from a noise continuum (8–10). The f
 ``SIMULATED_FROM_PASS`` = 2 on (the basis then holds span[Ω, CΩ]; one random block's Ritz values
 predicted 2 passes on continua that took 8) it *simulates itself* (:func:`simulated_total`): a
 model spectrum — the top k Ritz values, and a tail carrying the variance they leave, trace C −
-Σ_{i≤k} θ_i, known exactly (:func:`model_spectrum`) — on a diagonal matrix of a few hundred
-entries (equal tail values binned, exactly in law: :func:`simulated_passes`), run through this
+Σ_{i≤k} θ_i, known exactly (:func:`model_spectrum`) — on a diagonal matrix of a few hundred to a few thousand
+entries (tail values binned, each bin kept as a few distinct values: :func:`binned_spectrum`; equal
+values exactly in law: :func:`simulated_passes`), run through this
 module's iteration and :func:`certify` until the simulated bound meets ``tol``. It is rerun only
 once the fit's bound is ``SIMULATION_DRIFT`` = 10× off the simulated one at the same pass, and
 only where someone sees its figure (a listener or the log at INFO: :meth:`Passes.heard`). Measured
-(1000 × 200, the tests): the passes made ±1 on rate-0.8 decay, a continuum 0.9·λ_k below the
-signal, a plateau and 20 modes above white noise, from the start of pass 3; the one miss is the
-continuum at 1e-6 (8 predicted, 10 made: the flat model tail under the continuum's top is
-optimistic). Before pass 2 ends (and where nothing can be modelled) :func:`passes_left`
+(1000 × 200 and 2400 × 600, the tests): the passes made ±1 on rate-0.8 decay, a continuum 0.9·λ_k
+below the signal, a plateau and 20 modes above white noise, from the start of pass 3 (the
+continuum at 1e-6: 10 predicted, 10 made; at 16 000 × 2000, 11 and 15 for 10 and 14, the
+plateau 7 and 9 for 6 and 8). Two parts of the model made that so: the head at the Ritz values'
+upper ends θ_i + ‖r_i‖ and a few distinct values kept a bin (:func:`model_spectrum`,
+:data:`BIN_PARTS`); before, 14–20 passes were predicted there for 10–14. Before pass 2 ends (and where nothing can be modelled) :func:`passes_left`
 extrapolates the bound's fall once it is below ``INFORMATIVE_BOUND``, else the prior stands. The
 progress line and the log show the passes predicted, the time left for them and the pass whose
 results gave them ("ETA from pass 2"). A fit given a probed plan (``PCA.plan(X, probe=True)``,
@@ -171,9 +174,9 @@ results gave them ("ETA from pass 2"). A fit given a probed plan (``PCA.plan(X, 
 probe's simulated bounds (``probed=``) and shows an ETA from its first pass, while its bound
 keeps to their course (within ``SIMULATION_DRIFT``); off it, its own simulation replaces them.
 Once its last three bounds are informative, their measured fall decides (:func:`passes_left`) and
-no simulation is run for it: a model spectrum was off by 2–4 passes both ways at 16 000 × 2000
-(continua 8 for 10 and 10 for 14, a plateau 9 for 6 and 12 for 8), the measured fall exact from
-pass 5 on each, and a reanalysis-like field. No count passes the pass at which the basis spans
+no simulation is run for it: the measured fall was exact from pass 5 at 16 000 × 2000 on
+continua, plateaus and a reanalysis-like field, and costs nothing (a simulation there:
+0.1–0.7 s of client time). No count passes the pass at which the basis spans
 min(n − 1, d) vectors, where the fit is exact. The fit itself stops on the bound, whatever was
 predicted.
 
@@ -316,25 +319,42 @@ def passes_left(history: list[float], target: float, gap_ratio: float | None = N
 
 #: The simulated spectrum (:func:`model_spectrum`): the tail beyond the kept Ritz values is binned
 #: after its first ``ℓ`` values into bins growing by this factor, so the simulated diagonal stays
-#: a few hundred entries (≈ k + ℓ + 15·ℓ at d = 10⁶) whatever d is.
+#: a few hundred to a few thousand entries (≈ 2k + 5·ℓ per bin, ~2000 at d = 2·10⁵) whatever d is.
 TAIL_BIN_GROWTH = 1.5
+#: Each bin keeps up to this many distinct values (equal-count parts, each at its mean). A bin
+#: collapsed to one value of multiplicity μ is an exact eigenspace, which the block's spare
+#: columns deflate at once, where μ distinct values are not: on a continuum 0.9·λ_k below the
+#: signal (16 000 × 2000, ℓ = 20) one value a bin predicted 8 and 10 passes for tol 1e-4 and 1e-6,
+#: the unbinned spectrum 10 and 14 (the fit: 10 and 14); five parts 10 and 13, at d = 2·10⁴ 11 and
+#: 14 (unbinned 11 and 15), for 2–3× the one-value cost (0.2–0.7 s a simulation at d = 2·10⁵).
+#: Fast decay, plateaus and spikes over an MP bulk: the same counts either way.
+BIN_PARTS = 5
 #: The simulation needs the basis to hold an image block (span[Ω, CΩ]): after the first pass the
 #: Ritz values are those of a random subspace, and the model predicted 2 passes on continua that
 #: took 8 (measured, benchmarks/tightness.py); the planner's prior stands until then.
 SIMULATED_FROM_PASS = 2
 
 
-def model_spectrum(theta: np.ndarray, total: float, rank: int, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+def model_spectrum(theta: np.ndarray, total: float, rank: int, k: int,
+                   residuals: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """A spectrum of C consistent with what the fit knows: ``(values, multiplicities)``, descending.
 
     ``theta``: the Ritz values of the basis (descending, scatter units); ``total`` = trace C (from
-    the first pass); ``rank``: most nonzero eigenvalues (min(n − 1, d)). The top k Ritz values are
-    kept as they are (they converge first); everything beyond — the slowly converging Ritz values
+    the first pass); ``rank``: most nonzero eigenvalues (min(n − 1, d)); ``residuals``: the top k
+    Ritz vectors' residual norms ‖C·x_i − θ_i·x_i‖, if known. The top k are kept (they converge
+    first), each at θ_i + ‖r_i‖: a Ritz value is a lower estimate of its eigenvalue (Cauchy
+    interlacing), θ_i + ‖r_i‖ the upper end of the interval that holds an eigenvalue
+    (Krylov–Weinstein), and the value a Ritz value rises to as it converges. Taken at θ_i the gap
+    the passes had not yet opened was read as the spectrum's: from pass 2 at 16 000 × 2000, 14
+    and 20 passes predicted on a continuum that took 10 and 14, 11 and 14 on a plateau that took 6
+    and 8; at θ_i + ‖r_i‖ 11 and 15, 7 and 9 (a reanalysis-like field 6 and 7 for 6 and 8; 1/i 8
+    and 9 for 6 and 8; 0.8ⁱ 3 for 3). Everything beyond — the slowly converging Ritz values
     k+1 … m, which underestimate, and the d − m the basis has not seen — is replaced by a tail of
-    rank − k eigenvalues carrying the variance left, total − Σ_{i≤k} θ_i (exact), shaped as a
+    rank − k eigenvalues carrying the variance left, total − Σ_{i≤k} (exact where the head is),
+    shaped as a
     geometric decay from θ_{k+1} (the continuation of the trailing values, the ratio fixed by the
     mass), flat at that mass's mean where even a flat tail from θ_{k+1} cannot carry it (a noise
-    continuum the Ritz values underestimate), never above θ_k. Measured: keeping the Ritz values
+    continuum the Ritz values underestimate), never above the head's last value. Measured: keeping the Ritz values
     k+1 … m instead predicted 2–5 passes on continua that took 7–10. None where there is nothing
     to model (no variance).
     """
@@ -342,6 +362,8 @@ def model_spectrum(theta: np.ndarray, total: float, rank: int, k: int) -> tuple[
     if not (np.isfinite(total) and total > 0 and theta.size and theta[0] > 0):
         return None
     head = theta[:min(k, theta.size)]
+    if residuals is not None and np.size(residuals) >= head.size:
+        head = np.sort(head + np.asarray(residuals, dtype=np.float64)[:head.size])[::-1]
     left = max(float(total) - float(head.sum()), 0.0)
     count = int(rank) - head.size
     if count <= 0 or left <= TRACE_RTOL * total:
@@ -362,14 +384,16 @@ def model_spectrum(theta: np.ndarray, total: float, rank: int, k: int) -> tuple[
 def binned_spectrum(head: np.ndarray, tail: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """``(values, multiplicities)`` for :func:`simulated_passes`: the ``head`` values each alone, then
     the descending ``tail``'s first 2k values alone (they decide the gap) and the rest in bins
-    growing by :data:`TAIL_BIN_GROWTH`, each bin at its mean (its mass kept). A few hundred
-    entries whatever the tail's length (rank − k, up to d)."""
+    growing by :data:`TAIL_BIN_GROWTH`, each kept as up to :data:`BIN_PARTS` equal-count parts at
+    their means (the bin's spread kept, its mass exact). A few hundred to a few thousand entries
+    whatever the tail's length (rank − k, up to d)."""
     values, sizes, i, size = [float(v) for v in head], [1] * len(head), 0, 1
     while i < tail.size:
         size = 1 if i < 2 * k else max(size + 1, int(size * TAIL_BIN_GROWTH))
         segment = tail[i:i + size]
-        values.append(float(segment.mean()))
-        sizes.append(segment.size)
+        for part in np.array_split(segment, min(segment.size, BIN_PARTS)):
+            values.append(float(part.mean()))
+            sizes.append(part.size)
         i += segment.size
     return np.array(values), np.array(sizes, dtype=np.int64)
 
@@ -429,13 +453,13 @@ def _on_course(simulated: list[float], made: int, bound: float) -> bool:
 
 
 def simulated_total(theta: np.ndarray, total: float | None, rank: int, k: int, ell: int, target: float, budget: int,
-                    n_samples: int = 1) -> list[float] | None:
-    """The bounds a fit whose basis has Ritz values ``theta`` is predicted to reach pass by pass
-    (their count: the passes predicted in all): :func:`simulated_passes` on :func:`model_spectrum`;
-    None where there is no spectrum to model."""
+                    n_samples: int = 1, residuals: np.ndarray | None = None) -> list[float] | None:
+    """The bounds a fit whose basis has Ritz values ``theta`` (the top k's residual norms
+    ``residuals``) is predicted to reach pass by pass (their count: the passes predicted in all):
+    :func:`simulated_passes` on :func:`model_spectrum`; None where there is no spectrum to model."""
     if total is None or k >= rank:
         return None
-    model = model_spectrum(theta, total, rank, k)
+    model = model_spectrum(theta, total, rank, k, residuals)
     if model is None:
         return None
     return simulated_passes(*model, k, ell, target, budget, n_samples)
@@ -765,11 +789,9 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             # replaced at pass 2 by the fit's own whatever the course, it re-ran 3–5 times on a
             # plateau (16 000 × 2000) and predicted 11–13 passes where the probe's 6 and 8 were made.
             left = passes_left(history, target, gap_ratio)
-            # Three informative bounds in a row: their fall is the fit's own rate, and it decides. A
-            # model spectrum's simulation was off by 2–4 passes both ways there (continua it
-            # under-predicts, 8 for 10 and 10 for 14 at 16 000 × 2000; a plateau it over-predicts, 9
-            # for 6 and 12 for 8), where the measured fall was exact from pass 5 on every one of
-            # them (and a reanalysis-like field); nor is a simulation rerun for it.
+            # Three informative bounds in a row: their fall is the fit's own rate, and it decides
+            # (exact from pass 5 at 16 000 × 2000 on continua, plateaus and a reanalysis-like
+            # field, where the simulation is within a pass), and no simulation's client time is spent.
             measured = left is not None and len(history) >= 3 and all(b < INFORMATIVE_BOUND for b in history[-3:])
             if measured or (simulated is not None and not _on_course(simulated, made, history[-1])):
                 simulated, from_probe = None, False
@@ -778,7 +800,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
                 started = time.perf_counter()
                 simulated = simulated_total(basis.ritz()[0],
                                             total_m2, min(n_samples - 1, basis.V.shape[0]), k, ell, target, budget,
-                                            n_samples)
+                                            n_samples, residuals=result.residual_norms)
                 passes.spent(time.perf_counter() - started)
             # The basis spans C's range once it holds min(n − 1, d) vectors: the fit is exact then,
             # whatever a rate says (2400 × 200, ℓ = 20: 10 passes made, 11–12 extrapolated).

@@ -9,7 +9,9 @@ chunk, on disk (zarr), the pass cache on (the default)::
 
 Cases: 16 000 × 2000 float64 (continuum just below λ_10, plateau, 0.8ⁱ decay, a reanalysis-like
 field of 20 modes over white noise) and an archive-like 8760 × (90 × 180) float32 field (10 modes).
-Columns: the plan's passes and seconds (probed), the fit's, their ratios, the cycle counted after
+Columns: the plan's passes and seconds (probed), the fit's, their ratios, the passes predicted at
+the start of each pass from the third (the probe's while the fit keeps to its course, then the
+fit's own simulation or measured fall), the cycle counted after
 pass 1 against the mean cycle then measured, the time left after pass 1 against what the fit then
 took. Nothing else should run meanwhile.
 """
@@ -53,7 +55,10 @@ def measure(path: str, k: int, tol: float) -> list[str]:
     plan = model._fit_plan
     at, second = next((t, r) for t, r in starts if r.number == 2)
     later = [p + c for p, c in zip(model.pass_seconds_[1:], model.client_seconds_[1:])]
+    # The fit's own prediction from the start of pass 3 on (after the probe's, on its own Ritz values).
+    own = [str(r.predicted) for _, r in starts if r.number >= 3]
     return [f"{tol:.0e}", f"{plan.passes}", f"{model.n_passes_}", f"{plan.passes / model.n_passes_:.2f}",
+            " ".join(own) or "–",
             f"{plan.seconds:.2f}", f"{model.fit_seconds_:.2f}", f"{plan.seconds / model.fit_seconds_:.2f}",
             f"{second.cycle_seconds:.3f} / {np.mean(later):.3f}", f"{second.seconds_left:.2f} / {end - at:.2f}",
             f"{second.seconds_left / (end - at):.2f}"]
@@ -76,7 +81,7 @@ def main(argv=None):
             for tol in args.tol:
                 rows.append([name, *measure(path, k, tol)])
                 print(" | ".join(rows[-1]), flush=True)
-    print(markdown_table(["field", "tol", "plan passes", "made", "ratio", "plan s", "fit s", "ratio",
+    print(markdown_table(["field", "tol", "plan passes", "made", "ratio", "predicted from pass 3", "plan s", "fit s", "ratio",
                           "cycle after pass 1: counted / measured", "time left after pass 1: counted / taken", "ratio"], rows))
 
 

@@ -60,8 +60,9 @@ reads), its time changed by the passes gained or saved at a later pass's time an
 work for that many passes (:meth:`daskpca._plan.Plan.with_probe`), and says
 so (``"probed: 87 of 8760 rows (1.0 %), point estimate 7 passes from their spectrum"``). A fit
 given that plan (``fit(X, plan=plan)``) starts from the probe's simulated bounds: its progress
-line shows an ETA from the first pass ("ETA from the probe") while the fit's bound keeps to the
-probe's simulated course; off it, the fit's own simulation replaces it.
+line shows an ETA from the first pass ("ETA from the probe") until the fit can simulate itself
+(after pass 2, on its own Ritz values: within a pass of the count made from pass 3 on, where
+the probe's was off by up to 5 passes on a continuum just below λ_k).
 
 Rows dask computes (a cube reshaped to rows, ``da.from_zarr(cube).reshape(n, -1)``; several
 stacked sample dims) are computed from the blocks they come from where those are few

@@ -171,8 +171,8 @@ extrapolates the bound's fall once it is below ``INFORMATIVE_BOUND``, else the p
 progress line and the log show the passes predicted, the time left for them and the pass whose
 results gave them ("ETA from pass 2"). A fit given a probed plan (``PCA.plan(X, probe=True)``,
 :mod:`daskpca._probe`: the same simulation on the spectrum of ≤ 1 % of the rows) starts from the
-probe's simulated bounds (``probed=``) and shows an ETA from its first pass, while its bound
-keeps to their course (within ``SIMULATION_DRIFT``); off it, its own simulation replaces them.
+probe's simulated bounds (``probed=``) and shows an ETA from its first pass, until its own
+simulation replaces them after pass 2.
 Once its last three bounds are informative, their measured fall decides (:func:`passes_left`) and
 no simulation is run for it: the measured fall was exact from pass 5 at 16 000 × 2000 on
 continua, plateaus and a reanalysis-like field, and costs nothing (a simulation there:
@@ -701,9 +701,9 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
     probed : sequence of float, optional
         The bounds the plan's probe simulated pass by pass (:class:`daskpca._probe.Probe`,
         ``history``; given by ``fit(X, plan=PCA(...).plan(X, probe=True))``): the passes
-        predicted from the start, while the fit's bound keeps to their course (within
-        ``SIMULATION_DRIFT``), then the fit's own simulation, and from three informative
-        bounds their measured fall, replaces them. Only the progress line and the log read it;
+        predicted from the start, until the fit's own simulation (after pass
+        ``SIMULATED_FROM_PASS``), and from three informative bounds their measured fall,
+        replaces them. Only the progress line and the log read it;
         the fit stops on its bound whatever was predicted.
 
     Returns
@@ -785,15 +785,17 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             # The simulation costs client time (a small fit on the model spectrum): only where a
             # progress line or the log shows its figure, and again only where the fit's bound has
             # left the simulated one's course (SIMULATION_DRIFT).
-            # The probe's simulation stands the same way, while the fit's bound keeps to its course:
-            # replaced at pass 2 by the fit's own whatever the course, it re-ran 3–5 times on a
-            # plateau (16 000 × 2000) and predicted 11–13 passes where the probe's 6 and 8 were made.
+            # The probe's simulation stands until the fit's own can run (pass 2): its Ritz values
+            # then know the k-th gap that 1 % of the rows could not resolve (16 000 × 2000: the
+            # probe 7 and 9 passes for a continuum's 10 and 14, an archive-like field's 5 and 7; the
+            # fit's own from pass 3 11 and 15, 5 and 6).
             left = passes_left(history, target, gap_ratio)
             # Three informative bounds in a row: their fall is the fit's own rate, and it decides
             # (exact from pass 5 at 16 000 × 2000 on continua, plateaus and a reanalysis-like
             # field, where the simulation is within a pass), and no simulation's client time is spent.
             measured = left is not None and len(history) >= 3 and all(b < INFORMATIVE_BOUND for b in history[-3:])
-            if measured or (simulated is not None and not _on_course(simulated, made, history[-1])):
+            if measured or (from_probe and made >= SIMULATED_FROM_PASS) or (
+                    simulated is not None and not _on_course(simulated, made, history[-1])):
                 simulated, from_probe = None, False
             if (simulated is None and not measured and passes.heard() and made >= SIMULATED_FROM_PASS
                     and history[-1] > target):

@@ -406,3 +406,26 @@ def test_krylov_on_fast_decay_certifies_the_augmented_vectors_a_pass_earlier(rat
         fit = hilbert_krylov.solve(dask_X, ComponentRequest(4, *X.shape), random_state=0, tol=tol)
     assert fit.info["converged"] and fit.n_passes == passes
     assert _complex_sin_theta(fit.components, exact.components[:4]) <= fit.info["error_bound"] <= tol
+
+
+def test_a_watched_krylov_fit_shows_the_count_its_bounds_fall_predicts():
+    """Issue 41 (the other bounded roads): Hilbert's Krylov shows the planner's count (its Krylov
+    passes and the components' pass) until its bound is informative, then the count the bounds'
+    fall predicts, learnt at that pass: from the second informative bound within one of the passes
+    made (10, then 7, 7, 7 for 7 at 0.9ⁱ; the first takes the planner's rate)."""
+    from daskpca.passes._progress import listen
+    from daskpca.solvers import hilbert_krylov
+    from daskpca.solvers._base import ComponentRequest
+    from daskpca.solvers.krylov import predicted_passes
+
+    from test_solver_krylov import fast_spectrum
+
+    X = fast_spectrum(400, 120, 4, 0.9)
+    starts = []
+    with dask.config.set(scheduler="sync"), listen(lambda r: starts.append(r) if r.seconds is None else None):
+        fit = hilbert_krylov.solve(da.from_array(X, chunks=(400, 60)), ComponentRequest(4, *X.shape),
+                                   random_state=0, tol=1e-8)
+    assert fit.info["converged"] and starts[0].predicted == predicted_passes(1e-8) + 1 and starts[0].learnt is None
+    learnt = [report for report in starts if report.learnt is not None]
+    assert len(learnt) > 2 and all(abs(report.predicted - fit.n_passes) <= 1 for report in learnt[1:]), \
+        ([r.predicted for r in starts], fit.n_passes)

@@ -359,3 +359,30 @@ def test_the_exact_path_on_tied_singular_values_reports_1_and_warns():
         said = [w for w in caught if issubclass(w.category, AccuracyWarning) and "equal to round-off" in str(w.message)]
         assert (mca.error_bound_ == 1.0) == tied and bool(said) == tied
         assert tied or mca.error_bound_ < 1e-10
+
+
+def test_a_watched_krylov_fit_reports_its_passes_and_the_count_its_bounds_fall_predicts():
+    """Issue 41 (the other bounded roads): MCA's Krylov reports every read — the statistics' pass,
+    then each Krylov pass with its bound — and once its bounds are informative the passes their
+    fall predicts (learnt at that pass); none before (MCA's plan gives no count). From the second
+    informative bound within two of the count made (14, 15, 14, 14, 13 for 13: the two chains
+    interleave, each degree of CCᵀ costs two passes, so the fall is uneven)."""
+    from daskpca.passes._progress import listen
+
+    k = 4
+    values = np.concatenate([[10.0, 8.0, 6.5, 5.0], np.linspace(4.0, 0.5, 156)])
+    X, Y, _, _ = known_cross_spectrum(500, 200, 160, values, seed=7)
+    reports = []
+    with listen(reports.append):
+        fit = MCA(k, solver="krylov", tol=1e-4, random_state=1).fit(da.from_array(X, chunks=(125, 200)),
+                                                                   da.from_array(Y, chunks=(125, 160)))
+    ends = [report for report in reports if report.seconds is not None]
+    starts = [report for report in reports if report.seconds is None]
+    assert [report.number for report in ends] == list(range(1, fit.n_passes_ + 1))
+    assert all(report.solver == "mca-krylov" for report in ends)
+    # A pass's bound reaches the line with the next pass's start (the last, in the fit's result).
+    assert [report.bound for report in starts[2:]] == pytest.approx(fit.solver_info_["bounds"][:-1])
+    learnt = [report for report in starts if report.learnt is not None]
+    assert len(learnt) > 2 and starts[1].predicted is None  # the statistics' pass taught nothing
+    assert all(abs(report.predicted - fit.n_passes_) <= 2 for report in learnt[1:]), \
+        ([r.predicted for r in starts], fit.n_passes_)

@@ -38,6 +38,7 @@ stage_y) -> int`` (the solvers import no estimator).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import reduce
 
@@ -45,8 +46,8 @@ import numpy as np
 from scipy.linalg import blas, svd
 
 from ._base import Cost, PlanInput, SolverDeclaration
-from ..passes import (MERGE_SPLIT_EVERY, SizedByArrays, backend_of, center_block, format_bytes, like, map_row_blocks,
-                      namespace, orthonormal_extension, tall_norm2, tree_reduce)
+from ..passes import (MERGE_SPLIT_EVERY, Passes, SizedByArrays, backend_of, center_block, format_bytes, like,
+                      map_row_blocks, namespace, orthonormal_extension, tall_norm2, tree_reduce)
 from ._bounds import ROUNDOFF_RESIDUAL, exact_bound, wedin
 from .._validation import NonFinite
 from ..exceptions import InputError, InvalidParameterError
@@ -202,7 +203,8 @@ class KrylovSVD:
     stopped: str = "budget"  # why it stopped: "tol" met, "invariant" spans (exact up to round-off), "budget" spent
 
 
-def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: int, n_samples: int, rng) -> KrylovSVD:
+def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: int, n_samples: int, rng,
+               passes=None) -> KrylovSVD:
     r"""Leading k singular triplets of a dx×dy operator C known only through ``apply(V, U)``.
 
     ``apply(V, U)`` returns ``(C·V, Cᵀ·U)`` and costs one pass over the data. The left and right
@@ -234,8 +236,15 @@ def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: 
     include a round-off term ``ROUNDOFF_RESIDUAL``·√n·σ̂₁ for the error of the products
     themselves; the bound is capped at 1 (also when δ̂ ≤ 0: modes k and k + 1 not yet apart).
 
+    ``passes`` (:class:`~daskpca.passes._progress.Passes`, optional): each ``apply`` is reported as
+    a pass, with the bound after it and the passes its fall predicts
+    (:func:`.krylov.predict_by_fall`).
+
     Memory on the client: U, V and their images, 2·(dx + dy)·ℓ·passes float64.
     """
+    from .krylov import predict_by_fall
+
+    reading = (lambda: passes.read()) if passes is not None else nullcontext
     size = block
     U = orthonormal_extension(np.zeros((dx, 0)), rng.standard_normal((dx, size)))
     V = orthonormal_extension(np.zeros((dy, 0)), rng.standard_normal((dy, size)))
@@ -243,11 +252,16 @@ def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: 
     images_v, images_u = np.zeros((dx, 0)), np.zeros((dy, 0))  # C·basis_v, Cᵀ·basis_u
     bounds, answer, stopped = [], None, "budget"
     for n_pass in range(1, max_passes + 1):
-        P, Q = apply(V, U)
+        with reading():
+            P, Q = apply(V, U)
         basis_u, basis_v = np.hstack([basis_u, U]), np.hstack([basis_v, V])
         images_v, images_u = np.hstack([images_v, P]), np.hstack([images_u, Q])
         answer = _ritz(basis_u, basis_v, images_v, images_u, k, n_samples)
         bounds.append(answer[3])
+        if passes is not None:
+            passes.bound(answer[3])
+            if tol is not None:  # without one the budget is read, as the line's "of ≤" says
+                predict_by_fall(passes, bounds, tol, made=passes.number, prior=None, most=passes.budget)
         if tol is not None and answer[3] <= tol:
             stopped = "tol"
             break
@@ -403,7 +417,12 @@ def solve_krylov(X, Y, *, resolve, choose_k, random_state=None, tol=None, max_pa
 
     from ._iterative import column_stats_graph
 
-    (stats,) = dask.compute(column_stats_graph(joint_rows(X, Y)))
+    budget = (max_passes or DEFAULT_MAX_PASSES) - 1
+    # The statistics' pass and the Krylov passes, reported as block Krylov's are (MCA's plan gives
+    # no count before: the passes shown come from the bounds' fall once it is informative).
+    passes = Passes("mca-krylov", 1 + max(budget, 1), at_most=True, tol=tol)
+    with passes.read():
+        (stats,) = dask.compute(column_stats_graph(joint_rows(X, Y)))
     n, dx = X.shape[0], X.shape[1]
     part_x = slice(0, dx)
     part_y = slice(dx, None)
@@ -414,7 +433,6 @@ def solve_krylov(X, Y, *, resolve, choose_k, random_state=None, tol=None, max_pa
     k = choose_k(n, stage_x, stage_y)
     mean_x = stats.mean[part_x][stage_x.keep] * stage_x.factor
     mean_y = stats.mean[part_y][stage_y.keep] * stage_y.factor
-    budget = (max_passes or DEFAULT_MAX_PASSES) - 1
 
     def apply(V, U):
         (products,) = dask.compute(cross_products_graph(X, Y, stage_x, stage_y, mean_x, mean_y, V, U))
@@ -423,7 +441,7 @@ def solve_krylov(X, Y, *, resolve, choose_k, random_state=None, tol=None, max_pa
     rng = np.random.default_rng(random_state)
     block = min(k + n_oversamples, stage_x.n_kept, stage_y.n_kept)
     found = krylov_svd(apply, stage_x.n_kept, stage_y.n_kept, k, block=block, tol=tol,
-                       max_passes=max(budget, 1), n_samples=n, rng=rng)
+                       max_passes=max(budget, 1), n_samples=n, rng=rng, passes=passes)
     scale = max(n - 1, 1)
     return CrossSolution(
         found.left.T, found.right.T, found.singular_values / scale, n, mean_x, mean_y, (stage_x, stage_y),

@@ -45,7 +45,8 @@ from ._iterative import as_generator
 from .._validation import raise_if_nonfinite
 from .hilbert import COMPLEX128, HILBERT_KRYLOV_FLOPS_PER_SECOND, PADDINGS, analytic_flops, gram_graph, strip_bytes, strip_products
 from ._bounds import certify, plain_ritz, product_bound
-from .krylov import BASIS_BYTES, check_accuracy_options, client_flops, pass_budget, predicted_passes, smallest_bound
+from .krylov import (BASIS_BYTES, check_accuracy_options, client_flops, pass_budget, predict_by_fall, predicted_passes,
+                     smallest_bound)
 
 OPTIONS = ("padding", "decay_factor", "tol", "max_passes")
 #: Block size ℓ = k + N_OVERSAMPLES (as the real Krylov solver's default).
@@ -118,6 +119,9 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
     block = np.linalg.qr(start)[0]
     basis, history, stage, first, restarts = Basis.empty(n_samples, np.complex128), [], None, None, 0
     passes = Passes("hilbert-krylov", budget, at_most=True, tol=tol)
+    # The Krylov passes the planner expects, and the components' pass after them (as cost() counts).
+    prior = None if tol is None else min(predicted_passes(tol, max_passes) + 1, budget)
+    passes.predict(prior)
     while True:
         with passes.read():
             (part,) = dask.compute(gram_graph(X, *options, block))
@@ -146,6 +150,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
         bound = product_bound(ritz_bound, found["upper"], low, max(theta[0], 0.0), n_samples)
         history.append(bound)
         passes.bound(bound)
+        predict_by_fall(passes, history, target, made=len(history), prior=prior, most=budget, after=1)
         if bound <= target or len(history) + 1 >= budget:
             break
         block = orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:])

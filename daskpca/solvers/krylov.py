@@ -317,6 +317,20 @@ def passes_left(history: list[float], target: float, gap_ratio: float | None = N
     return int(np.ceil(np.log(bound / target) / np.log(rate) - 1e-9))
 
 
+def predict_by_fall(passes, history: list[float], target: float, *, made: int, prior: int | None, most: int,
+                    gap_ratio: float | None = None, after: int = 0) -> None:
+    """Show on ``passes`` (:class:`~daskpca.passes._progress.Passes`) the count a bounded Krylov
+    road without a simulation of its own expects (Hilbert's, MCA's): the ``made`` passes, those
+    :func:`passes_left` extrapolates from the bounds ``history`` (learnt at pass ``made``) and the
+    ``after`` passes the road reads once the bound is met (Hilbert's components), at most
+    ``most``; before the bound is informative, ``prior`` (None: no count shown)."""
+    left = passes_left(history, target, gap_ratio)
+    if left is not None:
+        passes.predict(min(most, made + left + after), learnt=made)
+    else:
+        passes.predict(None if prior is None else max(prior, made + 1 + after))
+
+
 #: The simulated spectrum (:func:`model_spectrum`): the tail beyond the kept Ritz values is binned
 #: after its first ``ℓ`` values into bins growing by this factor, so the simulated diagonal stays
 #: a few hundred to a few thousand entries (≈ 2k + 5·ℓ per bin, ~2000 at d = 2·10⁵) whatever d is.

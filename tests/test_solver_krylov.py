@@ -889,6 +889,23 @@ def test_returned_bound_against_the_truth_over_spectra_and_tols(spectrum, tol):
         assert result.info["converged"] and bound <= tol
 
 
+def _what_the_fit_observed(X, k, passes, monkeypatch):
+    """``(basis, result, true, nystrom)`` of a block Krylov fit of ``passes`` passes (tol 1e-12):
+    its basis (V, W = C·V, T), its result, the returned answer's true sin θ and the Nyström part
+    W·T⁻¹·Wᵀ — what the tests below build a C' observing the same from."""
+    n, d = X.shape
+    seen = {}
+    original = krylov.estimate
+    with monkeypatch.context() as patch, dask.config.set(scheduler="sync"), warnings.catch_warnings():
+        patch.setattr(krylov, "estimate", lambda basis, k, **o: seen.update(basis=basis) or original(basis, k, **o))
+        warnings.simplefilter("ignore", AccuracyWarning)
+        result = krylov.solve(da.from_array(X, chunks=(n // 2, d)), ComponentRequest(k, n, d), random_state=0,
+                              tol=1e-12, max_passes=passes)
+    basis = seen["basis"]
+    nystrom = basis.W @ np.linalg.solve(basis.T, basis.W.T)
+    return basis, result, sin_theta(result.components, reference_pca(X)[0][:k]), (nystrom + nystrom.T) / 2
+
+
 def test_on_fast_decay_no_bound_from_the_fits_observations_is_within_3x_of_the_truth(monkeypatch):
     """Why the 3× contract is out of reach on fast decay (rate 0.8; TIGHTNESS_GRID): the returned
     answer (the left projection) runs ahead of what the passes observed. Everything a fit sees —
@@ -904,21 +921,13 @@ def test_on_fast_decay_no_bound_from_the_fits_observations_is_within_3x_of_the_t
     n, d, k = X.shape[0], X.shape[1], 4
     centered = X - X.mean(axis=0)
     scatter = centered.T @ centered
-    seen = {}
-    original = krylov.estimate
-    monkeypatch.setattr(krylov, "estimate", lambda basis, k, **o: seen.update(basis=basis) or original(basis, k, **o))
     for passes in (3, 4):
-        with dask.config.set(scheduler="sync"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", AccuracyWarning)
-            result = krylov.solve(da.from_array(X, chunks=(n // 2, d)), ComponentRequest(k, n, d), random_state=0,
-                                  tol=1e-12, max_passes=passes)
-        basis, answer, bound = seen["basis"], result.components, result.info["error_bound"]
+        basis, result, true, nystrom = _what_the_fit_observed(X, k, passes, monkeypatch)
+        answer, bound = result.components, result.info["error_bound"]
         assert result.info["projection"] == "left"
-        true = sin_theta(answer, reference_pca(X)[0][:k])
-        nystrom = basis.W @ np.linalg.solve(basis.T, basis.W.T)
         outside = answer.T - basis.V @ (basis.V.T @ answer.T)
         z = np.linalg.svd(outside, full_matrices=False)[0][:, 0]
-        other = (nystrom + nystrom.T) / 2 + (np.trace(scatter) - np.trace(nystrom)) * np.outer(z, z)
+        other = nystrom + (np.trace(scatter) - np.trace(nystrom)) * np.outer(z, z)
         assert np.linalg.norm(other @ basis.V - basis.W) <= 1e-9 * np.linalg.norm(basis.W)  # it observes the same
         assert np.trace(other) == pytest.approx(np.trace(scatter), rel=1e-12)
         values, vectors = np.linalg.eigh(other)
@@ -952,19 +961,10 @@ def test_on_a_plateau_no_bound_from_the_fits_observations_is_within_3x_of_the_tr
     centered = X - X.mean(axis=0)
     scatter = centered.T @ centered
     total = np.trace(scatter)
-    seen = {}
-    original = krylov.estimate
-    monkeypatch.setattr(krylov, "estimate", lambda basis, k, **o: seen.update(basis=basis) or original(basis, k, **o))
     for passes, least in ((5, 3.3), (6, 3.7)):
-        with dask.config.set(scheduler="sync"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", AccuracyWarning)
-            result = krylov.solve(da.from_array(X, chunks=(n // 2, d)), ComponentRequest(k, n, d), random_state=0,
-                                  tol=1e-12, max_passes=passes)
-        basis, answer, bound = seen["basis"], result.components, result.info["error_bound"]
+        basis, result, true, nystrom = _what_the_fit_observed(X, k, passes, monkeypatch)
+        answer, bound = result.components, result.info["error_bound"]
         assert result.info["projection"] == "refined"
-        true = sin_theta(answer, reference_pca(X)[0][:k])
-        nystrom = basis.W @ np.linalg.solve(basis.T, basis.W.T)
-        nystrom = (nystrom + nystrom.T) / 2
         unseen = total - np.trace(nystrom)
         outside = np.linalg.svd(answer.T - basis.V @ (basis.V.T @ answer.T), full_matrices=False)[0]
         for _ in range(3):  # the outside part is ~1e-6 of the answer: orthogonal to span V to round-off

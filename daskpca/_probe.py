@@ -47,11 +47,12 @@ stated, small read for a better one:
    certified default's), whose pass count is the point estimate; the plan says which model
    (``"… from their spectrum (7 spikes over white noise σ² = 1.02 per feature, 3 of the k = 10
    modes below its detection edge …)"``).
-   Measured (benchmarks/probe.py): within 0.69–1.4× of the passes made on every case there and in
-   tests/test_plan.py at tol 1e-4 and 1e-6; the floor's model alone: 1.25–1.5× on the reanalysis
-   and 2.0–2.2× on the archive cases (now 1.0× and 1.33–1.4×), but 0.85–1.0× on the continuum
-   (now 0.69–0.7×: of its k = 10 modes the probe resolves one, the other nine are put at 0.8
-   of its edge where the tenth is near the noise). Where k reaches into the noise (k above the
+   Measured (benchmarks/probe.py): within 0.69–1.5× of the passes made on every case there and in
+   tests/test_plan.py at tol 1e-4 and 1e-6 (0.69–1.4× while the simulation collapsed each bin of
+   the tail to one value: :data:`~daskpca.solvers.krylov.BIN_PARTS`); the floor's model alone:
+   1.25–1.5× on the reanalysis and 2.0–2.2× on the archive cases (this one: 1.12–1.17× and
+   1.4–1.5×), but 0.85–1.0× on the continuum (this one: 0.69–0.7×: of its k = 10 modes the probe
+   resolves one, the other nine are put at 0.8 of its edge where the tenth is near the noise). Where k reaches into the noise (k above the
    modes there are, or no mode above it) the fit runs its budget and both models predict about
    half of it.
 

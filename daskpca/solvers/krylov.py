@@ -332,15 +332,18 @@ def predict_by_fall(passes, history: list[float], target: float, *, made: int, p
 
 
 #: The simulated spectrum (:func:`model_spectrum`): the tail beyond the kept Ritz values is binned
-#: after its first ``ℓ`` values into bins growing by this factor, so the simulated diagonal stays
-#: a few hundred to a few thousand entries (≈ 2k + 5·ℓ per bin, ~2000 at d = 2·10⁵) whatever d is.
-TAIL_BIN_GROWTH = 1.5
+#: after its first 2k values into bins growing by this factor, so the simulated diagonal stays a
+#: few hundred to a few thousand entries (up to 5·ℓ a bin: ~4000 at d = 10⁶ and ℓ = 60) whatever
+#: d is. Twice 1.5, the factor used while a bin was one value: with :data:`BIN_PARTS` the same
+#: counts on continua, plateaus and spikes over an MP bulk (d = 2000 and 2·10⁴), and 28 s against
+#: 40 s for a 20-pass simulation at d = 10⁶, ℓ = 60 (one value a bin at 1.5: 9 s).
+TAIL_BIN_GROWTH = 2.0
 #: Each bin keeps up to this many distinct values (equal-count parts, each at its mean). A bin
 #: collapsed to one value of multiplicity μ is an exact eigenspace, which the block's spare
 #: columns deflate at once, where μ distinct values are not: on a continuum 0.9·λ_k below the
 #: signal (16 000 × 2000, ℓ = 20) one value a bin predicted 8 and 10 passes for tol 1e-4 and 1e-6,
 #: the unbinned spectrum 10 and 14 (the fit: 10 and 14); five parts 10 and 13, at d = 2·10⁴ 11 and
-#: 14 (unbinned 11 and 15), for 2–3× the one-value cost (0.2–0.7 s a simulation at d = 2·10⁵).
+#: 14 (unbinned 11 and 15), for 2–3× the one-value cost (0.4–0.7 s a simulation at d = 2·10⁵).
 #: Fast decay, plateaus and spikes over an MP bulk: the same counts either way.
 BIN_PARTS = 5
 #: The simulation needs the basis to hold an image block (span[Ω, CΩ]): after the first pass the

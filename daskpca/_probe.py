@@ -52,9 +52,9 @@ stated, small read for a better one:
    the tail to one value: :data:`~daskpca.solvers.krylov.BIN_PARTS`); the floor's model alone:
    1.25–1.5× on the reanalysis and 2.0–2.2× on the archive cases (this one: 1.12–1.17× and
    1.4–1.5×), but 0.85–1.0× on the continuum (this one: 0.69–0.7×: of its k = 10 modes the probe
-   resolves one, the other nine are put at 0.8 of its edge where the tenth is near the noise). Where k reaches into the noise (k above the
-   modes there are, or no mode above it) the fit runs its budget and both models predict about
-   half of it.
+   resolves one, the other nine are put at 0.8 of its edge where the tenth is near the noise).
+   Where k reaches into the noise (k above the modes there are, or no mode above it) the fit runs
+   its budget and both models predict about half of it.
 
 The plan then counts the chosen block Krylov road at that many passes (plus the feature stage's
 reads), its time changed by the passes gained or saved at a later pass's time and by the client's

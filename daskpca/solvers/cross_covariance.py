@@ -49,6 +49,7 @@ from ._base import Cost, PlanInput, SolverDeclaration
 from ..passes import (MERGE_SPLIT_EVERY, Passes, SizedByArrays, backend_of, center_block, format_bytes, like,
                       map_row_blocks, namespace, orthonormal_extension, tall_norm2, tree_reduce)
 from ._bounds import ROUNDOFF_RESIDUAL, exact_bound, wedin
+from .krylov import predict_by_fall
 from .._validation import NonFinite
 from ..exceptions import InputError, InvalidParameterError
 
@@ -242,8 +243,6 @@ def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: 
 
     Memory on the client: U, V and their images, 2·(dx + dy)·ℓ·passes float64.
     """
-    from .krylov import predict_by_fall
-
     reading = (lambda: passes.read()) if passes is not None else nullcontext
     size = block
     U = orthonormal_extension(np.zeros((dx, 0)), rng.standard_normal((dx, size)))

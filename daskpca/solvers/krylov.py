@@ -155,19 +155,19 @@ cannot tell a halving spectrum (2 passes) from a noise continuum (8–10). The f
 ``SIMULATED_FROM_PASS`` = 2 on (the basis then holds span[Ω, CΩ]; one random block's Ritz values
 predicted 2 passes on continua that took 8) it *simulates itself* (:func:`simulated_total`): a
 model spectrum — the top k Ritz values, and a tail carrying the variance they leave, trace C −
-Σ_{i≤k} θ_i, known exactly (:func:`model_spectrum`) — on a diagonal matrix of a few hundred to a few thousand
-entries (tail values binned, each bin kept as a few distinct values: :func:`binned_spectrum`; equal
-values exactly in law: :func:`simulated_passes`), run through this
+Σ_{i≤k} θ_i, known exactly (:func:`model_spectrum`) — on a diagonal matrix of a few hundred to a
+few thousand entries (tail values binned, each bin kept as a few distinct values:
+:func:`binned_spectrum`; equal values exactly in law: :func:`simulated_passes`), run through this
 module's iteration and :func:`certify` until the simulated bound meets ``tol``. It is rerun only
 once the fit's bound is ``SIMULATION_DRIFT`` = 10× off the simulated one at the same pass, and
 only where someone sees its figure (a listener or the log at INFO: :meth:`Passes.heard`). Measured
 (1000 × 200 and 2400 × 600, the tests): the passes made ±1 on rate-0.8 decay, a continuum 0.9·λ_k
 below the signal, a plateau and 20 modes above white noise, from the start of pass 3 (the
-continuum at 1e-6: 10 predicted, 10 made; at 16 000 × 2000, 11 and 15 for 10 and 14, the
+continuum at 1e-6: 10 predicted, 10 made; at 16 000 × 2000, 11 and 14–15 for 10 and 14, the
 plateau 7 and 9 for 6 and 8). Two parts of the model made that so: the head at the Ritz values'
 upper ends θ_i + ‖r_i‖ and a few distinct values kept a bin (:func:`model_spectrum`,
-:data:`BIN_PARTS`); before, 14–20 passes were predicted there for 10–14. Before pass 2 ends (and where nothing can be modelled) :func:`passes_left`
-extrapolates the bound's fall once it is below ``INFORMATIVE_BOUND``, else the prior stands. The
+:data:`BIN_PARTS`); before, 14–20 passes were predicted there for 10–14. Before pass 2 ends (and
+where nothing can be modelled) :func:`passes_left` extrapolates the bound's fall once it is below ``INFORMATIVE_BOUND``, else the prior stands. The
 progress line and the log show the passes predicted, the time left for them and the pass whose
 results gave them ("ETA from pass 2"). A fit given a probed plan (``PCA.plan(X, probe=True)``,
 :mod:`daskpca._probe`: the same simulation on the spectrum of ≤ 1 % of the rows) starts from the
@@ -364,16 +364,15 @@ def model_spectrum(theta: np.ndarray, total: float, rank: int, k: int,
     (Krylov–Weinstein), and the value a Ritz value rises to as it converges. Taken at θ_i the gap
     the passes had not yet opened was read as the spectrum's: from pass 2 at 16 000 × 2000, 14
     and 20 passes predicted on a continuum that took 10 and 14, 11 and 14 on a plateau that took 6
-    and 8; at θ_i + ‖r_i‖ 11 and 15, 7 and 9 (a reanalysis-like field 6 and 7 for 6 and 8; 1/i 8
-    and 9 for 6 and 8; 0.8ⁱ 3 for 3). Everything beyond — the slowly converging Ritz values
+    and 8; at θ_i + ‖r_i‖ 11 and 14–15, 7 and 9 (a reanalysis-like field 6 and 7 for 6 and 8; 1/i
+    8 and 9 for 6 and 8; 0.8ⁱ 3 for 3). Everything beyond — the slowly converging Ritz values
     k+1 … m, which underestimate, and the d − m the basis has not seen — is replaced by a tail of
-    rank − k eigenvalues carrying the variance left, total − Σ_{i≤k} (exact where the head is),
-    shaped as a
-    geometric decay from θ_{k+1} (the continuation of the trailing values, the ratio fixed by the
-    mass), flat at that mass's mean where even a flat tail from θ_{k+1} cannot carry it (a noise
-    continuum the Ritz values underestimate), never above the head's last value. Measured: keeping the Ritz values
-    k+1 … m instead predicted 2–5 passes on continua that took 7–10. None where there is nothing
-    to model (no variance).
+    rank − k eigenvalues carrying the variance left, total less the head (exact where the head
+    is), shaped as a geometric decay from θ_{k+1} (the continuation of the trailing values, the
+    ratio fixed by the mass), flat at that mass's mean where even a flat tail from θ_{k+1} cannot
+    carry it (a noise continuum the Ritz values underestimate), never above the head's last
+    value. Measured: keeping the Ritz values k+1 … m instead predicted 2–5 passes on continua
+    that took 7–10. None where there is nothing to model (no variance).
     """
     theta = np.clip(np.asarray(theta, dtype=np.float64), 0.0, None)
     if not (np.isfinite(total) and total > 0 and theta.size and theta[0] > 0):
@@ -805,7 +804,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             # The probe's simulation stands until the fit's own can run (pass 2): its Ritz values
             # then know the k-th gap that 1 % of the rows could not resolve (16 000 × 2000: the
             # probe 7 and 9 passes for a continuum's 10 and 14, an archive-like field's 5 and 7; the
-            # fit's own from pass 3 11 and 15, 5 and 6).
+            # fit's own from pass 3 11 and 14–15, 5 and 6).
             left = passes_left(history, target, gap_ratio)
             # Three informative bounds in a row: their fall is the fit's own rate, and it decides
             # (exact from pass 5 at 16 000 × 2000 on continua, plateaus and a reanalysis-like

@@ -135,6 +135,7 @@ class Probe:
     road: str = ROAD.name  # the plan's estimate the point estimate is for
     model: str = ""  # the spectrum the simulation ran on (SpikedNoise.describe, or the floor's)
     client_flops: float | None = None  # the client's work over those passes (krylov.client_flops; None: no estimate)
+    earlier: str = ""  # the earlier model whose spectrum was simulated instead of rows (from_model): nothing read
 
     @property
     def fraction(self) -> float:
@@ -142,6 +143,12 @@ class Probe:
         return self.rows / max(self.n_samples, 1)
 
     def describe(self) -> str:
+        if self.earlier:
+            source = f"probed: the spectrum of {self.earlier} (nothing read)"
+            if self.passes is None:
+                return f"{source}; no point estimate from it ({self.reason}): the prior point estimate stands"
+            return (f"{source}, point estimate {self.passes} pass{'es' if self.passes != 1 else ''} from {self.model} "
+                    f"for sin θ ≤ {self.target:g} ({self.seconds:.2g} s)")
         read = f"probed: {self.rows} of {self.n_samples} rows ({100 * self.fraction:.1f} %)"
         if self.passes is None:
             return f"{read}; no point estimate from them ({self.reason}): the prior point estimate stands"
@@ -478,3 +485,113 @@ def probe(matrix, k: int, *, tol: float | None, max_passes: int | None, n_oversa
     return Probe(rows.shape[0], n, len(ranges), len(history), tuple(float(b) for b in history), tol,
                  seconds=time.perf_counter() - started, prior=prior, model=model,
                  client_flops=krylov.client_flops(d, ell, len(history), k))
+
+
+# ---- the spectrum of an earlier fit of the same model -------------------------------------------
+
+
+#: An earlier model's variances predict passes only where its subspace was bounded this tightly
+#: (sin θ; its variances then within about its square): exact and certified fits.
+EARLIER_BOUND = 0.1
+
+
+def earlier_spectrum(model, k: int) -> tuple[np.ndarray, np.ndarray | None, bool, str] | str:
+    """``(values, residuals, exact, what)``: the most a fitted PCA ``model`` knows of its spectrum
+    beyond k (covariance units, descending), or why it knows too little for k.
+
+    - an exact fit's whole spectrum where it kept one (``exact``: its tail is the data's own);
+    - a block Krylov fit's leading ℓ Ritz values and its k residual norms
+      (``solver_info_["ritz_values"]``, ``["residual_norms"]``): converged far enough at its last
+      pass to keep all ℓ (:func:`~daskpca.solvers.krylov.model_spectrum`, ``known``);
+    - else its own components' variances (and the next one, which the covariance solver keeps),
+      where they are more than k and carry a bound (``error_bound_`` ≤ :data:`EARLIER_BOUND`):
+      a randomized fit's, unbounded, put λ_10 of a continuum at 0.88 for 1.0 and predicted 12
+      passes for 10.
+    """
+    spectrum = getattr(model, "_spectrum", None)
+    if spectrum is not None and len(spectrum) > k:
+        return np.asarray(spectrum, dtype=np.float64), None, True, f"its exact spectrum ({len(spectrum)} values)"
+    info = getattr(model, "solver_info_", {}) or {}
+    ritz = np.asarray(info.get("ritz_values") or [], dtype=np.float64)
+    if ritz.size > k:
+        residuals = info.get("residual_norms")
+        return (ritz, None if residuals is None else np.asarray(residuals, dtype=np.float64), False,
+                f"its block Krylov fit's {ritz.size} leading Ritz values")
+    variances = np.asarray(model.explained_variance_, dtype=np.float64)
+    if "next_variance" in info:
+        variances = np.append(variances, float(info["next_variance"]))
+    bound = float(getattr(model, "error_bound_", np.nan))
+    if not bound <= EARLIER_BOUND:
+        return (f"its variances carry no error bound under {EARLIER_BOUND:g} (solver {model.solver_!r}, error_bound_ "
+                f"{bound:.2g}): an exact or block Krylov fit's spectrum predicts the passes")
+    if variances.size > k:
+        return variances, None, False, f"its {variances.size} leading variances"
+    return (f"it knows {variances.size} leading variances (solver {model.solver_!r}); k = {k} and the one after need "
+            f"{k + 1}: fit it with more components, or with block Krylov, which keeps its ℓ = k + n_oversamples "
+            "leading Ritz values")
+
+
+def _same_features(model, d: int, weights: np.ndarray | None, standardize: bool) -> str:
+    """Why ``model`` does not analyse the features this fit would (its spectrum then says nothing
+    of this fit's), or ""."""
+    if model.n_features_in_ != d:
+        return f"it was fitted on {model.n_features_in_} features, this input has {d}: not the same field"
+    if bool(getattr(model, "standardize", False)) != bool(standardize):
+        return f"it was fitted with standardize={not standardize}, this fit asks standardize={standardize}"
+    stage = model.feature_stage_
+    if not standardize:
+        asked = np.ones(d) if weights is None else np.asarray(weights, dtype=np.float64)
+        if not np.allclose(stage.factor, asked[stage.keep], rtol=1e-6):
+            return "it weighted its features otherwise than this fit asks (weights=)"
+    return ""
+
+
+def from_model(model, n: int, d: int, k: int, *, tol: float | None, max_passes: int | None, n_oversamples: int = 10,
+               weights: np.ndarray | None = None, standardize: bool = False, name: str = "") -> Probe:
+    """Block Krylov's passes for an n × d input predicted from an earlier fit of the same model
+    (``model``: a fitted :class:`~daskpca.PCA`, or a :class:`~daskpca.Rotator` of one; ``name``
+    what the plan calls it, e.g. its store and version): the issue's other probe, "the spectrum
+    of an earlier version of the same model in the store". Reads nothing.
+
+    The simulation (:func:`~daskpca.solvers.krylov.simulated_passes`) runs on what the model knows
+    (:func:`earlier_spectrum`): its exact spectrum, else its leading values each kept and a tail
+    carrying the rest of its total variance from the last of them
+    (:func:`~daskpca.solvers.krylov.model_spectrum`). Where the field is the same but the rows are
+    new (a next year, a scheduled refit), the spectrum is what decides the passes. Measured
+    (8000 × 1000, a second draw of the same spectrum; fits of a block Krylov model): the passes
+    made within one of the prediction on a continuum just below λ_k (10 for 10, 12 for 13), a
+    plateau (6, 8 for 6, 8), 0.8ⁱ (3 for 3), 1/i (7, 9 for 6, 8) and spikes over white noise (6,
+    8 and 5, 6: the same). Where the model cannot tell (another field, other weights, fewer
+    values than k + 1) the plan's prior stands and the plan says why.
+    """
+    started = time.perf_counter()
+    budget, prior = krylov.pass_budget(tol, max_passes), krylov.predicted_passes(tol, max_passes)
+    model = getattr(model, "model_", model)  # a rotation: the model it rotates
+    name = name or f"an earlier {type(model).__name__} fit on {getattr(model, 'n_samples_', '?')} samples"
+
+    def fallback(reason: str) -> Probe:
+        return Probe(0, n, 0, None, target=tol, reason=reason, seconds=time.perf_counter() - started, prior=prior,
+                     earlier=name)
+
+    if not hasattr(model, "explained_variance_") or not hasattr(model, "total_variance_"):
+        return fallback(f"{type(model).__name__} is not a fitted PCA")
+    if tol is None:
+        return fallback(f"no tol: block Krylov reads its budget of {budget} passes")
+    different = _same_features(model, d, weights, standardize)
+    if different:
+        return fallback(different)
+    found = earlier_spectrum(model, k)
+    if isinstance(found, str):
+        return fallback(found)
+    values, residuals, exact, what = found
+    kept = model.feature_stage_.n_kept
+    rank, ell = min(n - 1, kept), min(k + n_oversamples, n, kept)
+    if k >= rank:
+        return fallback(f"k = {k} reaches the input's rank {rank}: no gap to predict from")
+    spectrum = (krylov.binned_spectrum(values[:k], values[k:rank], k) if exact
+                else krylov.model_spectrum(values, float(model.total_variance_), rank, k, residuals, known=values.size))
+    if spectrum is None:
+        return fallback("it recorded no variance")
+    history = krylov.simulated_passes(*spectrum, k, ell, tol, budget, n)
+    return Probe(0, n, 0, len(history), tuple(float(b) for b in history), tol, seconds=time.perf_counter() - started,
+                 prior=prior, model=what, client_flops=krylov.client_flops(d, ell, len(history), k), earlier=name)

@@ -79,6 +79,21 @@ def _zarr_arrays(X) -> list:
     return [array for array in zarr_arrays(data) if isinstance(array, zarr.Array)]
 
 
+def _earlier_model(earlier) -> tuple:
+    """``(model, name)`` for ``plan(X, probe=earlier)``: a fitted estimator as it is, a path loaded
+    (verified; its store and version name it); anything else refused by name."""
+    if isinstance(earlier, (str, os.PathLike)):
+        from .models import load
+
+        model = load(earlier)
+        version = getattr(model, "_loaded_from", (None, None))[1]
+        return model, f"the model at {os.fspath(earlier)!r}" + (f" (version {version})" if version is not None else "")
+    if isinstance(earlier, Estimator) or hasattr(earlier, "explained_variance_"):
+        return earlier, ""
+    raise InputError(f"probe={earlier!r}: expected True (read ≤ 1 % of the rows), False, or an earlier fit of the same "
+                     "model — a fitted PCA or Rotator, or the path of a saved one — whose spectrum predicts the passes.")
+
+
 def refuse_unwritten_store(X, action: str = "a model fitted on it would describe nothing") -> None:
     """Raise for a zarr array of which no chunk was ever written — given as a path, a
     ``zarr.Array``, or read by a dask array or an xarray object (what ``daskpca.io.open_source``
@@ -368,8 +383,9 @@ class BasePCA(Estimator):
                 self._check_given_plan(plan, matrix, request)
             if prepared is None or plan.priced_for is None or plan.priced_for != job_facts():
                 plan = _plan.with_cache(plan, matrix, self.cache)
-        # An ETA from the first pass where someone watches (only block Krylov's passes are predicted).
-        if plan.probe is None and plan.solver == _probe.ROAD.name and self._probes_unasked(plan, matrix, X, layout):
+        # An ETA from the first pass where someone watches (only block Krylov's passes are predicted),
+        # also where an earlier model given to the plan could not tell.
+        if (plan.probe is None or plan.probe.earlier and plan.probe.passes is None) and plan.solver == _probe.ROAD.name and self._probes_unasked(plan, matrix, X, layout):
             plan = self._probed(plan, matrix, spec, X, layout)
         self._fit_plan = plan  # shown by _repr_html_
         name, reason, module = plan.solver, plan.reason, self._solver_modules[plan.solver]
@@ -427,14 +443,20 @@ class BasePCA(Estimator):
 
         Parameters
         ----------
-        probe : bool, default=False
-            Read ≤ 1 % of the rows (whole storage chunks spread along the sample axis) and predict
-            block Krylov's passes for the tol asked (or the certified default's) from their
+        probe : bool, fitted PCA, str or os.PathLike, default=False
+            True: read ≤ 1 % of the rows (whole storage chunks spread along the sample axis) and
+            predict block Krylov's passes for the tol asked (or the certified default's) from their
             spectrum (:mod:`daskpca._probe`): the plan's point estimate of passes and time then
             rests on the data, not on a prior, and says so (``plan.probe``, a line of
-            ``print(plan)``). ``fit(X, plan=plan)`` with that plan starts its ETA from the probe's
-            prediction. Where the probe cannot tell (n < 200, constant rows, a computed input), the
-            prior stands and the plan says why. The road chosen is the same as without the probe.
+            ``print(plan)``). An earlier fit of the same model instead — a fitted PCA (or a
+            Rotator of one) or the path of a saved one, e.g. last month's version of this job's
+            model: the same prediction from its spectrum (:func:`daskpca._probe.from_model`),
+            reading nothing; within a pass of the passes made where the field's spectrum is the
+            same (a continuum just below λ_k, where 1 % of the rows is off by 3–5). ``fit(X,
+            plan=plan)`` with that plan starts its ETA from the probe's prediction. Where the probe
+            cannot tell (n < 200, constant rows, a computed input; a model of other features or
+            weights, or of fewer than k + 1 known variances), the prior stands and the plan says
+            why. The road chosen is the same as without the probe.
 
         Returns
         -------
@@ -454,22 +476,31 @@ class BasePCA(Estimator):
         request = self._request(matrix)
         prepared = PreparedInput(X, sample_dims, params, matrix, layout, spec, request)
         plan = self._make_plan(matrix, request, spec)
-        if probe:
-            plan = self._probed(plan, matrix, spec, X, layout)
+        if probe is not False:
+            plan = self._probed(plan, matrix, spec, X, layout, earlier=probe)
         object.__setattr__(plan, "prepared_input", prepared)  # an attribute, not a field of the frozen plan
         return plan
 
-    def _probed(self, plan, matrix, spec, X, layout=None) -> _plan.Plan:
-        """``plan`` with the probe's prediction (:mod:`daskpca._probe`; see :meth:`plan`)."""
+    def _probed(self, plan, matrix, spec, X, layout=None, earlier=True) -> _plan.Plan:
+        """``plan`` with the probe's prediction (:mod:`daskpca._probe`; see :meth:`plan`):
+        ``earlier`` True probes ≤ 1 % of the rows, else it is the earlier model (or its path)."""
         if self._solver_modules.get(_probe.ROAD.name) is not _probe.ROAD:
-            raise InputError(f"probe=True: the probe predicts PCA's block Krylov road; {type(self).__name__} has no "
-                             "such road. Plan without probe=.")
+            raise InputError(f"probe={earlier!r}: the probe predicts PCA's block Krylov road; {type(self).__name__} "
+                             "has no such road. Plan without probe=.")
+        if earlier is not True:
+            earlier, name = _earlier_model(earlier)
+            fitted = getattr(earlier, "model_", earlier)  # a rotation: the model it rotates
+            if type(fitted) is not type(self):
+                raise InputError(f"probe={name or earlier!r} is a {type(fitted).__name__} model; this plan is a "
+                                 f"{type(self).__name__}'s. Give an earlier fit of the same {type(self).__name__} "
+                                 "(or probe=True to read ≤ 1 % of the rows).")
         # Without a tol, solver="auto" prices block Krylov certified to DEFAULT_TOL (_plan.make_plan).
         target = plan.tol if plan.tol is not None else plan.default_tol or (_plan.DEFAULT_TOL if self.solver == "auto" else None)
-        found = _probe.probe(matrix, plan.n_components, tol=target,
-                             max_passes=self.max_passes, n_oversamples=getattr(self, "n_oversamples", 10),
-                             weights=None if spec is None else spec.weights,
-                             standardize=spec is not None and spec.standardize,
+        common = dict(tol=target, max_passes=self.max_passes, n_oversamples=getattr(self, "n_oversamples", 10),
+                      weights=None if spec is None else spec.weights, standardize=spec is not None and spec.standardize)
+        if earlier is not True:
+            return plan.with_probe(_probe.from_model(earlier, *matrix.shape, plan.n_components, name=name, **common))
+        found = _probe.probe(matrix, plan.n_components, **common,
                              in_memory=X if isinstance(X, np.ndarray) and X.ndim == 2 else None,
                              rows_of=None if layout is None else labeled.row_reader(X, layout))
         return plan.with_probe(found)

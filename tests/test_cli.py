@@ -426,3 +426,44 @@ def test_inspect_probe_reads_a_stated_sample_of_the_source(tmp_path, capsys):
     info = json.loads(capsys.readouterr().out)
     assert re.match(r"probed: 20 of 2000 rows \(1\.0 %\), point estimate \d+ passes? from their spectrum",
                     info["plan"]["probe"])
+
+
+def test_a_refit_over_its_own_model_predicts_its_passes_from_that_models_spectrum(tmp_path, capsys):
+    """`fit --out MODEL --overwrite` of a new draw of the same field (a scheduled refit) predicts
+    block Krylov's passes from the model it replaces, reading nothing more; --spectrum-from names
+    another. A damaged model there is only a hint gone: the refit runs and replaces it. An asked
+    --spectrum-from that cannot be read, or with --mca, is an error."""
+    from _helpers import spectral_data
+
+    n, d, k = 2400, 200, 10
+    variances = np.concatenate([np.geomspace(10, 1, k), 0.9 * np.linspace(1, 0.8, d - k)])
+    for draw in (0, 1):
+        write_zarr(tmp_path / f"x{draw}.zarr", spectral_data(variances, n, d, seed=draw), (100, d))
+    model = tmp_path / "model.zarr"
+    fit = ["fit", "-k", "10", "--solver", "krylov", "--tol", "1e-4", "--random-state", "1", "--json"]
+
+    def run(source, *more):
+        assert cli.main([*fit, str(tmp_path / source), *map(str, more)]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    first = run("x0.zarr", "--out", model)
+    assert first["probed_spectrum_of"] is None
+    version = daskpca.io.history(model)[0]["version"]
+    second = run("x1.zarr", "--out", model, "--overwrite")
+    assert second["probed_spectrum_of"] == f"the model at '{model}' (version {version})"
+    assert abs(second["predicted_passes"] - second["n_passes"]) <= 1 and second["n_passes"] == 8
+    other = run("x1.zarr", "--out", tmp_path / "other.zarr", "--spectrum-from", model)
+    assert other["probed_spectrum_of"].startswith(f"the model at '{model}' (version ")
+    assert other["predicted_passes"] == second["n_passes"]
+
+    (model / "model_components" / "c" / "0" / "0").write_bytes(b"damaged")
+    assert run("x1.zarr", "--out", model, "--overwrite")["probed_spectrum_of"] is None
+    assert daskpca.load(model).n_passes_ == 8  # replaced whole
+
+    assert cli.main([*fit, str(tmp_path / "x1.zarr"), "--out", str(tmp_path / "third.zarr"),
+                     "--spectrum-from", str(tmp_path / "missing.zarr")]) != 0
+    assert "missing.zarr" in capsys.readouterr().err
+    assert not (tmp_path / "third.zarr").exists()
+    assert cli.main(["fit", str(tmp_path / "x0.zarr"), "-k", "2", "--mca", "--with", str(tmp_path / "x1.zarr"),
+                     "--out", str(tmp_path / "mca.zarr"), "--spectrum-from", str(model)]) == 2
+    assert "--spectrum-from apply to one field's PCA, not to --mca" in capsys.readouterr().err

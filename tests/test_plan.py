@@ -289,13 +289,14 @@ def test_the_probe_reads_at_most_one_percent_of_the_rows_and_the_plan_says_so(tm
     assert plan.seconds == pytest.approx(same.seconds + 0.01 * plain.estimate("krylov").pass_seconds, rel=1e-9)
 
 
-def _case(name):
+def _case(name, draw=0):
+    """One of the probe's fields (``draw``: another draw of the same spectrum, new rows)."""
     n, d, k = 2400, 200, 10
     if name in ("reanalysis", "archive"):  # modes above white noise at its Marchenko–Pastur edge
         # The archive: few rows probed against many features (20 of 2000 rows, d = 1500: the probe's
         # d/m is 79), as a one-step-per-chunk store of a gridded field gives.
         n, d, k = (2000, 1500, 10) if name == "archive" else (n, d, 20)
-        rng = np.random.default_rng(3)
+        rng = np.random.default_rng(3 + draw)
         edge = (np.sqrt(d) + np.sqrt(n)) ** 2 / n
         modes = np.linalg.qr(rng.standard_normal((d, k)))[0].T
         X = (rng.standard_normal((n, k)) * np.sqrt(edge * (1.5 + 30 * 0.8 ** np.arange(k)))) @ modes
@@ -303,7 +304,7 @@ def _case(name):
     variances = {"rate 0.5": 0.5 ** np.arange(d), "rate 0.8": 0.8 ** np.arange(d),
                  "continuum": np.concatenate([np.geomspace(10, 1, k), 0.9 * np.linspace(1, 0.8, d - k)]),
                  "plateau": np.concatenate([np.geomspace(30, 1.5, k), np.ones(5), np.geomspace(0.5, 1e-3, d - k - 5)])}
-    return spectral_data(variances[name], n, d), k
+    return spectral_data(variances[name], n, d, seed=draw), k
 
 
 @pytest.mark.parametrize("name", ["rate 0.5", "rate 0.8", "continuum", "plateau", "reanalysis", "archive"])
@@ -461,3 +462,94 @@ def test_a_pass_is_priced_for_the_storage_chunks_its_tasks_read_one_call_each(tm
     assert _plan.chunk_seconds(as_stored, stored=True) == 0.0
     assert _plan.chunk_seconds(plans["stored"].geometry, stored=True, processes=4) == pytest.approx(
         n * (_plan.CHUNK_CALL_SECONDS + _plan.BLOCK_SECONDS) / 4)
+
+
+# ---- the spectrum of an earlier fit of the same model (daskpca._probe.from_model, issue 41) -------
+
+
+@pytest.mark.parametrize("name", ["rate 0.8", "continuum", "plateau", "reanalysis", "archive"])
+@pytest.mark.parametrize("tol", [1e-4, 1e-6])
+def test_an_earlier_fits_spectrum_predicts_a_new_draws_passes_within_one(name, tol):
+    """A block Krylov model of one draw predicts the passes of a fit on another draw of the same
+    field (a next year, a scheduled refit) within one, reading nothing: on the continuum just
+    below λ_k, where 1 % of the rows is 1.5× off, as on the others; the fit shows that count from
+    its first pass."""
+    from daskpca.passes._progress import listen
+
+    X, k = _case(name)
+    earlier = PCA(k, solver="krylov", tol=tol, random_state=0).fit(X)
+    assert len(earlier.solver_info_["ritz_values"]) == earlier.solver_info_["sketch_size"]
+    Y, _ = _case(name, draw=1)
+    estimator = PCA(k, solver="krylov", tol=tol, random_state=1)
+    plan = estimator.plan(Y, probe=earlier)
+    starts = []
+    with listen(lambda report: starts.append(report) if report.seconds is None else None):
+        made = estimator.fit(Y, plan=plan).n_passes_
+    assert plan.probe.rows == 0 and plan.probe.earlier and plan.probe.passes is not None
+    assert abs(plan.probe.passes - made) <= 1, (plan.probe.passes, made)
+    assert plan.passes == plan.probe.passes and "(nothing read)" in str(plan)
+    assert f"its block Krylov fit's {k + 10} leading Ritz values" in plan.probe.describe()
+    assert starts[0].learnt == 0 and starts[0].predicted == plan.probe.passes
+    assert abs(starts[0].predicted - made) <= 1
+
+
+def test_an_exact_fits_spectrum_predicts_the_passes_and_a_saved_model_is_read_by_its_path(tmp_path):
+    """The covariance solver's model knows λ_{k+1} (and its whole spectrum where it kept one):
+    either predicts a continuum's passes within one. A saved model is named by its store and
+    version, and the plan reads none of the new data."""
+    from _helpers import write_zarr
+
+    X, k = _case("continuum")
+    Y, _ = _case("continuum", draw=1)
+    made = PCA(k, solver="krylov", tol=1e-4, random_state=1).fit(Y).n_passes_
+    array, store = write_zarr(tmp_path / "y.zarr", Y, (1, Y.shape[1]))
+    for earlier in (PCA(k, solver="covariance").fit(X), PCA(0.99, solver="covariance").fit(X)):
+        plan = PCA(k, solver="krylov", tol=1e-4).plan(array, probe=earlier)
+        assert abs(plan.probe.passes - made) <= 1, (plan.probe.passes, made, plan.probe.model)
+    assert "exact spectrum (200 values)" in plan.probe.model
+    PCA(k, solver="krylov", tol=1e-4).fit(X).save(tmp_path / "model.zarr")
+    plan = PCA(k, solver="krylov", tol=1e-4).plan(array, probe=tmp_path / "model.zarr")
+    assert not store.chunk_reads()
+    assert abs(plan.probe.passes - made) <= 1
+    assert f"probed: the spectrum of the model at '{tmp_path / 'model.zarr'}' (version " in str(plan)
+
+
+@pytest.mark.parametrize("case", ["other features", "standardized", "weighted", "no bound", "too few", "no tol"])
+def test_an_earlier_model_that_cannot_tell_keeps_the_prior_and_says_why(case):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((500, 20)) * np.linspace(3, 1, 20)
+    params = dict(solver="krylov", tol=None if case == "no tol" else 1e-4)
+    earlier = {"no bound": PCA(6, solver="randomized", random_state=0), "too few": PCA(4, solver="covariance"),
+               "standardized": PCA(4, solver="covariance", standardize=True),
+               "weighted": PCA(4, solver="covariance", weights=np.linspace(1, 2, 20))}.get(case, PCA(6, solver="krylov"))
+    earlier.fit(X[:, :10] if case == "other features" else X)
+    plan = PCA(5 if case == "too few" else 4, **params).plan(X, probe=earlier)
+    reason = {"other features": "it was fitted on 10 features, this input has 20: not the same field",
+              "standardized": "it was fitted with standardize=True, this fit asks standardize=False",
+              "weighted": "it weighted its features otherwise than this fit asks (weights=)",
+              "no bound": "its variances carry no error bound under 0.1 (solver 'randomized'",
+              "too few": "it knows 5 leading variances (solver 'covariance'); k = 5 and the one after need 6",
+              "no tol": "no tol: block Krylov reads its budget of 8 passes"}[case]
+    assert plan.probe.passes is None and reason in plan.probe.reason, plan.probe.reason
+    assert plan.passes == plan.probe.prior and "(nothing read); no point estimate from it" in str(plan)
+
+
+def test_a_watched_fit_probes_its_rows_where_the_earlier_model_could_not_tell():
+    from daskpca.passes._progress import listen
+
+    X, k = _case("plateau")
+    plan = PCA(k, solver="krylov", tol=1e-4).plan(X, probe=PCA(k, solver="randomized").fit(X))
+    with listen(lambda report: None):
+        model = PCA(k, solver="krylov", tol=1e-4).fit(X, plan=plan)
+    assert plan.probe.passes is None and model._fit_plan.probe.rows == 24 and not model._fit_plan.probe.earlier
+
+
+def test_an_earlier_model_of_another_kind_or_form_is_refused_by_name():
+    from daskpca import HilbertPCA
+    from daskpca.exceptions import InputError
+
+    X = np.random.default_rng(0).standard_normal((400, 12))
+    with pytest.raises(InputError, match=r"is a HilbertPCA model; this plan is a PCA's"):
+        PCA(3, solver="krylov", tol=1e-4).plan(X, probe=HilbertPCA(3).fit(X))
+    with pytest.raises(InputError, match=r"probe=3: expected True \(read ≤ 1 % of the rows\), False, or an earlier fit"):
+        PCA(3, solver="krylov", tol=1e-4).plan(X, probe=3)

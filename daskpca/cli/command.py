@@ -25,6 +25,7 @@ import numpy as np
 
 from . import options as cli_options
 from .options import UsageError
+from ..exceptions import InputError
 from .declarations import check_paths
 from .errors import cli_warnings, error_json, failure_line
 from .demo import demo_data, demo_folder
@@ -158,6 +159,8 @@ def cmd_fit(args) -> dict:
             data = _embedded(data, args.lags, args.lag_step, sample_dims)
         pca = cls(n_components, **params)
         plan = pca.plan(data, sample_dims=sample_dims)  # parameters and shape checked; nothing read
+        if plan.solver == "krylov":  # the one road whose passes a spectrum predicts
+            plan = _with_earlier_spectrum(args, pca, plan, data, sample_dims)
         timings = {}
         # The job's pass cache: a fit followed by its scores keeps the first read's blocks for both.
         with runner(args, data.nbytes, plan), job(later_reads=1 if args.scores else 0):
@@ -186,6 +189,31 @@ def cmd_fit(args) -> dict:
     _say(args, f"wrote the model to {args.out}"
                + (f" and the scores ({pca.n_samples_}, {pca.n_components_}) to {args.scores}" if args.scores else ""))
     return summary
+
+
+def _with_earlier_spectrum(args, pca, plan, data, sample_dims):
+    """``plan`` with block Krylov's passes predicted from an earlier fit's spectrum
+    (:func:`daskpca._probe.from_model`): ``--spectrum-from MODEL``, else the model ``--out
+    --overwrite`` replaces (a scheduled refit of the same field). Reads nothing of the data. The
+    model --out holds is only a hint: one that cannot be read, or that describes another field,
+    leaves the plan as it was (the fit's own probe then runs where it is watched) and says why in
+    the log; an asked --spectrum-from that cannot be read is an error."""
+    given = args.spectrum_from
+    earlier = given or (args.out if args.overwrite and _is_saved_model(args.out) else None)
+    if earlier is None:
+        return plan
+    dims = {} if sample_dims is None else {"sample_dims": sample_dims}
+    if given:
+        return pca.plan(data, probe=earlier, **dims)
+    try:
+        probed = pca.plan(data, probe=earlier, **dims)
+    except (InputError, OSError) as error:  # a damaged, foreign or vanished model: not ours to fix here
+        log.info("the model %s replaces gives no spectrum to predict the passes from (%s)", args.out, error)
+        return plan
+    if probed.probe.passes is None:
+        log.info("%s", probed.probe.describe())
+        return plan
+    return probed
 
 
 def _fit_mca(args, n_components) -> dict:
@@ -307,7 +335,9 @@ def cmd_inspect(args) -> dict:
     if args.n_components is None:  # the default, at most what the source can give (3 columns: 3)
         shape = PCA(1).plan(data, sample_dims=sample_dims)
         k = min(cli_options.INSPECT_K, shape.n_samples, shape.n_features)
-    plan = PCA(k, solver="auto").plan(data, sample_dims=sample_dims, probe=args.probe)
+    if args.probe and args.spectrum_from:
+        raise UsageError("--probe reads ≤ 1% of the rows, --spectrum-from reads an earlier model's spectrum: give one.")
+    plan = PCA(k, solver="auto").plan(data, sample_dims=sample_dims, probe=args.spectrum_from or args.probe)
     matrix_shape = (plan.n_samples, plan.n_features)
     _say(args, f"source {args.path}: {type(data).__name__} shape {tuple(data.shape)} dtype {data.dtype}"
                + (f" dims {list(data.dims)}" if _is_labeled(data) else "")

@@ -168,6 +168,10 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     fit.add_argument("--max-passes", type=positive_int, help="krylov: most reads of the data while reaching --tol (default: 8, or 20 with --tol)")
     fit.add_argument("--tol", type=float, help="accuracy asked for: bound on sin θ of the kept subspace (approximate solvers; als/ppca: convergence tolerance, default 1e-8)")
     fit.add_argument("--scores", metavar="SCORES", help="also write the scores to this zarr store")
+    fit.add_argument("--spectrum-from", metavar="MODEL",
+                     help="block Krylov: predict the passes (the progress line's ETA from pass 1) from MODEL's spectrum, "
+                          "an earlier fit of the same field, reading nothing (default: the model --out --overwrite "
+                          "replaces, where it is one; else a probe of ≤ 1%% of the rows where the fit is watched)")
     fit.add_argument("--device", choices=["cpu", "cuda"], help="cuda: compute the passes on a GPU, each block moved "
                      "there as it is read (needs CuPy: pip install cupy-cuda12x)")
     fit.add_argument("--cache", choices=["auto", "memory", "disk", "off"], default="auto",
@@ -234,6 +238,9 @@ def build_parser(commands_table: dict) -> argparse.ArgumentParser:
     inspect.add_argument("--probe", action="store_true",
                          help="sources: read ≤ 1%% of the rows (whole storage chunks) and predict block Krylov's passes "
                               "from their spectrum instead of the prior (the plan says what was read)")
+    inspect.add_argument("--spectrum-from", metavar="MODEL",
+                         help="sources: predict block Krylov's passes from MODEL's spectrum (an earlier fit of the same "
+                              "field) instead of the prior, reading nothing")
 
     report = command("report", "plots and a summary of a saved model",
                      "Write scree and cumulative-variance plots, the leading component maps (PNG) and a Markdown summary.")
@@ -378,6 +385,9 @@ def check_eof_options(args) -> None:
                          f"not {args.solver}.")
     if args.rotation == "varimax" and args.power is not None:  # a Rotator takes power, varimax fixes it to 1
         raise UsageError("--power is promax's exponent: add --rotation promax, or drop --power.")
+    if args.hilbert and args.spectrum_from:
+        raise UsageError("--spectrum-from predicts PCA's block Krylov passes; Hilbert EOFs have no such prediction. "
+                         "Drop --spectrum-from.")
 
 
 def check_coupled_options(args) -> None:
@@ -389,7 +399,7 @@ def check_coupled_options(args) -> None:
     # Options that set a parameter MCA does not take are refused by estimator_params; these
     # choose what is built (another analysis, a second output).
     single = [flag for flag, given in (("--hilbert", args.hilbert), ("--rotation", args.rotation), ("--lags", args.lags),
-                                       ("--scores", args.scores))
+                                       ("--scores", args.scores), ("--spectrum-from", args.spectrum_from))
               if given]
     if args.mca and single:
         raise UsageError(f"{', '.join(single)} apply to one field's PCA, not to --mca: drop them.")

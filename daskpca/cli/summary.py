@@ -83,7 +83,8 @@ def summary(pca, args=None, *, model, scores=None, timings=None, plan=None) -> d
         "predicted_seconds": predicted,
         # The passes the plan predicted for the solver that ran, and the probe that gave them (rows read).
         "predicted_passes": ran.passes if ran is not None and isinstance(ran.passes, int) else None,
-        "probed_rows": None if probe is None or probe.passes is None else int(probe.rows),
+        "probed_rows": None if probe is None or probe.passes is None or probe.earlier else int(probe.rows),
+        "probed_spectrum_of": probe.earlier if probe is not None and probe.passes is not None and probe.earlier else None,
         "fit_seconds": getattr(pca, "fit_seconds_", None),
         "resumed_from_pass": pca.solver_info_.get("resumed_from_pass"),
         "cache": getattr(pca, "cache_", None),  # the pass cache: kind, bytes, where, reason
@@ -143,6 +144,8 @@ def what_ran(summary: dict) -> str:
                 passes += f" in {summary['predicted_passes']} passes"
                 if summary.get("probed_rows") is not None:
                     passes += f", from a probe of {summary['probed_rows']} rows"
+                elif summary.get("probed_spectrum_of"):
+                    passes += f", from the spectrum of {summary['probed_spectrum_of']}"
             passes += ")"
     lines.append(f"passes over the data: {passes}")
     bound, tol = summary["error_bound"], summary["tol"]

@@ -353,7 +353,7 @@ SIMULATED_FROM_PASS = 2
 
 
 def model_spectrum(theta: np.ndarray, total: float, rank: int, k: int,
-                   residuals: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+                   residuals: np.ndarray | None = None, known: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """A spectrum of C consistent with what the fit knows: ``(values, multiplicities)``, descending.
 
     ``theta``: the Ritz values of the basis (descending, scatter units); ``total`` = trace C (from
@@ -373,18 +373,28 @@ def model_spectrum(theta: np.ndarray, total: float, rank: int, k: int,
     carry it (a noise continuum the Ritz values underestimate), never above the head's last
     value. Measured: keeping the Ritz values k+1 … m instead predicted 2–5 passes on continua
     that took 7–10. None where there is nothing to model (no variance).
+
+    ``known`` (default k): how many leading values of ``theta`` are kept as they are. A finished
+    fit's leading ℓ Ritz values (what a model keeps, :func:`daskpca._probe.from_model`) are
+    converged far enough to keep all: its tail then starts at θ_ℓ. Kept to k there, a plateau
+    below λ_k that took 6 and 8 passes was predicted 8 and 10, 1/i 8 for 6; all ℓ kept: 6 and 8,
+    7 for 6 (8000 × 1000, a second draw of the same spectrum; continua, 0.8ⁱ and spikes over
+    white noise within a pass either way).
     """
     theta = np.clip(np.asarray(theta, dtype=np.float64), 0.0, None)
     if not (np.isfinite(total) and total > 0 and theta.size and theta[0] > 0):
         return None
-    head = theta[:min(k, theta.size)]
-    if residuals is not None and np.size(residuals) >= head.size:
-        head = np.sort(head + np.asarray(residuals, dtype=np.float64)[:head.size])[::-1]
+    head = theta[:min(k if known is None else max(known, k), theta.size)].copy()
+    if residuals is not None:
+        upper = np.asarray(residuals, dtype=np.float64)[:head.size]
+        head[:upper.size] += upper
+        head = np.sort(head)[::-1]
     left = max(float(total) - float(head.sum()), 0.0)
     count = int(rank) - head.size
     if count <= 0 or left <= TRACE_RTOL * total:
         return head, np.ones(head.size)
-    start = min(float(theta[head.size]) if theta.size > head.size else 0.0, float(head[-1]))
+    # The tail continues from the first value not kept (the last kept where there is none).
+    start = min(float(theta[head.size]) if theta.size > head.size else float(head[-1]), float(head[-1]))
     steps = np.arange(count, dtype=np.float64)
     if not start > 0 or start * count <= left:
         tail = np.full(count, min(left / count, float(head[-1])))
@@ -847,6 +857,9 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
     history[-1] = result.error_bound
 
     ddof_count = max(n_samples - 1, 1)
+    # The basis's leading Ritz values, kept with the model: what a later fit of the same model
+    # predicts its passes from (its spectrum, daskpca._probe.earlier_spectrum), reading nothing.
+    seen = basis.ritz()[0][:ell] / ddof_count
     converged = bool(result.error_bound <= target)
     if tol is not None and not converged:
         warnings.warn(_missed_tol(tol, result.error_bound, budget, done + n_passes, basis.size if invariant else None),
@@ -861,6 +874,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             "tol": tol,
             "converged": converged,
             "bound_history": [float(b) for b in history],
+            "ritz_values": [float(v) for v in seen],
             "projection": projection,
             "n_oversamples": p,
             "sketch_size": ell,

@@ -65,6 +65,12 @@ line shows an ETA from the first pass ("ETA from the probe") until the fit can s
 (after pass 2, on its own Ritz values: within a pass of the count made from pass 3 on, where
 the probe's was off by up to 5 passes on a continuum just below λ_k).
 
+The issue's other probe, "the spectrum of an earlier version of the same model in the store"
+(:func:`from_model`, ``plan(X, probe=earlier)`` with a fitted PCA or a saved model's path; ``daskpca
+fit --out MODEL --overwrite`` with the model it replaces): the same simulation on what that model
+knows of its spectrum (:func:`earlier_spectrum`), reading nothing. A scheduled refit of the same
+field on new rows has the spectrum that decides the passes in hand; 1 % of its rows has not.
+
 Rows dask computes (a cube reshaped to rows, ``da.from_zarr(cube).reshape(n, -1)``; several
 stacked sample dims) are computed from the blocks they come from where those are few
 (:func:`computed_rows`: at most :data:`COMPUTED_SHARE` of the graph's tasks).

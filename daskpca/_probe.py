@@ -514,18 +514,17 @@ def earlier_spectrum(model, k: int) -> tuple[np.ndarray, np.ndarray | None, bool
       a randomized fit's, unbounded, put λ_10 of a continuum at 0.88 for 1.0 and predicted 12
       passes for 10.
     """
-    spectrum = getattr(model, "_spectrum", None)
-    if spectrum is not None and len(spectrum) > k:
-        return np.asarray(spectrum, dtype=np.float64), None, True, f"its exact spectrum ({len(spectrum)} values)"
+    spectrum = _recorded(getattr(model, "_spectrum", None))
+    if spectrum is not None and spectrum.size > k:
+        return spectrum, None, True, f"its exact spectrum ({spectrum.size} values)"
     info = getattr(model, "solver_info_", {}) or {}
-    ritz = np.asarray(info.get("ritz_values") or [], dtype=np.float64)
-    if ritz.size > k:
-        residuals = info.get("residual_norms")
-        return (ritz, None if residuals is None else np.asarray(residuals, dtype=np.float64), False,
+    ritz = _recorded(info.get("ritz_values"))
+    if ritz is not None and ritz.size > k:
+        return (ritz, _recorded(info.get("residual_norms"), descending=False), False,
                 f"its block Krylov fit's {ritz.size} leading Ritz values")
-    variances = np.asarray(model.explained_variance_, dtype=np.float64)
-    if "next_variance" in info:
-        variances = np.append(variances, float(info["next_variance"]))
+    variances = _recorded([*np.ravel(model.explained_variance_), *np.ravel(info.get("next_variance", []))])
+    if variances is None:
+        return "its recorded variances are not finite non-negative numbers (a damaged or edited model)"
     bound = float(getattr(model, "error_bound_", np.nan))
     if not bound <= EARLIER_BOUND:
         return (f"its variances carry no error bound under {EARLIER_BOUND:g} (solver {model.solver_!r}, error_bound_ "
@@ -535,6 +534,23 @@ def earlier_spectrum(model, k: int) -> tuple[np.ndarray, np.ndarray | None, bool
     return (f"it knows {variances.size} leading variances (solver {model.solver_!r}); k = {k} and the one after need "
             f"{k + 1}: fit it with more components, or with block Krylov, which keeps its ℓ = k + n_oversamples "
             "leading Ritz values")
+
+
+def _recorded(values, descending: bool = True) -> np.ndarray | None:
+    """A model's recorded values as a float64 vector (sorted descending unless ``descending`` is
+    False: residual norms follow their modes; round-off below 0 clipped), or
+    None where there are none or they are not finite numbers ≥ 0 (a model's JSON edited by hand,
+    a damaged store read with verify=False): a prediction, not worth an error."""
+    if values is None:
+        return None
+    try:
+        values = np.asarray(values, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        return None
+    if not np.all(np.isfinite(values)) or np.any(values < -1e-12 * max(float(np.max(values, initial=0.0)), 1e-300)):
+        return None
+    values = np.clip(values, 0.0, None)
+    return np.sort(values)[::-1] if descending else values
 
 
 def _same_features(model, d: int, weights: np.ndarray | None, standardize: bool) -> str:

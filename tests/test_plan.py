@@ -514,7 +514,8 @@ def test_an_exact_fits_spectrum_predicts_the_passes_and_a_saved_model_is_read_by
     assert f"probed: the spectrum of the model at '{tmp_path / 'model.zarr'}' (version " in str(plan)
 
 
-@pytest.mark.parametrize("case", ["other features", "standardized", "weighted", "no bound", "too few", "no tol"])
+@pytest.mark.parametrize("case", ["other features", "standardized", "weighted", "no bound", "too few", "no tol",
+                                  "edited"])
 def test_an_earlier_model_that_cannot_tell_keeps_the_prior_and_says_why(case):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((500, 20)) * np.linspace(3, 1, 20)
@@ -523,13 +524,17 @@ def test_an_earlier_model_that_cannot_tell_keeps_the_prior_and_says_why(case):
                "standardized": PCA(4, solver="covariance", standardize=True),
                "weighted": PCA(4, solver="covariance", weights=np.linspace(1, 2, 20))}.get(case, PCA(6, solver="krylov"))
     earlier.fit(X[:, :10] if case == "other features" else X)
+    if case == "edited":  # a model's JSON edited by hand (read with verify=False): a prediction, not an error
+        earlier.solver_info_["ritz_values"] = ["nan", "x"]
+        earlier.explained_variance_ = np.array([np.inf, 1.0, 1.0, 1.0, 1.0, 1.0])
     plan = PCA(5 if case == "too few" else 4, **params).plan(X, probe=earlier)
     reason = {"other features": "it was fitted on 10 features, this input has 20: not the same field",
               "standardized": "it was fitted with standardize=True, this fit asks standardize=False",
               "weighted": "it weighted its features otherwise than this fit asks (weights=)",
               "no bound": "its variances carry no error bound under 0.1 (solver 'randomized'",
               "too few": "it knows 5 leading variances (solver 'covariance'); k = 5 and the one after need 6",
-              "no tol": "no tol: block Krylov reads its budget of 8 passes"}[case]
+              "no tol": "no tol: block Krylov reads its budget of 8 passes",
+              "edited": "its recorded variances are not finite non-negative numbers (a damaged or edited model)"}[case]
     assert plan.probe.passes is None and reason in plan.probe.reason, plan.probe.reason
     assert plan.passes == plan.probe.prior and "(nothing read); no point estimate from it" in str(plan)
 

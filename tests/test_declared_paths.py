@@ -16,10 +16,10 @@ from daskpca.cli.declarations import PATHS, declared
 #: the line complete (the path check runs before any of them is looked at).
 TEMPLATES = {
     "fit": ["fit", "{SOURCE}", "-k", "2", "--out", "{--out}", "--scores", "{--scores}", "--mca", "--with", "{--with}",
-            "--config", "{--config}", "--overwrite"],
+            "--spectrum-from", "{--spectrum-from}", "--config", "{--config}", "--overwrite"],
     "transform": ["transform", "{MODEL}", "{SOURCE}", "--out", "{--out}", "--config", "{--config}", "--overwrite"],
     "update": ["update", "{MODEL}", "{SOURCE}", "--config", "{--config}"],
-    "inspect": ["inspect", "{PATH}", "--config", "{--config}"],
+    "inspect": ["inspect", "{PATH}", "--spectrum-from", "{--spectrum-from}", "--config", "{--config}"],
     "report": ["report", "{MODEL}", "--out", "{--out}", "--bootstrap", "10", "--data", "{--data}",
                "--config", "{--config}", "--overwrite"],
     "history": ["history", "{MODEL}", "--config", "{--config}"],

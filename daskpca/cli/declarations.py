@@ -42,12 +42,14 @@ class Paths:
 
 #: Every command's path arguments. The job file (``--config``) is an input of every command.
 PATHS = {
-    "fit": Paths(inputs=(("SOURCE", "source"), ("--with", "with_source")),
+    # --spectrum-from is read for a prediction before the fit; the model --out replaces is read the
+    # same way, unasked, and is no input of its own (it is the output, checked by the publisher).
+    "fit": Paths(inputs=(("SOURCE", "source"), ("--with", "with_source"), ("--spectrum-from", "spectrum_from")),
                  outputs=(("--out", "out"), ("--scores", "scores")), scratch=True),
     "transform": Paths(inputs=(("MODEL", "model"), ("SOURCE", "source")), outputs=(("--out", "out"),)),
     # update replaces MODEL by the updated model (the old one goes to its history): an output.
     "update": Paths(inputs=(("SOURCE", "source"),), outputs=(("MODEL", "model"),), scratch=True),
-    "inspect": Paths(inputs=(("PATH", "path"),)),
+    "inspect": Paths(inputs=(("PATH", "path"), ("--spectrum-from", "spectrum_from"))),
     "report": Paths(inputs=(("MODEL", "model"), ("--data", "data")), outputs=(("--out", "out"),), scratch=True),
     "history": Paths(inputs=(("MODEL", "model"),)),
     "rollback": Paths(outputs=(("MODEL", "model"),)),

@@ -741,7 +741,9 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
         units), ``tol``, ``converged`` (the bound met ``tol``; without ``tol``: it reached
         ``ROUNDOFF_BOUND``), ``bound_history`` (the bound after each pass of this run),
         ``sketch_size`` (ℓ), ``basis_size`` (columns of V at the end), ``max_passes`` (the
-        budget), ``restarts``, ``resumed_from_pass``, ``total_passes``.
+        budget), ``restarts``, ``resumed_from_pass``, ``total_passes``, ``ritz_values`` (the
+        basis's leading ℓ Ritz values at the end, covariance units: what a later fit of the same
+        model predicts its passes from, :func:`daskpca._probe.from_model`).
     """
     n_samples, n_features = X.shape
     k = request.fixed()

@@ -383,10 +383,17 @@ class BasePCA(Estimator):
                 self._check_given_plan(plan, matrix, request)
             if prepared is None or plan.priced_for is None or plan.priced_for != job_facts():
                 plan = _plan.with_cache(plan, matrix, self.cache)
-        # An ETA from the first pass where someone watches (only block Krylov's passes are predicted),
-        # also where an earlier model given to the plan could not tell.
-        if (plan.probe is None or plan.probe.earlier and plan.probe.passes is None) and plan.solver == _probe.ROAD.name and self._probes_unasked(plan, matrix, X, layout):
-            plan = self._probed(plan, matrix, spec, X, layout)
+        # An ETA from the first pass where someone watches (only block Krylov's passes are
+        # predicted): a refit from its own last fit's spectrum (reading nothing: a loaded model
+        # refitted on the next version of its field), else — also where an earlier model could not
+        # tell — from a probe of its rows.
+        if plan.solver == _probe.ROAD.name and self._predicts_unasked(plan):
+            if plan.probe is None and hasattr(self, "explained_variance_"):
+                plan = self._probed(plan, matrix, spec, X, layout, earlier=self,
+                                    name=f"its own last fit (on {self.n_samples_} samples)")
+            if (plan.probe is None or plan.probe.earlier and plan.probe.passes is None) and self._rows_affordable(
+                    matrix, X, layout):
+                plan = self._probed(plan, matrix, spec, X, layout)
         self._fit_plan = plan  # shown by _repr_html_
         name, reason, module = plan.solver, plan.reason, self._solver_modules[plan.solver]
         if spec is not None:
@@ -452,7 +459,8 @@ class BasePCA(Estimator):
             Rotator of one) or the path of a saved one, e.g. last month's version of this job's
             model: the same prediction from its spectrum (:func:`daskpca._probe.from_model`),
             reading nothing; within a pass of the passes made where the field's spectrum is the
-            same (a continuum just below λ_k, where 1 % of the rows is off by 3–5). ``fit(X,
+            same (a continuum just below λ_k, where 1 % of the rows is off by 3–5). A watched
+            refit of a fitted or loaded estimator does so with its own last fit unasked. ``fit(X,
             plan=plan)`` with that plan starts its ETA from the probe's prediction. Where the probe
             cannot tell (n < 200, constant rows, a computed input; a model of other features or
             weights, or of fewer than k + 1 known variances), the prior stands and the plan says
@@ -481,14 +489,16 @@ class BasePCA(Estimator):
         object.__setattr__(plan, "prepared_input", prepared)  # an attribute, not a field of the frozen plan
         return plan
 
-    def _probed(self, plan, matrix, spec, X, layout=None, earlier=True) -> _plan.Plan:
+    def _probed(self, plan, matrix, spec, X, layout=None, earlier=True, name="") -> _plan.Plan:
         """``plan`` with the probe's prediction (:mod:`daskpca._probe`; see :meth:`plan`):
-        ``earlier`` True probes ≤ 1 % of the rows, else it is the earlier model (or its path)."""
+        ``earlier`` True probes ≤ 1 % of the rows, else it is the earlier model (or its path;
+        ``name``: what the plan calls it, else its path or "an earlier … fit")."""
         if self._solver_modules.get(_probe.ROAD.name) is not _probe.ROAD:
             raise InputError(f"probe={earlier!r}: the probe predicts PCA's block Krylov road; {type(self).__name__} "
                              "has no such road. Plan without probe=.")
         if earlier is not True:
-            earlier, name = _earlier_model(earlier)
+            earlier, named = _earlier_model(earlier)
+            name = name or named
             fitted = getattr(earlier, "model_", earlier)  # a rotation: the model it rotates
             if type(fitted) is not type(self):
                 raise InputError(f"probe={name or earlier!r} is a {type(fitted).__name__} model; this plan is a "
@@ -505,17 +515,19 @@ class BasePCA(Estimator):
                              rows_of=None if layout is None else labeled.row_reader(X, layout))
         return plan.with_probe(found)
 
-    def _probes_unasked(self, plan, matrix, X, layout=None) -> bool:
-        """Whether a fit whose passes someone watches (a progress line, the log at INFO) probes its
-        input without being asked (also with a ``plan`` made without the probe: the probe changes
-        no road, only the passes predicted): block Krylov chosen with a tol (asked, or the certified
-        default's), and a probe of whole storage chunks within 1 % of the rows
-        (:func:`daskpca._probe.affordable`; in-memory rows always are). Its progress line then has
-        an ETA from the first pass, and the plan (``_fit_plan``) says what was read."""
+    def _predicts_unasked(self, plan) -> bool:
+        """Whether a fit whose passes someone watches (a progress line, the log at INFO) predicts
+        them without being asked (also with a ``plan`` made without the probe: the probe changes
+        no road, only the passes predicted): block Krylov chosen with a tol (asked, or the
+        certified default's). Its progress line then has an ETA from the first pass, and the plan
+        (``_fit_plan``) says what it rests on."""
         if plan.solver != _probe.ROAD.name or self._solver_modules.get(plan.solver) is not _probe.ROAD:
             return False
-        if (plan.tol is None and plan.default_tol is None) or not watched():
-            return False
+        return (plan.tol is not None or plan.default_tol is not None) and watched()
+
+    def _rows_affordable(self, matrix, X, layout=None) -> bool:
+        """Whether an unasked probe of the rows reads whole storage chunks within 1 % of them
+        (:func:`daskpca._probe.affordable`; in-memory rows always do)."""
         rows_of = None if layout is None else labeled.row_reader(X, layout)
         return (isinstance(X, np.ndarray) and X.ndim == 2) or _probe.affordable(matrix, rows_of)
 

@@ -558,3 +558,25 @@ def test_an_earlier_model_of_another_kind_or_form_is_refused_by_name():
         PCA(3, solver="krylov", tol=1e-4).plan(X, probe=HilbertPCA(3).fit(X))
     with pytest.raises(InputError, match=r"probe=3: expected True \(read ≤ 1 % of the rows\), False, or an earlier fit"):
         PCA(3, solver="krylov", tol=1e-4).plan(X, probe=3)
+
+
+def test_a_watched_refit_predicts_its_passes_from_its_own_last_fit(tmp_path):
+    """A fitted (or loaded) PCA refitted on the next draw of its field, watched, predicts from its
+    own last fit's spectrum and reads no rows for it; refitted on another field, it probes rows."""
+    from daskpca.passes._progress import listen
+
+    X, k = _case("continuum")
+    Y, _ = _case("continuum", draw=1)
+    PCA(k, solver="krylov", tol=1e-4, random_state=0).fit(X).save(tmp_path / "model.zarr")
+    model = PCA.load(tmp_path / "model.zarr")
+    starts = []
+    with listen(lambda report: starts.append(report) if report.seconds is None else None):
+        model.fit(Y)
+    probe = model._fit_plan.probe
+    assert probe.earlier == "its own last fit (on 2400 samples)" and probe.rows == 0
+    assert starts[0].learnt == 0 and abs(starts[0].predicted - model.n_passes_) <= 1
+    with listen(lambda report: None):
+        model.fit(Y[:, :150])
+    assert model._fit_plan.probe.rows == 24 and not model._fit_plan.probe.earlier
+    unwatched = PCA.load(tmp_path / "model.zarr").fit(Y)
+    assert unwatched._fit_plan.probe is None

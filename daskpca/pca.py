@@ -405,6 +405,7 @@ class BasePCA(Estimator):
             options["tol"] = plan.default_tol
         if getattr(plan, "probe", None) is not None and plan.probe.history and name == plan.probe.road:
             options["probed"] = plan.probe.history  # the ETA from the start (plan(X, probe=True))
+            options["probed_converged"] = bool(plan.probe.earlier)  # a finished fit's spectrum: it stands on course
         try:
             with tuned_for_tasks(), PassClock() as clock, for_fit([matrix], plan.cache) as cache:
                 result = _features.solve(module, cache.input(matrix), request, spec, random_state=self.random_state, **options)

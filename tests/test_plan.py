@@ -469,11 +469,11 @@ def test_a_pass_is_priced_for_the_storage_chunks_its_tasks_read_one_call_each(tm
 
 @pytest.mark.parametrize("name", ["rate 0.8", "continuum", "plateau", "reanalysis", "archive"])
 @pytest.mark.parametrize("tol", [1e-4, 1e-6])
-def test_an_earlier_fits_spectrum_predicts_a_new_draws_passes_within_one(name, tol):
+def test_an_earlier_fits_spectrum_predicts_a_new_draws_passes_within_one(name, tol, monkeypatch):
     """A block Krylov model of one draw predicts the passes of a fit on another draw of the same
     field (a next year, a scheduled refit) within one, reading nothing: on the continuum just
     below λ_k, where 1 % of the rows is 1.5× off, as on the others; the fit shows that count from
-    its first pass."""
+    its first pass and, on its course, spends no client time simulating itself."""
     from daskpca.passes._progress import listen
 
     X, k = _case(name)
@@ -482,9 +482,11 @@ def test_an_earlier_fits_spectrum_predicts_a_new_draws_passes_within_one(name, t
     Y, _ = _case(name, draw=1)
     estimator = PCA(k, solver="krylov", tol=tol, random_state=1)
     plan = estimator.plan(Y, probe=earlier)
-    starts = []
+    starts, simulated = [], []
+    monkeypatch.setattr(krylov, "simulated_total", lambda *args, **kwargs: simulated.append(args))
     with listen(lambda report: starts.append(report) if report.seconds is None else None):
         made = estimator.fit(Y, plan=plan).n_passes_
+    assert not simulated and all(report.learnt == 0 or report.number > 3 for report in starts)
     assert plan.probe.rows == 0 and plan.probe.earlier and plan.probe.passes is not None
     assert abs(plan.probe.passes - made) <= 1, (plan.probe.passes, made)
     assert plan.passes == plan.probe.passes and "(nothing read)" in str(plan)

@@ -172,7 +172,8 @@ progress line and the log show the passes predicted, the time left for them and 
 results gave them ("ETA from pass 2"). A fit given a probed plan (``PCA.plan(X, probe=True)``,
 :mod:`daskpca._probe`: the same simulation on the spectrum of ≤ 1 % of the rows) starts from the
 probe's simulated bounds (``probed=``) and shows an ETA from its first pass, until its own
-simulation replaces them after pass 2.
+simulation replaces them after pass 2 — or, where the probe was an earlier fit of the same model
+(``probed_converged``), while the fit keeps to that course.
 Once its last three bounds are informative, their measured fall decides (:func:`passes_left`) and
 no simulation is run for it: the measured fall was exact from pass 5 at 16 000 × 2000 on
 continua, plateaus and a reanalysis-like field, and costs nothing (a simulation there:
@@ -696,7 +697,7 @@ def estimate(basis: Basis, k: int, *, n_samples: int = 1, stable: bool = False, 
 
 
 def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, tol=None, max_passes=None,
-          checkpoint=None, features=None, probed=None) -> SolverResult:
+          checkpoint=None, features=None, probed=None, probed_converged=False) -> SolverResult:
     """Fit the k leading components by block Krylov iteration until the error bound meets ``tol``.
 
     Parameters
@@ -731,6 +732,12 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
         ``SIMULATED_FROM_PASS``), and from three informative bounds their measured fall,
         replaces them. Only the progress line and the log read it;
         the fit stops on its bound whatever was predicted.
+    probed_converged : bool, default=False
+        ``probed`` was simulated on a finished fit's spectrum (an earlier model of the same field,
+        :func:`daskpca._probe.from_model`), which knows the k-th gap better than this fit's own
+        Ritz values after pass 2: it stands while the fit keeps to its course
+        (``SIMULATION_DRIFT``), as the fit's own simulation would, and no simulation's client time
+        is spent (0.3–0.7 s at 16 000 × 2000, ~28 s at d = 10⁶ and ℓ = 60).
 
     Returns
     -------
@@ -822,7 +829,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             # (exact from pass 5 at 16 000 × 2000 on continua, plateaus and a reanalysis-like
             # field, where the simulation is within a pass), and no simulation's client time is spent.
             measured = left is not None and len(history) >= 3 and all(b < INFORMATIVE_BOUND for b in history[-3:])
-            if measured or (from_probe and made >= SIMULATED_FROM_PASS) or (
+            if measured or (from_probe and made >= SIMULATED_FROM_PASS and not probed_converged) or (
                     simulated is not None and not _on_course(simulated, made, history[-1])):
                 simulated, from_probe = None, False
             if (simulated is None and not measured and passes.heard() and made >= SIMULATED_FROM_PASS

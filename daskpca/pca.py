@@ -485,7 +485,7 @@ class BasePCA(Estimator):
         request = self._request(matrix)
         prepared = PreparedInput(X, sample_dims, params, matrix, layout, spec, request)
         plan = self._make_plan(matrix, request, spec)
-        if probe is not False:
+        if probe is not False and probe is not None:
             plan = self._probed(plan, matrix, spec, X, layout, earlier=probe)
         object.__setattr__(plan, "prepared_input", prepared)  # an attribute, not a field of the frozen plan
         return plan

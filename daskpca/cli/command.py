@@ -25,7 +25,6 @@ import numpy as np
 
 from . import options as cli_options
 from .options import UsageError
-from ..exceptions import InputError
 from .declarations import check_paths
 from .errors import cli_warnings, error_json, failure_line
 from .demo import demo_data, demo_folder
@@ -207,7 +206,7 @@ def _with_earlier_spectrum(args, pca, plan, data, sample_dims):
         return pca.plan(data, probe=earlier, **dims)
     try:
         probed = pca.plan(data, probe=earlier, **dims)
-    except (InputError, OSError) as error:  # a damaged, foreign or vanished model: not ours to fix here
+    except Exception as error:  # noqa: BLE001 — a damaged, foreign or vanished model: a hint lost, not the job's error
         log.info("the model %s replaces gives no spectrum to predict the passes from (%s)", args.out, error)
         return plan
     if probed.probe.passes is None:

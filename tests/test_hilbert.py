@@ -429,3 +429,29 @@ def test_a_watched_krylov_fit_shows_the_count_its_bounds_fall_predicts():
     learnt = [report for report in starts if report.learnt is not None]
     assert len(learnt) > 2 and all(abs(report.predicted - fit.n_passes) <= 1 for report in learnt[1:]), \
         ([r.predicted for r in starts], fit.n_passes)
+
+
+def test_a_watched_krylov_refit_shows_its_last_fits_count_from_the_first_pass():
+    """Issue 41 (the other bounded roads): Hilbert's Krylov simulates nothing, so before its bound
+    is informative it showed the planner's count (10 for 7 at 0.9ⁱ). A fitted HilbertPCA refitted
+    on a new draw of the same field shows the count its last fit's bounds give
+    (``krylov.passes_from_history``) from the first pass, learnt from that fit."""
+    from daskpca import HilbertPCA
+    from daskpca.passes._progress import listen
+    from daskpca.solvers.krylov import passes_from_history
+
+    from test_solver_krylov import fast_spectrum
+
+    model = HilbertPCA(4, solver="krylov", tol=1e-8, random_state=0).fit(fast_spectrum(400, 120, 4, 0.9, seed=0))
+    earlier = model.solver_info_["bound_history"]
+    starts = []
+    with listen(lambda r: starts.append(r) if r.seconds is None else None):
+        model.fit(fast_spectrum(400, 120, 4, 0.9, seed=1))
+    assert starts[0].learnt == 0 and starts[0].predicted == passes_from_history(earlier, 1e-8) + 1
+    assert all(abs(report.predicted - model.n_passes_) <= 1 for report in starts), [r.predicted for r in starts]
+    # Another tol: the last fit's fall, extrapolated; a field of other features: the planner's count.
+    assert passes_from_history([1.0, 0.3, 0.03, 0.003], 1e-6) == 8 and passes_from_history([1.0, 1.0], 1e-6) is None
+    starts.clear()
+    with listen(lambda r: starts.append(r) if r.seconds is None else None):
+        model.fit(fast_spectrum(400, 100, 4, 0.9, seed=1))
+    assert starts[0].learnt is None

@@ -424,6 +424,11 @@ class SolverDeclaration:
         re-layout step: one read of the input into a temporary copy in strips, the passes over the
         copy (:class:`~daskpca.passes._geometry.ColumnStrips`, run around ``solve`` by
         :func:`daskpca._features.solve`; planned by :func:`~daskpca.passes._geometry.relaid_out`).
+    earlier_bounds : str or None
+        The keyword of ``solve`` that takes an earlier fit's bound after each pass (its
+        ``solver_info_["bound_history"]``) to predict its passes from the first, where it
+        simulates nothing of its own (Hilbert's Krylov): a watched refit of a fitted estimator of
+        the same field gives its own last fit's.
     """
 
     name: str
@@ -445,6 +450,7 @@ class SolverDeclaration:
     fuses_features: object = None
     check_options: object = None
     reads_strips: bool = False
+    earlier_bounds: str | None = None
 
     def __post_init__(self):
         # The declaration protocol the estimators read (shared with Hilbert's solver modules and

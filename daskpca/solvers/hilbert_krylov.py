@@ -45,8 +45,8 @@ from ._iterative import as_generator
 from .._validation import raise_if_nonfinite
 from .hilbert import COMPLEX128, HILBERT_KRYLOV_FLOPS_PER_SECOND, PADDINGS, analytic_flops, gram_graph, strip_bytes, strip_products
 from ._bounds import certify, plain_ritz, product_bound
-from .krylov import (BASIS_BYTES, check_accuracy_options, client_flops, pass_budget, predict_by_fall, predicted_passes,
-                     smallest_bound)
+from .krylov import (BASIS_BYTES, check_accuracy_options, client_flops, pass_budget, passes_from_history, predict_by_fall,
+                     predicted_passes, smallest_bound)
 
 OPTIONS = ("padding", "decay_factor", "tol", "max_passes")
 #: Block size ℓ = k + N_OVERSAMPLES (as the real Krylov solver's default).
@@ -78,7 +78,7 @@ def check_read_budget(tol, max_passes) -> tuple[float | None, int | None]:
 
 
 def solve(X, request: ComponentRequest, *, random_state=None, features=None, padding="exp", decay_factor=0.2,
-          tol=None, max_passes=None) -> SolverResult:
+          tol=None, max_passes=None, earlier_bounds=None) -> SolverResult:
     """Hilbert EOFs of ``X`` (n × d, real; rows are time steps in order) by block Krylov.
 
     Parameters
@@ -94,6 +94,11 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
         Stop when the bound on sin θ of the components' span is ≤ ``tol``.
     max_passes : int ≥ 2 or None
         Most reads, the components' pass included (default: :func:`.krylov.pass_budget`).
+    earlier_bounds : sequence of float, optional
+        The bound after each Krylov pass of an earlier fit of the same field (its
+        ``bound_history``; a watched refit of a fitted HilbertPCA gives its own): the count shown
+        until this fit's bound is informative (:func:`.krylov.passes_from_history`), instead of
+        the planner's prior. Only the progress line and the log read it.
 
     Returns
     -------
@@ -121,7 +126,11 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
     passes = Passes("hilbert-krylov", budget, at_most=True, tol=tol)
     # The Krylov passes the planner expects, and the components' pass after them (as cost() counts).
     prior = None if tol is None else min(predicted_passes(tol, max_passes) + 1, budget)
-    passes.predict(prior)
+    learnt = None
+    earlier = None if tol is None else passes_from_history(earlier_bounds, target)
+    if earlier is not None:  # the Krylov passes an earlier fit of this field needed, and the components' pass
+        prior, learnt = min(earlier + 1, budget), 0
+    passes.predict(prior, learnt=learnt)
     while True:
         with passes.read():
             (part,) = dask.compute(gram_graph(X, *options, block))
@@ -150,7 +159,8 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
         bound = product_bound(ritz_bound, found["upper"], low, max(theta[0], 0.0), n_samples)
         history.append(bound)
         passes.bound(bound)
-        predict_by_fall(passes, history, target, made=len(history), prior=prior, most=budget, after=1)
+        predict_by_fall(passes, history, target, made=len(history), prior=prior, most=budget, after=1,
+                        prior_learnt=learnt)
         if bound <= target or len(history) + 1 >= budget:
             break
         block = orthonormal_extension(basis.V, basis.W[:, -block.shape[1]:])
@@ -217,4 +227,4 @@ def cost(shape: PlanInput) -> Cost:
 
 DECLARATION = SolverDeclaration("hilbert-krylov", solve, cost=cost, summary="block Krylov on the complex Gram matrix",
                                 flop_rate=HILBERT_KRYLOV_FLOPS_PER_SECOND, options=OPTIONS, certifies=reaches, fallback="approximate", fuses_features=fuses_features,
-                                reads_strips=True)
+                                reads_strips=True, earlier_bounds="earlier_bounds")

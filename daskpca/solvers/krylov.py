@@ -319,17 +319,37 @@ def passes_left(history: list[float], target: float, gap_ratio: float | None = N
 
 
 def predict_by_fall(passes, history: list[float], target: float, *, made: int, prior: int | None, most: int,
-                    gap_ratio: float | None = None, after: int = 0) -> None:
+                    gap_ratio: float | None = None, after: int = 0, prior_learnt: int | None = None) -> None:
     """Show on ``passes`` (:class:`~daskpca.passes._progress.Passes`) the count a bounded Krylov
     road without a simulation of its own expects (Hilbert's, MCA's): the ``made`` passes, those
     :func:`passes_left` extrapolates from the bounds ``history`` (learnt at pass ``made``) and the
     ``after`` passes the road reads once the bound is met (Hilbert's components), at most
-    ``most``; before the bound is informative, ``prior`` (None: no count shown)."""
+    ``most``; before the bound is informative, ``prior`` (None: no count shown; ``prior_learnt``
+    0 where an earlier fit gave it, :func:`passes_from_history`: it stands until two bounds are
+    informative, since the first extrapolates by the planner's rate — Hilbert's at 0.9ⁱ: 10 for
+    the 7 the earlier fit's 7 had right)."""
     left = passes_left(history, target, gap_ratio)
+    if left is not None and prior_learnt is not None and sum(b < INFORMATIVE_BOUND for b in history[-2:]) < 2:
+        left = None if history[-1] > target else left
     if left is not None:
         passes.predict(min(most, made + left + after), learnt=made)
     else:
-        passes.predict(None if prior is None else max(prior, made + 1 + after))
+        passes.predict(None if prior is None else max(prior, made + 1 + after), learnt=prior_learnt)
+
+
+def passes_from_history(history, target: float) -> int | None:
+    """The Krylov passes an earlier fit of the same field whose bound after each pass was
+    ``history`` predicts for ``target``: the pass at which its bound met ``target``, else its
+    passes and those its measured fall (:func:`passes_left`) adds; None where it says nothing (no
+    informative bound). A road that simulates nothing (Hilbert's) learns so from its last fit."""
+    history = [float(b) for b in history or () if np.isfinite(b)]
+    if not history:
+        return None
+    met = next((i + 1 for i, bound in enumerate(history) if bound <= target), None)
+    if met is not None:
+        return met
+    left = passes_left(history, target)
+    return None if left is None else len(history) + left
 
 
 #: The simulated spectrum (:func:`model_spectrum`): the tail beyond the kept Ritz values is binned

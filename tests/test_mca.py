@@ -386,3 +386,22 @@ def test_a_watched_krylov_fit_reports_its_passes_and_the_count_its_bounds_fall_p
     assert len(learnt) > 2 and starts[1].predicted is None  # the statistics' pass taught nothing
     assert all(abs(report.predicted - fit.n_passes_) <= 2 for report in learnt[1:]), \
         ([r.predicted for r in starts], fit.n_passes_)
+
+
+def test_a_watched_krylov_refit_shows_its_last_fits_count_from_the_first_pass():
+    """Issue 41 (the other bounded roads): a fitted MCA refitted on a new draw of the same fields
+    shows the count its last fit's bounds give (``krylov.passes_from_history``) from the first
+    pass, learnt from that fit, where a first fit shows none until its bounds are informative."""
+    from daskpca.passes._progress import listen
+    from daskpca.solvers.krylov import passes_from_history
+
+    values = np.concatenate([[10.0, 8.0, 6.5, 5.0], np.linspace(4.0, 0.5, 156)])
+    fields = [known_cross_spectrum(500, 200, 160, values, seed=seed)[:2] for seed in (7, 8)]
+    model = MCA(4, solver="krylov", tol=1e-4, random_state=1).fit(*fields[0])
+    earlier = model.solver_info_["bounds"]
+    starts = []
+    with listen(lambda r: starts.append(r) if r.seconds is None else None):
+        model.fit(*fields[1])
+    assert starts[0].learnt == 0 and starts[0].predicted == 1 + passes_from_history(earlier, 1e-4)
+    assert all(abs(report.predicted - model.n_passes_) <= 2 for report in starts), \
+        ([r.predicted for r in starts], model.n_passes_)

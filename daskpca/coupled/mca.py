@@ -49,7 +49,7 @@ from ..exceptions import AccuracyWarning, InputError, InvalidParameterError
 from ..models import (BOOL, NONE, RANDOM_STATE, WEIGHTS, Estimator, Interval, Options, PerField, Predicate, read_field,
                       stored_params, write_field)
 from ..solvers import cross_covariance as cc
-from ..passes import flip_signs, for_fit, tuned_for_tasks
+from ..passes import flip_signs, for_fit, tuned_for_tasks, watched
 from ..solvers.krylov import check_accuracy_options
 from ..pca import PCA
 from .fields import Field, fields, model_field, project_field, resolve
@@ -191,6 +191,10 @@ class MCA(Estimator):
         x, y = fields
         declaration = PATH_DECLARATIONS[plan.path]
         options = {option: getattr(self, option) for option in declaration.options}
+        learns = declaration.earlier_bounds  # a road that learns its count from its last fit's bounds
+        if learns and getattr(self, "solver_", None) == plan.path and watched() and (
+                self.n_features_x_, self.n_features_y_) == (x.matrix.shape[1], y.matrix.shape[1]):
+            options[learns] = getattr(self, "solver_info_", {}).get("bounds")  # a refit of the same fields: its own last fit's
         with tuned_for_tasks(), for_fit([x.matrix, y.matrix], plan.cache) as cache:
             x, y = (replace(f, matrix=cache.input(f.matrix)) for f in (x, y))
             solution = declaration.solve(x.matrix, y.matrix, resolve=(partial(resolve, x), partial(resolve, y)),

@@ -49,7 +49,7 @@ from ._base import Cost, PlanInput, SolverDeclaration
 from ..passes import (MERGE_SPLIT_EVERY, Passes, SizedByArrays, backend_of, center_block, format_bytes, like,
                       map_row_blocks, namespace, orthonormal_extension, tall_norm2, tree_reduce)
 from ._bounds import ROUNDOFF_RESIDUAL, exact_bound, wedin
-from .krylov import predict_by_fall
+from .krylov import passes_from_history, predict_by_fall
 from .._validation import NonFinite
 from ..exceptions import InputError, InvalidParameterError
 
@@ -205,7 +205,7 @@ class KrylovSVD:
 
 
 def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: int, n_samples: int, rng,
-               passes=None) -> KrylovSVD:
+               passes=None, prior: int | None = None) -> KrylovSVD:
     r"""Leading k singular triplets of a dx×dy operator C known only through ``apply(V, U)``.
 
     ``apply(V, U)`` returns ``(C·V, Cᵀ·U)`` and costs one pass over the data. The left and right
@@ -239,7 +239,8 @@ def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: 
 
     ``passes`` (:class:`~daskpca.passes._progress.Passes`, optional): each ``apply`` is reported as
     a pass, with the bound after it and the passes its fall predicts
-    (:func:`.krylov.predict_by_fall`).
+    (:func:`.krylov.predict_by_fall`); before the fall is informative, ``prior`` (``passes``'
+    count in all, learnt from an earlier fit's bounds; None: no count shown).
 
     Memory on the client: U, V and their images, 2·(dx + dy)·ℓ·passes float64.
     """
@@ -260,7 +261,8 @@ def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: 
         if passes is not None:
             passes.bound(answer[3])
             if tol is not None:  # without one the budget is read, as the line's "of ≤" says
-                predict_by_fall(passes, bounds, tol, made=passes.number, prior=None, most=passes.budget)
+                predict_by_fall(passes, bounds, tol, made=passes.number, prior=prior, most=passes.budget,
+                                prior_learnt=None if prior is None else 0)
         if tol is not None and answer[3] <= tol:
             stopped = "tol"
             break
@@ -407,11 +409,15 @@ def solve_exact(X, Y, *, resolve, choose_k, random_state=None) -> CrossSolution:
     )
 
 
-def solve_krylov(X, Y, *, resolve, choose_k, random_state=None, tol=None, max_passes=None, n_oversamples=10) -> CrossSolution:
+def solve_krylov(X, Y, *, resolve, choose_k, random_state=None, tol=None, max_passes=None, n_oversamples=10,
+                 earlier_bounds=None) -> CrossSolution:
     """The Krylov path: one pass for both fields' per-feature statistics (masks, weights, means),
     then :func:`krylov_svd` on the cross operator (:func:`cross_products_graph`), one pass per
     block, until its bound is ≤ ``tol`` or ``max_passes`` reads (the statistics pass included;
-    default :data:`DEFAULT_MAX_PASSES`) are spent. ‖C‖_F and Σσ are not known: NaN."""
+    default :data:`DEFAULT_MAX_PASSES`) are spent. ‖C‖_F and Σσ are not known: NaN.
+    ``earlier_bounds``: an earlier fit's bound after each Krylov pass (its ``solver_info_["bounds"]``;
+    a watched refit of a fitted MCA gives its own), whose count
+    (:func:`.krylov.passes_from_history`) is shown from the first pass instead of none."""
     import dask
 
     from ._iterative import column_stats_graph
@@ -420,6 +426,9 @@ def solve_krylov(X, Y, *, resolve, choose_k, random_state=None, tol=None, max_pa
     # The statistics' pass and the Krylov passes, reported as block Krylov's are (MCA's plan gives
     # no count before: the passes shown come from the bounds' fall once it is informative).
     passes = Passes("mca-krylov", 1 + max(budget, 1), at_most=True, tol=tol)
+    earlier = None if tol is None else passes_from_history(earlier_bounds, tol)
+    prior = None if earlier is None else 1 + min(earlier, max(budget, 1))  # the statistics' pass and the Krylov ones
+    passes.predict(prior, learnt=None if prior is None else 0)
     with passes.read():
         (stats,) = dask.compute(column_stats_graph(joint_rows(X, Y)))
     n, dx = X.shape[0], X.shape[1]
@@ -440,7 +449,7 @@ def solve_krylov(X, Y, *, resolve, choose_k, random_state=None, tol=None, max_pa
     rng = np.random.default_rng(random_state)
     block = min(k + n_oversamples, stage_x.n_kept, stage_y.n_kept)
     found = krylov_svd(apply, stage_x.n_kept, stage_y.n_kept, k, block=block, tol=tol,
-                       max_passes=max(budget, 1), n_samples=n, rng=rng, passes=passes)
+                       max_passes=max(budget, 1), n_samples=n, rng=rng, passes=passes, prior=prior)
     scale = max(n - 1, 1)
     return CrossSolution(
         found.left.T, found.right.T, found.singular_values / scale, n, mean_x, mean_y, (stage_x, stage_y),
@@ -508,7 +517,7 @@ EXACT = SolverDeclaration(
 KRYLOV = SolverDeclaration(
     "krylov", solve_krylov, cost=krylov_cost, summary="block Krylov on the cross products (Wedin's bound)",
     options=("tol", "max_passes", "n_oversamples"), fallback="instead",
-    check_options=lambda options: check_read_budget(options.get("max_passes")),
+    check_options=lambda options: check_read_budget(options.get("max_passes")), earlier_bounds="earlier_bounds",
 )
 #: MCA's paths by name (``MCA(solver=...)``), in the order plans list them.
 MCA_PATHS = {declaration.name: declaration for declaration in (EXACT, KRYLOV)}

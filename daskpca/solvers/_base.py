@@ -425,10 +425,10 @@ class SolverDeclaration:
         copy (:class:`~daskpca.passes._geometry.ColumnStrips`, run around ``solve`` by
         :func:`daskpca._features.solve`; planned by :func:`~daskpca.passes._geometry.relaid_out`).
     earlier_bounds : str or None
-        The keyword of ``solve`` that takes an earlier fit's bound after each pass (its
-        ``solver_info_["bound_history"]``) to predict its passes from the first, where it
-        simulates nothing of its own (Hilbert's Krylov): a watched refit of a fitted estimator of
-        the same field gives its own last fit's.
+        The keyword of ``solve`` that takes an earlier fit's bound after each pass (Hilbert's
+        ``solver_info_["bound_history"]``, MCA's ``["bounds"]``) to predict its passes from the
+        first, where it simulates nothing of its own (:func:`.krylov.passes_from_history`): a
+        watched refit of a fitted estimator of the same field gives its own last fit's.
     """
 
     name: str

@@ -326,8 +326,8 @@ def predict_by_fall(passes, history: list[float], target: float, *, made: int, p
     ``after`` passes the road reads once the bound is met (Hilbert's components), at most
     ``most``; before the bound is informative, ``prior`` (None: no count shown; ``prior_learnt``
     0 where an earlier fit gave it, :func:`passes_from_history`: it stands until two bounds are
-    informative, since the first extrapolates by the planner's rate — Hilbert's at 0.9ⁱ: 10 for
-    the 7 the earlier fit's 7 had right)."""
+    informative, since the first extrapolates by the planner's rate — Hilbert's at 0.9ⁱ showed 10
+    there, where the earlier fit's count, 7, was the passes made)."""
     left = passes_left(history, target, gap_ratio)
     if left is not None and prior_learnt is not None and sum(b < INFORMATIVE_BOUND for b in history[-2:]) < 2:
         left = None if history[-1] > target else left
@@ -342,8 +342,11 @@ def passes_from_history(history, target: float) -> int | None:
     ``history`` predicts for ``target``: the pass at which its bound met ``target``, else its
     passes and those its measured fall (:func:`passes_left`) adds; None where it says nothing (no
     informative bound). A road that simulates nothing (Hilbert's) learns so from its last fit."""
-    history = [float(b) for b in history or () if np.isfinite(b)]
-    if not history:
+    try:  # a model's record read back (edited by hand, verify=False): a prediction, never an error
+        history = [float(b) for b in history or ()]
+    except (TypeError, ValueError):
+        return None
+    if not history or not all(np.isfinite(history)):
         return None
     met = next((i + 1 for i, bound in enumerate(history) if bound <= target), None)
     if met is not None:

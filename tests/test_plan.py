@@ -472,8 +472,9 @@ def test_a_pass_is_priced_for_the_storage_chunks_its_tasks_read_one_call_each(tm
 def test_an_earlier_fits_spectrum_predicts_a_new_draws_passes_within_one(name, tol, monkeypatch):
     """A block Krylov model of one draw predicts the passes of a fit on another draw of the same
     field (a next year, a scheduled refit) within one, reading nothing: on the continuum just
-    below λ_k, where 1 % of the rows is 1.5× off, as on the others; the fit shows that count from
-    its first pass and, on its course, spends no client time simulating itself."""
+    below λ_k, where 1 % of the rows predicts 6 and 8 for 8 and 10, as on the others (the count
+    made on all ten here); the fit shows that count from its first pass and, on its course, spends
+    no client time simulating itself."""
     from daskpca.passes._progress import listen
 
     X, k = _case(name)

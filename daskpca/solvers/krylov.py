@@ -891,7 +891,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
     ddof_count = max(n_samples - 1, 1)
     # The basis's leading Ritz values, kept with the model: what a later fit of the same model
     # predicts its passes from (its spectrum, daskpca._probe.earlier_spectrum), reading nothing.
-    seen = basis.ritz()[0][:ell] / ddof_count
+    seen = np.linalg.eigvalsh((basis.T + basis.T.conj().T) / 2)[::-1][:ell] / ddof_count  # values only: no vectors
     converged = bool(result.error_bound <= target)
     if tol is not None and not converged:
         warnings.warn(_missed_tol(tol, result.error_bound, budget, done + n_passes, basis.size if invariant else None),

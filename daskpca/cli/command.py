@@ -134,6 +134,7 @@ def _as_fitted(data, model):
 
 def cmd_fit(args) -> dict:
     from .. import HilbertPCA, PCA, Rotator, io
+    from .._probe import ROAD as PROBED_ROAD
     from ..passes import job
 
     cls = HilbertPCA if args.hilbert else PCA
@@ -158,7 +159,7 @@ def cmd_fit(args) -> dict:
             data = _embedded(data, args.lags, args.lag_step, sample_dims)
         pca = cls(n_components, **params)
         plan = pca.plan(data, sample_dims=sample_dims)  # parameters and shape checked; nothing read
-        if plan.solver == "krylov":  # the one road whose passes a spectrum predicts
+        if plan.solver == PROBED_ROAD.name:  # the one road whose passes a spectrum predicts
             plan = _with_earlier_spectrum(args, pca, plan, data, sample_dims)
         timings = {}
         # The job's pass cache: a fit followed by its scores keeps the first read's blocks for both.

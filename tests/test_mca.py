@@ -388,10 +388,11 @@ def test_a_watched_krylov_fit_reports_its_passes_and_the_count_its_bounds_fall_p
         ([r.predicted for r in starts], fit.n_passes_)
 
 
-def test_a_watched_krylov_refit_shows_its_last_fits_count_from_the_first_pass():
+def test_a_watched_krylov_refit_shows_its_last_fits_count_from_the_first_pass(tmp_path):
     """Issue 41 (the other bounded roads): a fitted MCA refitted on a new draw of the same fields
     shows the count its last fit's bounds give (``krylov.passes_from_history``) from the first
-    pass, learnt from that fit, where a first fit shows none until its bounds are informative."""
+    pass, learnt from that fit, where a first fit shows none until its bounds are informative; a
+    saved and loaded one too (its ``solver_info_`` is kept with it)."""
     from daskpca.passes._progress import listen
     from daskpca.solvers.krylov import passes_from_history
 
@@ -405,3 +406,10 @@ def test_a_watched_krylov_refit_shows_its_last_fits_count_from_the_first_pass():
     assert starts[0].learnt == 0 and starts[0].predicted == 1 + passes_from_history(earlier, 1e-4)
     assert all(abs(report.predicted - model.n_passes_) <= 2 for report in starts), \
         ([r.predicted for r in starts], model.n_passes_)
+    model.save(tmp_path / "mca.zarr")
+    loaded = MCA.load(tmp_path / "mca.zarr")
+    assert loaded.solver_info_["bounds"] == pytest.approx(model.solver_info_["bounds"], rel=0, abs=0)
+    starts.clear()
+    with listen(lambda r: starts.append(r) if r.seconds is None else None):
+        loaded.fit(*fields[0])
+    assert starts[0].learnt == 0 and starts[0].predicted == 1 + passes_from_history(model.solver_info_["bounds"], 1e-4)

@@ -35,6 +35,7 @@ when its largest task fits the task memory budget, else the Krylov path (n_compo
 
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import replace
 from functools import partial
@@ -46,8 +47,8 @@ import numpy as np
 from .. import _plan, labeled
 from .._features import FeatureStage
 from ..exceptions import AccuracyWarning, InputError, InvalidParameterError
-from ..models import (BOOL, NONE, RANDOM_STATE, WEIGHTS, Estimator, Interval, Options, PerField, Predicate, read_field,
-                      stored_params, write_field)
+from ..models import (BOOL, NONE, RANDOM_STATE, WEIGHTS, Estimator, Interval, Options, PerField, Predicate, info_json,
+                      read_field, stored_params, write_field)
 from ..solvers import cross_covariance as cc
 from ..passes import flip_signs, for_fit, tuned_for_tasks, watched
 from ..solvers.krylov import check_accuracy_options
@@ -424,6 +425,9 @@ class MCA(Estimator):
             "n_samples": self.n_samples_, "solver": self.solver_, "solver_reason": self.solver_reason_,
             "n_passes": self.n_passes_, "error_bound": self.error_bound_,
             "total_squared_covariance": self.total_squared_covariance_,
+            # What the path recorded (the Krylov path's bound after each pass: what a refit of the
+            # loaded model predicts its passes from), as PCA's models keep theirs.
+            "solver_info": info_json(self.solver_info_),
         })
         return ds
 
@@ -440,7 +444,8 @@ class MCA(Estimator):
             ds["model_components_x"].values, ds["model_components_y"].values, ds["model_singular_values"].values,
             int(attrs["n_samples"]), ds["model_mean_x"].values, ds["model_mean_y"].values, (stage_x, stage_y),
             n_passes=int(attrs["n_passes"]), error_bound=float(attrs["error_bound"]),
-            total_squared=float(attrs["total_squared_covariance"]), sum_values=np.nan, info={})
+            total_squared=float(attrs["total_squared_covariance"]), sum_values=np.nan,
+            info=json.loads(attrs.get("solver_info", "{}")))  # stores written before it was kept: none
         model._set_fitted(stored, (layout_x, layout_y), str(attrs["solver"]), str(attrs["solver_reason"]))
         # The fractions are stored, not re-derived: bit-identical to the saved model's.
         model.squared_covariance_fraction_ = ds["model_squared_covariance_fraction"].values

@@ -9,7 +9,7 @@ import pytest
 from sklearn.utils.extmath import randomized_svd
 
 from daskpca.passes import _sketch
-from daskpca.solvers import randomized
+from daskpca.solvers import krylov, randomized
 from daskpca.solvers._base import ComponentRequest
 
 from _helpers import low_rank_data, reference_pca, sin_theta, write_zarr
@@ -219,6 +219,26 @@ def test_each_thread_keeps_one_slab_buffer_until_the_fit_ends(monkeypatch):
     assert all(len(addresses) == 1 for addresses in by_thread.values())  # one buffer per thread, reused
     assert max(count for *_, count in seen) <= len(by_thread)
     assert _sketch._slab_buffers == {}  # released when the fit ended
+
+
+@pytest.mark.parametrize("solver", [randomized, krylov])
+def test_a_fit_stopped_by_an_error_drops_its_slab_buffers(monkeypatch, solver):
+    # A fit that raises after its first pass kept one buffer per thread for the process's life,
+    # and the next fit's threads added theirs (seen as 4 buffers for a 2-thread fit in CI).
+    run_pass = solver.run_pass
+
+    def failing_after_one(*args, first, **kwargs):
+        if first:
+            return run_pass(*args, first=first, **kwargs)
+        assert _sketch._slab_buffers  # the first pass kept its threads' buffers
+        raise RuntimeError("stopped between passes")
+
+    monkeypatch.setattr(_sketch, "SLAB_BYTES", 200 * 40 * 8)
+    monkeypatch.setattr(solver, "run_pass", failing_after_one)
+    X = da.from_array(low_rank_data(1200, 40), chunks=(300, 40))
+    with dask.config.set(scheduler="threads", num_workers=2), pytest.raises(RuntimeError, match="between passes"):
+        solver.solve(X, ComponentRequest(4, *X.shape), random_state=0)
+    assert _sketch._slab_buffers == {}
 
 
 def test_an_empty_row_block_changes_nothing():

@@ -45,7 +45,7 @@ from ._moments import (MERGE_SPLIT_EVERY, Moments, center_block, chunk_moments, 
                        merge_shifted_means, row_shift)
 from ._progress import PassClock, Passes, ProgressLine, format_seconds, progress, watched
 from ._sketch import (SKETCH_FLOPS_PER_SECOND, check_oversamples, feature_fingerprint, fuses_features,
-                      leading_right_vectors, pass_input, release_slab_buffers, resumed_stage, run_first_pass, run_pass,
+                      leading_right_vectors, pass_input, releases_slab_buffers, resumed_stage, run_first_pass, run_pass,
                       sketch_task_bytes, stage_state)
 
 __all__ = [
@@ -74,6 +74,6 @@ __all__ = [
     "PassClock", "Passes", "ProgressLine", "format_seconds", "progress", "watched",
     # the sketch kernel
     "SKETCH_FLOPS_PER_SECOND", "check_oversamples", "feature_fingerprint", "fuses_features", "leading_right_vectors",
-    "pass_input", "release_slab_buffers", "resumed_stage", "run_first_pass", "run_pass", "sketch_task_bytes",
+    "pass_input", "releases_slab_buffers", "resumed_stage", "run_first_pass", "run_pass", "sketch_task_bytes",
     "stage_state",
 ]

@@ -55,6 +55,7 @@ needs none), and the merges run there too, through :mod:`daskpca.passes._device`
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -231,6 +232,22 @@ def release_slab_buffers() -> None:
     """Drop the slab buffers this process's threads kept (:func:`_scratch`)."""
     with _slab_buffers_lock:
         _slab_buffers.clear()
+
+
+def releases_slab_buffers(solve):
+    """Decorate a solver's ``solve`` that runs the sketch kernel: its end drops this process's slab
+    buffers (:func:`release_slab_buffers`) whether it returns or raises. A fit stopped by an error,
+    a cancelled pass or Ctrl-C kept up to one ~16 MiB buffer per thread for the process's life
+    before, and the next fit's threads added theirs."""
+
+    @functools.wraps(solve)
+    def solve_then_release(*args, **kwargs):
+        try:
+            return solve(*args, **kwargs)
+        finally:
+            release_slab_buffers()
+
+    return solve_then_release
 
 
 #: Rows of a slab the elementwise steps (convert, zero-fill, shift, scale, sum of squares) make

@@ -18,7 +18,7 @@ from functools import reduce
 import numpy as np
 
 from ._base import SolverResult, open_checkpoint
-from ..passes import (SizedByArrays, map_row_blocks, merge_shifted_means, namespace, release_slab_buffers, row_shift,
+from ..passes import (SizedByArrays, map_row_blocks, merge_shifted_means, namespace, row_shift,
                       tall_norm2, tall_qr, tree_reduce)
 from .._validation import NonFinite, find_nonfinite
 from ..exceptions import InputError
@@ -201,9 +201,7 @@ def start_iterations(solver: str, X, request, *, max_iter, tol, init, random_sta
 def sketch_result(components, singular_values, root, total_m2: float, n_passes: int, info: dict) -> SolverResult:
     """The :class:`SolverResult` of a sketching solver: singular values of X̃ become variances
     (ddof = 1), the last pass's root gives the mean, the first pass's total sum of squares the
-    total variance (``root``: the last pass's merged sketch, its count and mean). Called once the
-    fit's passes are done: this process's slab buffers go."""
-    release_slab_buffers()  # the fit's passes are over
+    total variance (``root``: the last pass's merged sketch, its count and mean)."""
     ddof_count = max(root.count - 1, 1)
     return SolverResult(
         components=components,

@@ -218,7 +218,7 @@ from ._iterative import as_generator, sketch_result, subspace_sine
 # The kept basis and its orthogonalisation live in the pass machinery (daskpca.passes), shared
 # with the Gram road's in-memory eigensolver, Hilbert's Krylov road and MCA's.
 from ..passes import DEFLATION_RTOL, Basis, client_blas_threads, one_blas_thread, orthonormal_extension, tall_qr
-from ..passes import SKETCH_FLOPS_PER_SECOND, Passes
+from ..passes import SKETCH_FLOPS_PER_SECOND, Passes, releases_slab_buffers
 # The sketch kernel shared with the randomized solver: its first pass (fused with the feature
 # stage, hence ``fuses_features`` here too) and every later pass are this solver's.
 from ..passes import (check_oversamples, feature_fingerprint, fuses_features, leading_right_vectors, pass_input,  # noqa: F401
@@ -719,6 +719,7 @@ def estimate(basis: Basis, k: int, *, n_samples: int = 1, stable: bool = False, 
 # ---- the solver -------------------------------------------------------------------------------
 
 
+@releases_slab_buffers  # the kernel's per-thread slab buffers go when the fit ends, also by an error
 def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, tol=None, max_passes=None,
           checkpoint=None, features=None, probed=None, probed_converged=False) -> SolverResult:
     """Fit the k leading components by block Krylov iteration until the error bound meets ``tol``.

@@ -54,7 +54,7 @@ import numpy as np
 
 from ._base import ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult, open_checkpoint
 from ._iterative import as_generator, sketch_result
-from ..passes import SKETCH_FLOPS_PER_SECOND, Passes
+from ..passes import SKETCH_FLOPS_PER_SECOND, Passes, releases_slab_buffers
 # The sketch kernel shared with block Krylov (its first pass fuses the feature stage, hence
 # ``fuses_features`` here: the solver contract's declaration).
 from ..passes import (check_oversamples, feature_fingerprint, fuses_features, leading_right_vectors, pass_input,  # noqa: F401
@@ -75,6 +75,7 @@ def resolve_power_iter(n_power_iter, n_components: int, n_samples: int, n_featur
     return int(n_power_iter)
 
 
+@releases_slab_buffers  # the kernel's per-thread slab buffers go when the fit ends, also by an error
 def solve(
     X, request: ComponentRequest, *, random_state=None, n_oversamples=10, n_power_iter="auto", checkpoint=None,
     features=None,

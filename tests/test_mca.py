@@ -315,9 +315,10 @@ def test_krylov_is_exact_with_bound_zero_when_k_is_the_smaller_field_and_says_wh
 @pytest.mark.parametrize("tol", [1e-4, 1e-7])
 def test_krylov_svd_bound_is_wedins_spectral_form_and_stays_above_the_truth(tol):
     """Issue 41: Wedin's bound in the spectral norm, max(‖R‖₂, ‖S‖₂)/δ̂, where the Frobenius form
-    √(‖R‖²_F + ‖S‖²_F)/δ̂ was up to √(2k) larger. A fast-decaying 300 × 200 cross operator
-    (σ_i = 100·0.7^i, k = 6): the bound never below the larger of the two sides' true sin θ
-    (LAPACK), within 4× of it at the end (measured 3.8–3.9×; 4.3–5.0× with the Frobenius form)."""
+    √(‖R‖²_F + ‖S‖²_F)/δ̂ was up to √(2k) larger, split at the next resolved Ritz triplets
+    (``_bounds.split_wedin``). A fast-decaying 300 × 200 cross operator (σ_i = 100·0.7^i, k = 6):
+    the bound never below the larger of the two sides' true sin θ (LAPACK), within 1.5× of it at
+    the end (measured 1.18–1.19×; 3.8–3.9× unsplit, 4.3–5.0× in the Frobenius form)."""
     from scipy.linalg import subspace_angles
 
     from daskpca.solvers.cross_covariance import krylov_svd
@@ -330,7 +331,41 @@ def test_krylov_svd_bound_is_wedins_spectral_form_and_stays_above_the_truth(tol)
     found = krylov_svd(lambda V, U: (C @ V, C.T @ U), 300, 200, 6, block=16, tol=tol, max_passes=20, n_samples=1000,
                        rng=np.random.default_rng(1))
     true = max(np.sin(subspace_angles(found.left, u[:, :6])).max(), np.sin(subspace_angles(found.right, vt[:6].T)).max())
-    assert found.stopped == "tol" and true <= found.error_bound <= min(tol, 4 * true)
+    assert found.stopped == "tol" and true <= found.error_bound <= min(tol, 1.5 * true)
+
+
+@pytest.mark.parametrize("width, ratio", [(5, 1.5), (8, 1.2), (3, 2.0)])
+def test_krylov_svd_bound_on_a_plateau_below_the_kth_pair_stays_within_3x_of_the_truth(width, ratio):
+    """Issue 41: equal singular values just below σ_k (``width`` of them, σ_k/σ_{k+1} = ``ratio``),
+    then a decaying tail. Wedin's gap is to the plateau, but the error sits below it once the
+    plateau's Ritz triplets converge with the kept ones: split there, every pass's bound is never
+    below the truth and within 3× of it wherever it is ≤ 0.1 (measured 1.14–2.26×; unsplit 2.0–6.2×,
+    5.9–6.2× on the eight-wide plateau)."""
+    from benchmarks.mca_bound import every_pass, operator
+
+    values = np.concatenate([np.geomspace(15, 6, 4), np.full(width, 6 / ratio), np.geomspace(2, 1e-2, 150 - width)])
+    seen = every_pass(operator("plateau", 200, 160, values, np.random.default_rng(width)), 4, 14, seed=1)
+    informative = [(true, bound) for true, bound, _ in seen if true > 1e-10 and bound <= 0.1]
+    assert len(informative) >= 2
+    assert all(true <= bound for true, bound, _ in seen if true > 1e-10)
+    assert all(bound <= 3 * true for true, bound in informative), informative
+
+
+@pytest.mark.parametrize("kind", ["continuum", "plateau", "decay", "power", "near-tie", "bulk"])
+def test_krylov_svd_bound_is_never_below_the_truth_on_drawn_cross_operators(kind):
+    """The split bound at every pass on drawn operators (`benchmarks/mca_bound.py`'s kinds: tall,
+    wide, rank-deficient; a continuum, a plateau, fast decay, a power law, a near-tie, spikes over
+    a random bulk): never below the truth above round-off. The benchmark's 1020 draws (7188 passes,
+    none below) give ``split_wedin``'s measured figures."""
+    from benchmarks.mca_bound import KINDS, SHAPES, every_pass, operator, singular_values
+
+    seed = KINDS.index(kind)
+    rng = np.random.default_rng(100 + seed)
+    dx, dy = SHAPES[seed % len(SHAPES)]
+    rank = min(dx, dy) if seed % 2 == 0 else int(rng.integers(30, min(dx, dy)))
+    k = int(rng.integers(2, 8))
+    seen = every_pass(operator(kind, dx, dy, singular_values(kind, rank, k, rng), rng), k, k + 6, seed=seed)
+    assert all(true <= bound for true, bound, _ in seen if true > 1e-10), seen
 
 
 def test_a_krylov_read_budget_below_two_is_refused_before_any_read_by_its_declaration():

@@ -209,6 +209,7 @@ def test_each_thread_keeps_one_slab_buffer_until_the_fit_ends(monkeypatch):
 
     monkeypatch.setattr(_sketch, "_scratch", watched)
     monkeypatch.setattr(_sketch, "SLAB_BYTES", 200 * 40 * 8)  # 200-row slabs, two a leaf
+    _sketch.release_slab_buffers()  # counted from none: this process ran other fits before
     X = da.from_array(low_rank_data(1200, 40), chunks=(300, 40))
     with dask.config.set(scheduler="threads", num_workers=2):
         randomized.solve(X, ComponentRequest(4, *X.shape), random_state=0, n_power_iter=2)

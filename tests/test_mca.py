@@ -351,6 +351,53 @@ def test_krylov_svd_bound_on_a_plateau_below_the_kth_pair_stays_within_3x_of_the
     assert all(bound <= 3 * true for true, bound in informative), informative
 
 
+def test_on_a_continuum_no_bound_from_the_observations_is_within_2x_of_the_truth(monkeypatch):
+    """How tight MCA's bound could be on the continuum of the test above (σ_k/σ_{k+1} = 1.25, a
+    continuum down to 0.1·σ_k; no next Ritz triplet resolved, nothing split: the bound is
+    3.7–4.4× the truth). A fit sees the bases U, V, C·V, Cᵀ·U and nothing of the block
+    (I − UUᵀ)·C·(I − VVᵀ). C' = what it saw + β·r·sᵀ (r, s the leading directions of the answer's
+    residuals R ⟂ U and S ⟂ V) makes the same basis, answer and bound, and with σ_{k+1}(C')
+    within the bound's estimate σ̂_{k+1} + residual, the answer's error on C' is 2.3× and 2.9×
+    its error on C (passes 8 and 10). So no valid bound from these observations is within 2× of
+    the truth here, and the one returned is within 1.7× of that floor: not proven out of 3×'s
+    reach, as plateaus and fast decay are for the PCA bound."""
+    from scipy.linalg import subspace_angles
+
+    from daskpca.solvers import cross_covariance
+
+    def error(left, right, C):
+        u, _, vt = np.linalg.svd(C, full_matrices=False)
+        return max(np.sin(subspace_angles(left, u[:, :4])).max(), np.sin(subspace_angles(right, vt[:4].T)).max())
+
+    rng = np.random.default_rng(0)
+    values = np.concatenate([[10.0, 8.0, 6.5, 5.0], np.linspace(4.0, 0.5, 156)])
+    C = (np.linalg.qr(rng.standard_normal((200, 160)))[0] * values) @ np.linalg.qr(rng.standard_normal((160, 160)))[0].T
+    seen, ritz = {}, cross_covariance._ritz
+    monkeypatch.setattr(cross_covariance, "_ritz", lambda *args: seen.update(args=args, out=ritz(*args)) or seen["out"])
+    for passes, least in ((8, 2.2), (10, 2.8)):
+        cross_covariance.krylov_svd(lambda V, U: (C @ V, C.T @ U), 200, 160, 4, block=14, tol=1e-14, max_passes=passes,
+                                    n_samples=1000, rng=np.random.default_rng(1))
+        basis_u, basis_v, images_v, images_u, k, _ = seen["args"]
+        left, right, sigma, bound = seen["out"]
+        true = error(left, right, C)
+        observed = basis_u @ images_u.T + images_v @ basis_v.T - basis_u @ (basis_u.T @ images_v) @ basis_v.T
+        G, ritz_values, Ht = np.linalg.svd(basis_u.T @ images_v, full_matrices=False)
+        R, S = images_v @ Ht[:k].T - left * sigma, images_u @ G[:, :k] - right * sigma
+        after = max(np.linalg.norm(images_v @ Ht[k] - basis_u @ G[:, k] * ritz_values[k]),
+                    np.linalg.norm(images_u @ G[:, k] - basis_v @ Ht[k] * ritz_values[k]))
+        estimate = ritz_values[k] + after  # what the bound assumes of σ_{k+1}
+        r, s = np.linalg.svd(R, full_matrices=False)[0][:, 0], np.linalg.svd(S, full_matrices=False)[0][:, 0]
+        worst = 0.0
+        for beta in np.linspace(-estimate, estimate, 81):
+            other = observed + beta * np.outer(r, s)
+            np.testing.assert_allclose(other @ basis_v, images_v, atol=1e-10 * np.abs(images_v).max())  # it observes
+            np.testing.assert_allclose(other.T @ basis_u, images_u, atol=1e-10 * np.abs(images_u).max())  # the same
+            if np.linalg.svd(other, compute_uv=False)[k] <= estimate:  # within the bound's assumption
+                worst = max(worst, error(left, right, other))
+        assert true <= worst <= bound  # the bound holds on C' too
+        assert worst >= least * true and bound <= 1.7 * worst, (true, worst, bound)
+
+
 @pytest.mark.parametrize("kind", ["continuum", "plateau", "decay", "power", "near-tie", "bulk"])
 def test_krylov_svd_bound_is_never_below_the_truth_on_drawn_cross_operators(kind):
     """The split bound at every pass on drawn operators (`benchmarks/mca_bound.py`'s kinds: tall,

@@ -14,7 +14,6 @@ which ran.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from contextlib import nullcontext

@@ -448,6 +448,7 @@ def test_a_watched_krylov_refit_shows_its_last_fits_count_from_the_first_pass():
     with listen(lambda r: starts.append(r) if r.seconds is None else None):
         model.fit(fast_spectrum(400, 120, 4, 0.9, seed=1))
     assert starts[0].learnt == 0 and starts[0].predicted == passes_from_history(earlier, 1e-8) + 1
+    assert starts[0].source == "an earlier fit"
     assert all(abs(report.predicted - model.n_passes_) <= 1 for report in starts), [r.predicted for r in starts]
     # Another tol: the last fit's fall, extrapolated; a field of other features: the planner's count.
     assert passes_from_history([1.0, 0.3, 0.03, 0.003], 1e-6) == 8 and passes_from_history([1.0, 1.0], 1e-6) is None

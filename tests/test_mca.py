@@ -487,6 +487,7 @@ def test_a_watched_krylov_refit_shows_its_last_fits_count_from_the_first_pass(tm
     with listen(lambda r: starts.append(r) if r.seconds is None else None):
         model.fit(*fields[1])
     assert starts[0].learnt == 0 and starts[0].predicted == 1 + passes_from_history(earlier, 1e-4)
+    assert starts[0].source == "an earlier fit"
     assert all(abs(report.predicted - model.n_passes_) <= 2 for report in starts), \
         ([r.predicted for r in starts], model.n_passes_)
     model.save(tmp_path / "mca.zarr")

@@ -329,7 +329,7 @@ def test_the_probes_point_estimate_is_within_one_and_a_half_times_the_passes_mad
     model = "over white noise σ² = " if name in ("reanalysis", "archive") else "the sample spectrum less its floor"
     if name != "continuum":  # its tail is nearly white (0.9 → 0.72): either model may be chosen
         assert model in plan.probe.describe()
-    assert starts[0].learnt == 0 and starts[0].predicted == plan.probe.passes
+    assert starts[0].learnt == 0 and starts[0].predicted == plan.probe.passes and starts[0].source is None
     if made > 2:
         assert starts[1].describe().endswith("left (ETA from the probe)")
 
@@ -580,6 +580,7 @@ def test_an_earlier_fits_spectrum_predicts_a_new_draws_passes_within_one(name, t
     assert f"its block Krylov fit's {k + 10} leading Ritz values" in plan.probe.describe()
     assert starts[0].learnt == 0 and starts[0].predicted == plan.probe.passes
     assert abs(starts[0].predicted - made) <= 1
+    assert starts[1].describe().endswith("left (ETA from an earlier fit)")  # named, not "the probe"
 
 
 def test_an_exact_fits_spectrum_predicts_the_passes_and_a_saved_model_is_read_by_its_path(tmp_path):
@@ -664,6 +665,7 @@ def test_a_watched_refit_predicts_its_passes_from_its_own_last_fit(tmp_path):
     probe = model._fit_plan.probe
     assert probe.earlier == "its own last fit (on 2400 samples)" and probe.rows == 0
     assert starts[0].learnt == 0 and abs(starts[0].predicted - model.n_passes_) <= 1
+    assert starts[0].source == "an earlier fit"
     with listen(lambda report: None):
         model.fit(Y[:, :150])
     assert model._fit_plan.probe.rows == 24 and not model._fit_plan.probe.earlier

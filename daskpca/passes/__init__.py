@@ -43,7 +43,7 @@ from ._linalg import (DEFLATION_RTOL, LANCZOS_MAX_FRACTION, LANCZOS_MIN_SIZE, Ba
                       top_eigenpairs, tuned_for_tasks)
 from ._moments import (MERGE_SPLIT_EVERY, Moments, center_block, chunk_moments, combine_moments, combine_moments_pooled,
                        merge_shifted_means, row_shift)
-from ._progress import PassClock, Passes, ProgressLine, format_seconds, progress, watched
+from ._progress import EARLIER_FIT, PassClock, Passes, ProgressLine, format_seconds, progress, watched
 from ._sketch import (SKETCH_FLOPS_PER_SECOND, check_oversamples, feature_fingerprint, fuses_features,
                       leading_right_vectors, pass_input, releases_slab_buffers, resumed_stage, run_first_pass, run_pass,
                       sketch_task_bytes, stage_state)
@@ -71,7 +71,7 @@ __all__ = [
     "MERGE_SPLIT_EVERY", "Moments", "center_block", "chunk_moments", "combine_moments", "combine_moments_pooled",
     "merge_shifted_means", "row_shift",
     # progress
-    "PassClock", "Passes", "ProgressLine", "format_seconds", "progress", "watched",
+    "EARLIER_FIT", "PassClock", "Passes", "ProgressLine", "format_seconds", "progress", "watched",
     # the sketch kernel
     "SKETCH_FLOPS_PER_SECOND", "check_oversamples", "feature_fingerprint", "fuses_features", "leading_right_vectors",
     "pass_input", "releases_slab_buffers", "resumed_stage", "run_first_pass", "run_pass", "sketch_task_bytes",

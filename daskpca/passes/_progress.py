@@ -32,6 +32,10 @@ from typing import Callable, Iterator
 
 logger = logging.getLogger("daskpca")
 
+#: What a pass line names as the source of a count known before the first pass, where an earlier
+#: fit of the same model gave it (its spectrum, or its bounds): "(ETA from an earlier fit)".
+EARLIER_FIT = "an earlier fit"
+
 _listeners: ContextVar[tuple[Callable[["PassReport"], None], ...]] = ContextVar("daskpca_pass_listeners", default=())
 
 
@@ -65,8 +69,12 @@ class PassReport:
         from the second pass on once there is one, less one-off client work (:meth:`Passes.spent`).
     learnt : int or None
         The pass after which ``predicted`` was learnt from the fit's own passes (block Krylov:
-        a simulated fit on the spectrum they show); 0 when it came from the plan's probe of a
-        sample of the rows (:mod:`daskpca._probe`); None while it is the planner's prior.
+        a simulated fit on the spectrum they show); 0 when it came from before the first pass
+        (``source``); None while it is the planner's prior.
+    source : str or None
+        Where a count learnt before the first pass (``learnt`` 0) came from, as the line names it:
+        :data:`EARLIER_FIT` (an earlier fit of the same model: its spectrum, or its bounds), else
+        None, the plan's probe of a sample of the rows (:mod:`daskpca._probe`).
     """
 
     solver: str
@@ -80,6 +88,7 @@ class PassReport:
     predicted: int | None = None
     cycle_seconds: float | None = None
     learnt: int | None = None
+    source: str | None = None
 
     @property
     def seconds_left(self) -> float | None:
@@ -109,8 +118,8 @@ class PassReport:
             text += f", {format_seconds(self.cycle_seconds or self.mean_seconds)} a pass, ~{format_seconds(self.seconds_left)} left"
             if self.learnt is not None and self.predicted is not None and self.at_most:
                 # Which passes the time left rests on: the fit's own, not the planner's guess
-                # (0: the plan's probe of a sample of the rows, daskpca._probe).
-                text += f" (ETA from pass {self.learnt})" if self.learnt else " (ETA from the probe)"
+                # (0: what was known before the first pass, the probe's rows or an earlier fit).
+                text += f" (ETA from pass {self.learnt})" if self.learnt else f" (ETA from {self.source or 'the probe'})"
         return text
 
 
@@ -211,6 +220,7 @@ class Passes:
         self._bound: float | None = None
         self._predicted: int | None = None
         self._learnt: int | None = None
+        self._source: str | None = None
         self._spent = 0.0
         self._spent_since_end = 0.0  # one-off client seconds since the last pass ended
         self._starts: list[float] = []
@@ -222,11 +232,13 @@ class Passes:
         """The error bound reached after the last pass (shown when the next one starts)."""
         self._bound = float(value) if math.isfinite(value) else None
 
-    def predict(self, total: int | None, learnt: int | None = None) -> None:
+    def predict(self, total: int | None, learnt: int | None = None, source: str | None = None) -> None:
         """The passes the solve now expects to make in all (shown, and timing the time left);
-        ``learnt``: the pass whose results gave that figure (None: a prior, not learnt)."""
+        ``learnt``: the pass whose results gave that figure (None: a prior, not learnt; 0: known
+        before the first pass, from ``source``, see :class:`PassReport`)."""
         self._predicted = None if total is None else max(int(total), self.number + 1)
         self._learnt = None if total is None or learnt is None else int(learnt)
+        self._source = source if self._learnt == 0 else None
 
     def spent(self, seconds: float) -> None:
         """Client seconds since the last pass's start that no later pass repeats (a prediction's
@@ -293,7 +305,7 @@ class Passes:
         if self._starts and watched():  # the time left is shown: the passes to come, as modelled
             cycle = self._coming_cycle(now, predicted or self.budget, cycle)
         report = PassReport(self.solver, self.number, max(self.budget, self.number), self.at_most,
-                            None, mean, self._bound, self.tol, predicted, cycle, self._learnt)
+                            None, mean, self._bound, self.tol, predicted, cycle, self._learnt, self._source)
         logger.info("%s", report.describe())
         _send(report)
         self._starts.append(now)

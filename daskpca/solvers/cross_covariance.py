@@ -46,7 +46,7 @@ import numpy as np
 from scipy.linalg import blas, svd
 
 from ._base import Cost, PlanInput, SolverDeclaration
-from ..passes import (MERGE_SPLIT_EVERY, Passes, SizedByArrays, backend_of, center_block, format_bytes, like,
+from ..passes import (EARLIER_FIT, MERGE_SPLIT_EVERY, Passes, SizedByArrays, backend_of, center_block, format_bytes, like,
                       map_row_blocks, namespace, orthonormal_extension, tall_norm2, tree_reduce)
 from ._bounds import NEXT_CLUSTER, ROUNDOFF_RESIDUAL, exact_bound, split_wedin, wedin
 from .krylov import passes_from_history, predict_by_fall
@@ -436,7 +436,7 @@ def solve_krylov(X, Y, *, resolve, choose_k, random_state=None, tol=None, max_pa
     passes = Passes("mca-krylov", 1 + max(budget, 1), at_most=True, tol=tol)
     earlier = None if tol is None else passes_from_history(earlier_bounds, tol)
     prior = None if earlier is None else 1 + min(earlier, max(budget, 1))  # the statistics' pass and the Krylov ones
-    passes.predict(prior, learnt=None if prior is None else 0)
+    passes.predict(prior, learnt=None if prior is None else 0, source=EARLIER_FIT)
     with passes.read():
         (stats,) = dask.compute(column_stats_graph(joint_rows(X, Y)))
     n, dx = X.shape[0], X.shape[1]

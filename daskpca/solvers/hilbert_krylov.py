@@ -40,7 +40,7 @@ import numpy as np
 
 from ..exceptions import AccuracyWarning, InputError
 from ._base import ComponentRequest, Cost, PlanInput, SolverDeclaration, SolverResult
-from ..passes import MERGE_SPLIT_EVERY, Basis, Passes, orthonormal_extension
+from ..passes import EARLIER_FIT, MERGE_SPLIT_EVERY, Basis, Passes, orthonormal_extension
 from ._iterative import as_generator
 from .._validation import raise_if_nonfinite
 from .hilbert import COMPLEX128, HILBERT_KRYLOV_FLOPS_PER_SECOND, PADDINGS, analytic_flops, gram_graph, strip_bytes, strip_products
@@ -130,7 +130,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, features=None, pad
     earlier = None if tol is None else passes_from_history(earlier_bounds, target)
     if earlier is not None:  # the Krylov passes an earlier fit of this field needed, and the components' pass
         prior, learnt = min(earlier + 1, budget), 0
-    passes.predict(prior, learnt=learnt)
+    passes.predict(prior, learnt=learnt, source=EARLIER_FIT)
     while True:
         with passes.read():
             (part,) = dask.compute(gram_graph(X, *options, block))

@@ -218,7 +218,7 @@ from ._iterative import as_generator, sketch_result, subspace_sine
 # The kept basis and its orthogonalisation live in the pass machinery (daskpca.passes), shared
 # with the Gram road's in-memory eigensolver, Hilbert's Krylov road and MCA's.
 from ..passes import DEFLATION_RTOL, Basis, client_blas_threads, one_blas_thread, orthonormal_extension, tall_qr
-from ..passes import SKETCH_FLOPS_PER_SECOND, Passes, releases_slab_buffers
+from ..passes import EARLIER_FIT, SKETCH_FLOPS_PER_SECOND, Passes, releases_slab_buffers
 # The sketch kernel shared with the randomized solver: its first pass (fused with the feature
 # stage, hence ``fuses_features`` here too) and every later pass are this solver's.
 from ..passes import (check_oversamples, feature_fingerprint, fuses_features, leading_right_vectors, pass_input,  # noqa: F401
@@ -334,7 +334,7 @@ def predict_by_fall(passes, history: list[float], target: float, *, made: int, p
     if left is not None:
         passes.predict(min(most, made + left + after), learnt=made)
     else:
-        passes.predict(None if prior is None else max(prior, made + 1 + after), learnt=prior_learnt)
+        passes.predict(None if prior is None else max(prior, made + 1 + after), learnt=prior_learnt, source=EARLIER_FIT)
 
 
 def passes_from_history(history, target: float) -> int | None:
@@ -807,7 +807,7 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
     prior = predicted_passes(tol, max_passes)  # the planner's, until the passes say more
     if probed and not done:  # the plan's probe simulated this fit on a sample's spectrum
         simulated = list(probed)
-        passes.predict(min(budget, len(simulated)), learnt=0)
+        passes.predict(min(budget, len(simulated)), learnt=0, source=EARLIER_FIT if probed_converged else None)
     else:
         passes.predict(max(prior, done + 1))
     while True:
@@ -868,7 +868,8 @@ def solve(X, request: ComponentRequest, *, random_state=None, n_oversamples=10, 
             spans = -(-(min(n_samples - 1, basis.V.shape[0]) - basis.size) // ell)  # passes until it does
             most = budget if restarts else min(budget, made + max(1, spans))
             if simulated is not None:
-                passes.predict(min(most, max(len(simulated), made + 1)), learnt=0 if from_probe else made)
+                passes.predict(min(most, max(len(simulated), made + 1)), learnt=0 if from_probe else made,
+                               source=EARLIER_FIT if probed_converged else None)
             else:
                 passes.predict(min(most, made + left) if left is not None else max(prior, made + 1),
                                learnt=made if left is not None else None)

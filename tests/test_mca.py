@@ -218,6 +218,38 @@ def known_cross_spectrum(n, dx, dy, values, seed=0):
     return X, Y, U, V
 
 
+@pytest.mark.parametrize("solver", ["exact", "krylov"])
+def test_float32_fields_with_large_means_carry_their_precision_in_the_bound(solver, tmp_path):
+    """Fields stored as float32 around |mean| 2·10⁴ (a spread of ~1): their modes as stored are
+    computed exactly, but the modes of the values before rounding differ by 2.8e-4, where the
+    bound said 1e-13 and nothing warned. The fields' precision term
+    (``cross_covariance.input_precision_bound``) now joins ``error_bound_`` with an
+    AccuracyWarning: never below that difference (4.5e-3 here), kept in ``solver_info_`` and with
+    the saved model. In float64, or less their means, nothing changes."""
+    values = np.concatenate([np.geomspace(15, 6, 4), np.full(6, 4.0), np.geomspace(2, 1e-2, 30)])
+    X, Y, U, V = known_cross_spectrum(400, 60, 40, values, seed=3)
+    options = {"tol": 1e-6, "random_state": 1} if solver == "krylov" else {}
+
+    def fit(x, y):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = MCA(4, solver=solver, **options).fit(da.from_array(x, chunks=(100, 60)), da.from_array(y, chunks=(100, 40)))
+        said = [w for w in caught if issubclass(w.category, AccuracyWarning) and "own precision" in str(w.message)]
+        error = max(sin_theta(model.components_x_, U[:, :4].T), sin_theta(model.components_y_, V[:, :4].T))
+        return model, error, said
+
+    model, error, said = fit((X + 2e4).astype(np.float32), (Y - 2e4).astype(np.float32))
+    assert error > 1e-4 and error <= model.error_bound_ <= 0.05 and len(said) == 1
+    info = model.solver_info_
+    assert info["input_precision_limits"] and info["solver_error_bound"] < 1e-10
+    assert model.error_bound_ == pytest.approx(info["solver_error_bound"] + info["input_precision_bound"])
+    model.save(tmp_path / "mca.zarr")
+    assert MCA.load(tmp_path / "mca.zarr").error_bound_ == model.error_bound_
+    for x, y in (((X + 2e4), (Y - 2e4)), (X.astype(np.float32), Y.astype(np.float32))):  # float64; anomalies
+        model, error, said = fit(x, y)
+        assert not said and not model.solver_info_["input_precision_limits"] and model.error_bound_ < 1e-10
+
+
 @pytest.mark.parametrize("max_passes", [4, 8, 16])
 def test_krylov_bound_is_never_below_the_true_error_and_meets_tol(max_passes):
     k = 4

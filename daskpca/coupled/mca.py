@@ -218,7 +218,7 @@ class MCA(Estimator):
         """The fields' own precision (:func:`~daskpca.solvers.cross_covariance.input_precision_bound`)
         in ``solver_info_``, and added to ``error_bound_`` with an AccuracyWarning where it exceeds
         the accuracy asked (``tol``, else ``DEFAULT_TOL``): a float32 field around |mean| 2·10⁴
-        turned the modes of the values before rounding by 2.8e-4 while the bound said 1e-13. As
+        turned the modes of the values before rounding by 2.8e-4 while the bound said 1.4e-13–4e-13. As
         PCA does (:func:`daskpca.pca.info_with_input_precision`)."""
         precision = cc.input_precision_bound(solution, dtype_x, dtype_y)
         asked = float(self.tol) if self.tol is not None else _plan.DEFAULT_TOL

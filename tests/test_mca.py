@@ -223,7 +223,7 @@ def test_float32_fields_with_large_means_carry_their_precision_in_the_bound(solv
     """Fields stored as float32 around |mean| 2·10⁴ (a spread of ~1): their modes as stored are
     computed exactly, but the modes of the values before rounding differ by 2.8e-4, where the
     bound said 1.4e-13–4e-13 and nothing warned. The fields' precision term
-    (``cross_covariance.input_precision_bound``) now joins ``error_bound_`` with an
+    (``daskpca.coupled.mca.input_precision_bound``) now joins ``error_bound_`` with an
     AccuracyWarning: never below that difference (4.5e-3 here), kept in ``solver_info_`` and with
     the saved model. In float64, or less their means, nothing changes."""
     values = np.concatenate([np.geomspace(15, 6, 4), np.full(6, 4.0), np.geomspace(2, 1e-2, 30)])

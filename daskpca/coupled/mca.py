@@ -64,6 +64,41 @@ PATHS = ("auto", *PATH_DECLARATIONS)
 DEFAULT_MAX_PASSES = cc.DEFAULT_MAX_PASSES
 
 
+def input_precision_bound(solution: cc.CrossSolution, dtype_x, dtype_y) -> dict:
+    """How far the rounding of the two fields' stored values can turn the k pairs of singular
+    subspaces (sin θ), as :func:`daskpca.pca.input_precision_bound` says for PCA: the fit computes
+    the modes of the values *as stored* exactly, but a value of a dtype with machine epsilon ε and
+    a mean large against its spread is stored to within u = ε·max|μ| (weighted, as the means
+    are), which acts as independent noise of variance v = u²/12. It moves the cross-covariance by
+    E = (X̃ᵀΔ_y + Δ_xᵀỸ + Δ_xᵀΔ_y)/(n − 1), of norm about
+    √(v_y/(n − 1))·(√T_x + √(d_y·T_x)) + √(v_x/(n − 1))·(√T_y + √(d_x·T_y)) + √(v_xv_y)·(√d_x + √d_y)/√(n − 1)
+    (T the fields' total variances, standing for their leading ones too: an overestimate), and
+    Wedin: sin θ ≤ ‖E‖/(σ_k − σ_{k+1}) (1 when the gap is not larger). σ_{k+1} is the exact
+    path's, or Krylov's estimate (``info["next_singular_value"]``,
+    :func:`~daskpca.solvers.cross_covariance.krylov_svd`); unknown, σ_k stands for the
+    gap. An estimate of the rounding's reach, not a proof for roundings that conspire. Returns
+    ``{"bound", "ulp_x", "ulp_y"}`` (0 where nothing is resolved: integer fields, every mode
+    kept, a kept singular value at round-off)."""
+    values = np.asarray(solution.singular_values, dtype=np.float64)
+    k, n = values.size, solution.n_samples
+    dx, dy = np.shape(solution.mean_x)[0], np.shape(solution.mean_y)[0]
+    ulps = [float(np.finfo(dtype).eps * np.max(np.abs(mean), initial=0.0)) if np.issubdtype(dtype, np.inexact) else 0.0
+            for dtype, mean in ((np.dtype(dtype_x), solution.mean_x), (np.dtype(dtype_y), solution.mean_y))]
+    none = {"bound": 0.0, "ulp_x": ulps[0], "ulp_y": ulps[1]}
+    if not any(ulps) or k == 0 or k >= min(n - 1, dx, dy) or not values[-1] > _plan.ILL_CONDITIONED_RATIO * values[0]:
+        return none
+    vx, vy = ulps[0] ** 2 / 12, ulps[1] ** 2 / 12
+    tx, ty = (max(float(solution.info.get(f"total_variance_{side}", 0.0)), 0.0) for side in "xy")
+    scale = np.sqrt(max(n - 1, 1))
+    norm = (np.sqrt(vy) * (np.sqrt(tx) + np.sqrt(dy * tx)) + np.sqrt(vx) * (np.sqrt(ty) + np.sqrt(dx * ty))
+            + np.sqrt(vx * vy) * (np.sqrt(dx) + np.sqrt(dy))) / scale
+    following = float(solution.info.get("next_singular_value", 0.0))
+    gap = float(values[-1] - min(max(following, 0.0), values[-1]))
+    if not gap > 0:
+        gap = float(values[-1])
+    return {**none, "bound": float(min(1.0, norm / gap)) if gap > norm else 1.0}
+
+
 class MCA(Estimator):
     """Maximum covariance analysis of two fields sharing their samples, on Dask.
 
@@ -215,12 +250,12 @@ class MCA(Estimator):
         return self
 
     def _add_input_precision(self, solution: cc.CrossSolution, dtype_x, dtype_y) -> None:
-        """The fields' own precision (:func:`~daskpca.solvers.cross_covariance.input_precision_bound`)
+        """The fields' own precision (:func:`input_precision_bound`)
         in ``solver_info_``, and added to ``error_bound_`` with an AccuracyWarning where it exceeds
         the accuracy asked (``tol``, else ``DEFAULT_TOL``): a float32 field around |mean| 2·10⁴
         turned the modes of the values before rounding by 2.8e-4 while the bound said 1.4e-13–4e-13. As
         PCA does (:func:`daskpca.pca.info_with_input_precision`)."""
-        precision = cc.input_precision_bound(solution, dtype_x, dtype_y)
+        precision = input_precision_bound(solution, dtype_x, dtype_y)
         asked = float(self.tol) if self.tol is not None else _plan.DEFAULT_TOL
         limits = precision["bound"] > max(asked, PRECISION_FLOOR)
         self.solver_info_.update(input_precision_bound=precision["bound"], input_ulp_x=precision["ulp_x"],

@@ -182,8 +182,14 @@ def test_bound_is_never_below_the_truth_on_random_spectra_repeated_and_clustered
         warnings.simplefilter("always")
         result = krylov.solve(da.from_array(X, chunks=(n // 2, d)), ComponentRequest(k, n, d), random_state=seed,
                               tol=tol, max_passes=int(rng.integers(2, 7)))
+    # The reference is itself accurate only to LAPACK's backward error over the gap (Wedin):
+    # ~ε·σ₁/(σ_k − σ_{k+1}), 2e-12 at a gap ratio of 1.001, where a truth of 1.13e-12 stood against
+    # a bound of 1.12e-12 with OpenBLAS 0.3.31 (numpy 2.4.6): neither is resolved there.
+    singular = np.sqrt(variance * (X.shape[0] - 1))
+    gap = singular[k - 1] - singular[k]
+    reference_error = np.sqrt(max(n, d)) * np.finfo(float).eps * singular[0] / gap if gap > 0 else np.inf
     for components, bound, _ in seen:
-        assert sin_theta(components, exact[:k]) <= bound + 1e-14
+        assert sin_theta(components, exact[:k]) <= bound + max(reference_error, 1e-14)
     if ratio - 1 < 1e-8:  # not separated (to the reference's own accuracy): no certificate
         assert result.info["error_bound"] == 1.0 and not result.info["converged"]
         assert any(issubclass(w.category, AccuracyWarning) for w in caught)

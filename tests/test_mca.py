@@ -14,6 +14,7 @@ import xarray as xr
 import daskpca
 from daskpca import MCA, PCA
 from daskpca.exceptions import AccuracyWarning, DamagedModelError, NonFiniteInputError
+from daskpca.solvers import cross_covariance as cc
 
 from _helpers import align_signs, assert_identical_up_to_rounding, sin_theta, write_zarr
 
@@ -76,6 +77,35 @@ def test_exact_agrees_with_lapack_on_the_weighted_masked_cross_covariance():
     aligned, signs = align_signs(mca.components_x_, u[:3])
     np.testing.assert_allclose(scores_x * signs, (Zx - Zx.mean(axis=0)) @ u[:3].T, atol=1e-8 * np.abs(scores_x).max())
     np.testing.assert_allclose(scores_y * signs, (Zy - Zy.mean(axis=0)) @ vt[:3].T, atol=1e-8 * np.abs(scores_y).max())
+
+
+def test_krylov_on_weighted_masked_fields_in_several_slabs_a_block_agrees_with_lapack(monkeypatch):
+    """The Krylov path's tasks convert their blocks a slab of rows at a time (``staged_slabs``):
+    with a feature all NaN, weights, standardised Y, a large mean and blocks of several slabs, the
+    modes, the values and the correlation patterns are those of the float64 reference (and of the
+    exact path's patterns)."""
+    from daskpca.passes import _sketch
+
+    X, Y = coupled_fields(400, 40, 25, offset=2e3)
+    X = X.astype(np.float32)
+    X[:, 3] = np.nan
+    rng = np.random.default_rng(5)
+    wx, wy = 0.5 + rng.random(40), 0.5 + rng.random(25)
+    monkeypatch.setattr(_sketch, "SLAB_BYTES", 8 * 65 * 30)  # ~30 rows a slab: blocks of 100 rows take four
+    fields = da.from_array(X, chunks=(100, 40)), da.from_array(Y, chunks=(100, 13))
+    with pytest.warns(AccuracyWarning, match="own precision"):  # float32 around 2e3: the values' rounding
+        mca = MCA(3, solver="krylov", tol=1e-10, weights=(wx, wy), standardize=(False, True), random_state=0).fit(*fields)
+        exact = MCA(3, solver="exact", weights=(wx, wy), standardize=(False, True)).fit(*fields)
+    keep = np.arange(40) != 3
+    Zx = X[:, keep].astype(np.float64) * wx[keep]
+    Zy = Y * wy / Y.std(axis=0, ddof=1)
+    u, s, vt = reference_mca(Zx, Zy)
+    assert sin_theta(mca.components_x_, u[:3]) <= 1e-8 and sin_theta(mca.components_y_, vt[:3]) <= 1e-8
+    np.testing.assert_allclose(mca.singular_values_, s[:3], rtol=1e-8)
+    _, signs = align_signs(mca.components_x_, exact.components_x_)  # pairs flip together
+    for kind, pair in mca.patterns(*fields).items():
+        for got, expected in zip(pair, exact.patterns(*fields)[kind]):
+            np.testing.assert_allclose(got * signs[:, None], expected, atol=1e-8, equal_nan=True)
 
 
 def test_agrees_with_xeofs_mca_in_memory():
@@ -278,7 +308,11 @@ def test_plan_reads_nothing_and_krylov_is_chosen_when_the_cross_covariance_does_
     assert plan.path == "exact" and plan.n_passes == "1" and "fits a task" in str(plan)
     monkeypatch.setattr("daskpca._plan.task_memory_budget", lambda resources=None: (1000, "a test budget"))
     plan = MCA(3, tol=1e-6).plan(array_x, array_y)
-    assert plan.path == "krylov" and "more than the budget" in plan.reason and "1e-06" in plan.n_passes
+    assert plan.path == "krylov" and "more than the budget" in plan.reason
+    # A point estimate (the statistics' pass and the planner's Krylov passes for 1e-6), the range
+    # around it, and a time.
+    assert (plan.passes, plan.most_passes) == (1 + cc.predicted_krylov_passes(1e-6), 20) == (12, 20)
+    assert "passes predicted for tol = 1e-06 (3–20 possible" in str(plan) and plan.seconds > 0
     assert not store_x.chunk_reads() and not store_y.chunk_reads()
 
 
@@ -479,9 +513,10 @@ def test_the_exact_path_on_tied_singular_values_reports_1_and_warns():
 def test_a_watched_krylov_fit_reports_its_passes_and_the_count_its_bounds_fall_predicts():
     """Issue 41 (the other bounded roads): MCA's Krylov reports every read — the statistics' pass,
     then each Krylov pass with its bound — and once its bounds are informative the passes their
-    fall predicts (learnt at that pass); none before (MCA's plan gives no count). From the second
-    informative bound within two of the count made (14, 15, 14, 14, 13 for 13: the two chains
-    interleave, each degree of CCᵀ costs two passes, so the fall is uneven)."""
+    fall predicts (learnt at that pass); before, the plan's count (the planner's model, 9 for 1e-4:
+    not learnt). From the second informative bound within two of the count made (14, 15, 14, 14,
+    13 for 13: the two chains interleave, each degree of CCᵀ costs two passes, so the fall is
+    uneven)."""
     from daskpca.passes._progress import listen
 
     k = 4
@@ -498,7 +533,9 @@ def test_a_watched_krylov_fit_reports_its_passes_and_the_count_its_bounds_fall_p
     # A pass's bound reaches the line with the next pass's start (the last, in the fit's result).
     assert [report.bound for report in starts[2:]] == pytest.approx(fit.solver_info_["bounds"][:-1])
     learnt = [report for report in starts if report.learnt is not None]
-    assert len(learnt) > 2 and starts[1].predicted is None  # the statistics' pass taught nothing
+    planned = MCA(k, solver="krylov", tol=1e-4).plan(da.from_array(X, chunks=(125, 200)), da.from_array(Y, chunks=(125, 160)))
+    assert planned.passes == 9 and [(r.predicted, r.learnt) for r in starts[:2]] == [(9, None)] * 2  # the statistics' pass taught nothing
+    assert len(learnt) > 2
     assert all(abs(report.predicted - fit.n_passes_) <= 2 for report in learnt[1:]), \
         ([r.predicted for r in starts], fit.n_passes_)
 
@@ -506,8 +543,9 @@ def test_a_watched_krylov_fit_reports_its_passes_and_the_count_its_bounds_fall_p
 def test_a_watched_krylov_refit_shows_its_last_fits_count_from_the_first_pass(tmp_path):
     """Issue 41 (the other bounded roads): a fitted MCA refitted on a new draw of the same fields
     shows the count its last fit's bounds give (``krylov.passes_from_history``) from the first
-    pass, learnt from that fit, where a first fit shows none until its bounds are informative; a
-    saved and loaded one too (its ``solver_info_`` is kept with it)."""
+    pass, learnt from that fit, where a first fit shows the planner's model until its bounds are
+    informative; a saved and loaded one too (its ``solver_info_`` is kept with it). Its plan, which
+    reads nothing, gives the same count and says where it comes from."""
     from daskpca.passes._progress import listen
     from daskpca.solvers.krylov import passes_from_history
 
@@ -515,9 +553,13 @@ def test_a_watched_krylov_refit_shows_its_last_fits_count_from_the_first_pass(tm
     fields = [known_cross_spectrum(500, 200, 160, values, seed=seed)[:2] for seed in (7, 8)]
     model = MCA(4, solver="krylov", tol=1e-4, random_state=1).fit(*fields[0])
     earlier = model.solver_info_["bounds"]
+    plan = model.plan(*fields[1])
+    assert plan.passes == 1 + passes_from_history(earlier, 1e-4) and "from the earlier fit's bounds" in str(plan)
+    assert MCA(4, solver="krylov", tol=1e-4).plan(*fields[1]).passes == 9  # a first fit: the planner's model
     starts = []
     with listen(lambda r: starts.append(r) if r.seconds is None else None):
         model.fit(*fields[1])
+    assert abs(plan.passes - model.n_passes_) <= 2, (plan.passes, model.n_passes_)
     assert starts[0].learnt == 0 and starts[0].predicted == 1 + passes_from_history(earlier, 1e-4)
     assert starts[0].source == "an earlier fit"
     assert all(abs(report.predicted - model.n_passes_) <= 2 for report in starts), \
@@ -525,6 +567,7 @@ def test_a_watched_krylov_refit_shows_its_last_fits_count_from_the_first_pass(tm
     model.save(tmp_path / "mca.zarr")
     loaded = MCA.load(tmp_path / "mca.zarr")
     assert loaded.solver_info_["bounds"] == pytest.approx(model.solver_info_["bounds"], rel=0, abs=0)
+    assert loaded.plan(*fields[0]).passes == 1 + passes_from_history(model.solver_info_["bounds"], 1e-4)
     starts.clear()
     with listen(lambda r: starts.append(r) if r.seconds is None else None):
         loaded.fit(*fields[0])

@@ -50,7 +50,7 @@ from ..exceptions import AccuracyWarning, InputError, InvalidParameterError
 from ..models import (BOOL, NONE, RANDOM_STATE, WEIGHTS, Estimator, Interval, Options, PerField, Predicate, info_json,
                       read_field, stored_params, write_field)
 from ..solvers import cross_covariance as cc
-from ..passes import flip_signs, for_fit, tuned_for_tasks, watched
+from ..passes import flip_signs, for_fit, releases_slab_buffers, tuned_for_tasks, watched
 from ..solvers.krylov import check_accuracy_options
 from ..pca import PCA, PRECISION_FLOOR
 from .fields import Field, fields, model_field, project_field, resolve
@@ -231,9 +231,8 @@ class MCA(Estimator):
         declaration = PATH_DECLARATIONS[plan.path]
         options = {option: getattr(self, option) for option in declaration.options}
         learns = declaration.earlier_bounds  # a road that learns its count from its last fit's bounds
-        if learns and getattr(self, "solver_", None) == plan.path and watched() and (
-                self.n_features_x_, self.n_features_y_) == (x.matrix.shape[1], y.matrix.shape[1]):
-            options[learns] = getattr(self, "solver_info_", {}).get("bounds")  # a refit of the same fields: its own last fit's
+        if learns and watched():  # only the progress line reads it
+            options[learns] = self._earlier_bounds(plan.path, x, y)
         with tuned_for_tasks(), for_fit([x.matrix, y.matrix], plan.cache) as cache:
             x, y = (replace(f, matrix=cache.input(f.matrix)) for f in (x, y))
             solution = declaration.solve(x.matrix, y.matrix, resolve=(partial(resolve, x), partial(resolve, y)),
@@ -312,15 +311,30 @@ class MCA(Estimator):
         (n, dx), dy = x.matrix.shape, y.matrix.shape[1]
         itemsize = max(x.matrix.dtype.itemsize, y.matrix.dtype.itemsize)
         available = tuple(name for name, path in PATH_DECLARATIONS.items() if self.n_components is not None or path.exact)
+        # A refit of the same fields: a path that learns its count from its last fit's bounds (the
+        # Krylov path's) is planned from them.
+        learnt = {path.earlier_bounds: bounds for name, path in PATH_DECLARATIONS.items()
+                  if path.earlier_bounds and (bounds := self._earlier_bounds(name, x, y)) is not None}
         plan = _plan.make_plan(
             n, dx + dy, self._rank_bound(n, dx, dy) if self.n_components is None else int(self.n_components),
             (x.matrix.chunks[0], x.matrix.chunks[1] + y.matrix.chunks[1]), itemsize,
             needs_spectrum=self.n_components is None, available=available, n_oversamples=self.n_oversamples,
             tol=self.tol, max_passes=self.max_passes, requested=None if self.solver == "auto" else self.solver,
             cache_for=_plan.cache_pricing([x.matrix, y.matrix], self.cache), declarations=PATH_DECLARATIONS,
-            fields=(dx, dy))
+            fields=(dx, dy), options=learnt)
         self.refuse_ignored_knobs(plan.path, PATH_DECLARATIONS)
         return plan
+
+    def _earlier_bounds(self, path: str, x: Field, y: Field) -> list | None:
+        """The bound after each pass of this model's last fit when it took ``path`` on fields of the
+        same features as ``x`` and ``y`` (a refit, e.g. on the next version of the fields), else None:
+        what the plan and the progress line predict a refit's passes from
+        (:func:`~daskpca.solvers.krylov.passes_from_history`)."""
+        if getattr(self, "solver_", None) != path or not hasattr(self, "n_features_x_"):
+            return None
+        if (self.n_features_x_, self.n_features_y_) != (x.matrix.shape[1], y.matrix.shape[1]):
+            return None
+        return getattr(self, "solver_info_", {}).get("bounds")
 
     def _warn_bound_missed(self, solution) -> None:
         """The Krylov path's bound stayed above ``tol``: say why it stopped and what to change."""
@@ -385,6 +399,7 @@ class MCA(Estimator):
                                    scaling="none", nan=nan)
                      for (name, components, mean, stage, layout), data in zip(self._per_field(), (X, Y)))
 
+    @releases_slab_buffers  # the pass's per-thread slab buffers (cross_covariance._staged_slabs) go when it ends
     def patterns(self, X, Y):
         """Homogeneous and heterogeneous correlation patterns, in one pass reading both fields.
 

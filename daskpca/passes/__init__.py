@@ -46,7 +46,7 @@ from ._moments import (MERGE_SPLIT_EVERY, Moments, center_block, chunk_moments, 
 from ._progress import EARLIER_FIT, PassClock, Passes, ProgressLine, format_seconds, progress, watched
 from ._sketch import (SKETCH_FLOPS_PER_SECOND, check_oversamples, feature_fingerprint, fuses_features,
                       leading_right_vectors, pass_input, releases_slab_buffers, resumed_stage, run_first_pass, run_pass,
-                      sketch_task_bytes, stage_state)
+                      sketch_task_bytes, stage_state, staged_slabs, staged_task_bytes)
 
 __all__ = [
     # the pass cache
@@ -75,5 +75,5 @@ __all__ = [
     # the sketch kernel
     "SKETCH_FLOPS_PER_SECOND", "check_oversamples", "feature_fingerprint", "fuses_features", "leading_right_vectors",
     "pass_input", "releases_slab_buffers", "resumed_stage", "run_first_pass", "run_pass", "sketch_task_bytes",
-    "stage_state",
+    "stage_state", "staged_slabs", "staged_task_bytes",
 ]

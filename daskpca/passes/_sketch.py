@@ -179,8 +179,13 @@ def sketch_task_bytes(shape) -> int:
     d×(ℓ + 1) factors SPLIT_EVERY at a time, like a merge task."""
     from ._graph import merge_task_bytes
 
-    d, ell = shape.d, shape.ell
-    return shape.block_in + min(shape.block64, slab_rows(d, ell) * d * 8) + merge_task_bytes(d, ell + 1)
+    return staged_task_bytes(shape, shape.ell) + merge_task_bytes(shape.d, shape.ell + 1)
+
+
+def staged_task_bytes(shape, sketch_size: int) -> int:
+    """A leaf that converts its block a slab at a time (the sketch kernel, :func:`staged_slabs`):
+    the block as stored and one float64 slab of :func:`slab_rows` rows (at most the block)."""
+    return shape.block_in + min(shape.block64, slab_rows(shape.d, sketch_size) * shape.d * 8)
 
 
 def slab_rows(n_features: int, sketch_size: int) -> int:
@@ -288,6 +293,20 @@ def _prepare_slab(rows: np.ndarray, out: np.ndarray, shift: np.ndarray, scale: n
         if with_m2:
             squares += float(np.vdot(piece, piece))
     return missing, squares
+
+
+def staged_slabs(block: np.ndarray, shift: np.ndarray, scale: np.ndarray | None, sketch_size: int):
+    """The rows of a host ``block`` as float64 slabs ``(rows − 1·shiftᵀ)·diag(scale)``, one after
+    another in this thread's slab buffer (:func:`_scratch`: each slab is overwritten by the next,
+    so use it before asking for the next): the sketch kernel's conversion (:func:`_prepare_slab`,
+    a cache-sized piece at a time, no float64 copy of the whole block) for another pass's kernel,
+    MCA's cross products. Finite values only (no zero-fill). The solve that runs it drops the
+    buffers when it ends (:func:`releases_slab_buffers`)."""
+    n_rows, n_features = block.shape
+    for rows in _row_slabs(n_rows, n_features, sketch_size):
+        out = _scratch(rows.stop - rows.start, n_features)
+        _prepare_slab(block[rows], out, shift, scale, count_missing=False, with_m2=False)
+        yield out
 
 
 def _prepare_device_slab(rows, out, shift, scale, count_missing: bool, with_m2: bool):

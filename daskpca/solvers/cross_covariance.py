@@ -16,7 +16,10 @@ Flops: 2·n·dx·dy.
 **The cross operator** (:func:`cross_products_graph`, one pass): for given means and blocks
 V (dy × ℓ), U (dx × ℓ) it returns ``C·V = X̃ᵀ(Ỹ·V)`` and ``Cᵀ·U = Ỹᵀ(X̃·U)`` together, X̃ and Ỹ
 centred on the given means; the block Krylov path of MCA (:func:`krylov_svd`) makes one such
-pass per block. Memory per task: a block plus (dx + dy)·ℓ float64. Flops: 4·n·(dx + dy)·ℓ.
+pass per block. A task converts its block to float64 a slab of rows at a time, centred and
+scaled in the sketch kernel's way (:func:`daskpca.passes.staged_slabs`). Memory per task: the
+block, its kept columns where some are masked, one float64 slab and (dx + dy)·ℓ float64.
+Flops: 4·n·(dx + dy)·ℓ.
 
 **Correlation patterns** (:func:`pattern_sums_graph`, one pass): the sums that give the
 correlation of every feature of each field with the scores of both fields.
@@ -47,9 +50,11 @@ from scipy.linalg import blas, svd
 
 from ._base import Cost, PlanInput, SolverDeclaration
 from ..passes import (EARLIER_FIT, MERGE_SPLIT_EVERY, Passes, SizedByArrays, backend_of, center_block, format_bytes, like,
-                      map_row_blocks, namespace, orthonormal_extension, tall_norm2, tree_reduce)
+                      map_row_blocks, namespace, orthonormal_extension, releases_slab_buffers, staged_slabs, staged_task_bytes,
+                      tall_norm2, tree_reduce)
 from ._bounds import NEXT_CLUSTER, ROUNDOFF_RESIDUAL, exact_bound, split_wedin, wedin
-from .krylov import passes_from_history, predict_by_fall
+from .krylov import (FEWEST_PASSES, PREDICTED_BOUND_AT_3, PREDICTED_GAP_RATIO, chebyshev_rate, passes_from_history,
+                     predict_by_fall)
 from .._validation import NonFinite
 from ..exceptions import InputError, InvalidParameterError
 
@@ -161,20 +166,53 @@ def exact_task_bytes(n_rows_block: int, dx: int, dy: int, itemsize: int) -> int:
 # ---------------------------------------------------------------------------- the cross operator
 
 
-def _staged_fields(block, n_x, mean_x, mean_y, factor_x, factor_y, keep_x, keep_y):
-    """A row block of ``[X | Y]`` as each field's kept, weighted features centred on the given
-    means, in float64 on the block's device (the host operands moved there: d-vectors)."""
-    xp = namespace(block)
+@dataclass(frozen=True)
+class JointStage:
+    """Both fields' feature stages as one operand of ``[X | Y]``'s row blocks (host arrays, shared
+    by every task of a pass): the kept columns, the shift and scale of each, and the kept X
+    columns' count, so that a block's analysed values are ``(block[:, keep] − shift)·scale``
+    (= ``X[:, keep]·factor − mean``: the shift is the raw mean, made before the scale as the
+    sketch kernel does)."""
 
-    def staged(part, keep, factor, mean):
-        return (xp.asarray(part, dtype=xp.float64)[:, like(keep, block)] * like(factor, block)) - like(mean, block)
+    keep: np.ndarray  # (dx + dy,) bool
+    shift: np.ndarray  # (dx_kept + dy_kept,)
+    scale: np.ndarray  # (dx_kept + dy_kept,)
+    n_x: int  # kept X columns: the first n_x of the staged values
+    all_kept: bool
 
-    return staged(block[:, :n_x], keep_x, factor_x, mean_x), staged(block[:, n_x:], keep_y, factor_y, mean_y)
+
+def joint_stage(stage_x, stage_y, mean_x, mean_y) -> JointStage:
+    """The :class:`JointStage` of two feature stages and the fields' means (of the analysed,
+    weighted values, as :class:`CrossSolution` holds them)."""
+    keep = np.concatenate([stage_x.keep, stage_y.keep])
+    scale = np.concatenate([stage_x.factor, stage_y.factor]).astype(np.float64)
+    mean = np.concatenate([mean_x, mean_y])
+    shift = np.divide(mean, scale, out=np.zeros_like(mean), where=scale != 0)  # a weight 0: any shift
+    return JointStage(keep, shift, scale, int(stage_x.n_kept), bool(keep.all()))
 
 
-def _cross_products_block(block, row_offset, n_x, mean_x, mean_y, factor_x, factor_y, keep_x, keep_y, V, U):
-    x, y = _staged_fields(block, n_x, mean_x, mean_y, factor_x, factor_y, keep_x, keep_y)
-    return x.T @ (y @ like(V, block)), y.T @ (x @ like(U, block))
+def _staged_slabs(block, stage: JointStage, sketch_size: int):
+    """The analysed values of a row block of ``[X | Y]`` as ``(x, y)`` float64 slabs of rows: on the
+    host a cache-sized slab at a time in the thread's buffer (:func:`daskpca.passes.staged_slabs`:
+    no float64 copy of the whole block, each slab used before the next is made); on a device the
+    whole block, the operands moved there."""
+    kept = block if stage.all_kept else block[:, like(stage.keep, block)]
+    if backend_of(block).on_host:
+        slabs = staged_slabs(kept, stage.shift, stage.scale, sketch_size)
+    else:
+        xp = namespace(block)
+        slabs = [(xp.asarray(kept, dtype=xp.float64) - like(stage.shift, block)) * like(stage.scale, block)]
+    for slab in slabs:
+        yield slab[:, :stage.n_x], slab[:, stage.n_x:]
+
+
+def _cross_products_block(block, row_offset, stage: JointStage, V, U):
+    V, U = like(V, block), like(U, block)
+    products_v = products_u = 0.0
+    for x, y in _staged_slabs(block, stage, V.shape[1]):
+        products_v = products_v + x.T @ (y @ V)
+        products_u = products_u + y.T @ (x @ U)
+    return products_v, products_u
 
 
 def _sum_pairs(parts):
@@ -183,11 +221,12 @@ def _sum_pairs(parts):
 
 def cross_products_graph(X, Y, stage_x, stage_y, mean_x, mean_y, V, U):
     """Delayed ``(C·V, Cᵀ·U)`` with ``C = Z̃xᵀZ̃y`` (no 1/(n − 1)), ``Z = X[:, keep]·factor``
-    centred on the given means: one pass reading both fields."""
-    parts = map_row_blocks(
-        joint_rows(X, Y), _cross_products_block, "mca-krylov-chunk", X.shape[1], mean_x, mean_y,
-        stage_x.factor, stage_y.factor, stage_x.keep, stage_y.keep, V, U,
-    )
+    centred on the given means: one pass reading both fields. A task converts its block to
+    float64 a slab at a time (:func:`_staged_slabs`): the products are ~0.3 of the work, the
+    whole block's float64, selected, scaled and centred copies made one after another were the
+    rest (2.3 s a pass against a 0.6 s read, 40 000 × (3000 + 2000) float32 held in the page cache)."""
+    parts = map_row_blocks(joint_rows(X, Y), _cross_products_block, "mca-krylov-chunk",
+                           joint_stage(stage_x, stage_y, mean_x, mean_y), V, U)
     return tree_reduce(parts, _sum_pairs, "mca-krylov-merge")
 
 
@@ -206,7 +245,7 @@ class KrylovSVD:
 
 
 def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: int, n_samples: int, rng,
-               passes=None, prior: int | None = None) -> KrylovSVD:
+               passes=None, prior: int | None = None, prior_learnt: int | None = None) -> KrylovSVD:
     r"""Leading k singular triplets of a dx×dy operator C known only through ``apply(V, U)``.
 
     ``apply(V, U)`` returns ``(C·V, Cᵀ·U)`` and costs one pass over the data. The left and right
@@ -244,7 +283,8 @@ def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: 
     ``passes`` (:class:`~daskpca.passes._progress.Passes`, optional): each ``apply`` is reported as
     a pass, with the bound after it and the passes its fall predicts
     (:func:`.krylov.predict_by_fall`); before the fall is informative, ``prior`` (``passes``'
-    count in all, learnt from an earlier fit's bounds; None: no count shown).
+    count in all: the plan's, :func:`planned_krylov_passes`; None: no count shown), with
+    ``prior_learnt`` 0 where an earlier fit's bounds gave it (None: the planner's model).
 
     Memory on the client: U, V and their images, 2·(dx + dy)·ℓ·passes float64.
     """
@@ -266,7 +306,7 @@ def krylov_svd(apply, dx: int, dy: int, k: int, *, block: int, tol, max_passes: 
             passes.bound(answer[3])
             if tol is not None:  # without one the budget is read, as the line's "of ≤" says
                 predict_by_fall(passes, bounds, tol, made=passes.number, prior=prior, most=passes.budget,
-                                prior_learnt=None if prior is None else 0)
+                                prior_learnt=prior_learnt)
         if tol is not None and answer[3] <= tol:
             stopped = "tol"
             break
@@ -319,13 +359,17 @@ def _ritz(basis_u, basis_v, images_v, images_u, k, n_samples):
 # ---------------------------------------------------------------------------- correlation patterns
 
 
-def _pattern_block(block, row_offset, n_x, mean_x, mean_y, factor_x, factor_y, keep_x, keep_y, U_x, U_y):
+def _pattern_block(block, row_offset, stage: JointStage, U_x, U_y):
     xp = namespace(block)
-    x, y = _staged_fields(block, n_x, mean_x, mean_y, factor_x, factor_y, keep_x, keep_y)
-    s_x, s_y = x @ like(U_x, block), y @ like(U_y, block)
-    scores = xp.hstack([s_x, s_y])  # (rows, 2k)
-    return (len(x), x.sum(axis=0), y.sum(axis=0), scores.sum(axis=0), xp.einsum("ij,ij->j", x, x),
-            xp.einsum("ij,ij->j", y, y), xp.einsum("ij,ij->j", scores, scores), x.T @ scores, y.T @ scores)
+    U_x, U_y = like(U_x, block), like(U_y, block)
+    sums = None
+    for x, y in _staged_slabs(block, stage, 2 * U_x.shape[1]):
+        s_x, s_y = x @ U_x, y @ U_y
+        scores = xp.hstack([s_x, s_y])  # (rows, 2k)
+        part = (len(x), x.sum(axis=0), y.sum(axis=0), scores.sum(axis=0), xp.einsum("ij,ij->j", x, x),
+                xp.einsum("ij,ij->j", y, y), xp.einsum("ij,ij->j", scores, scores), x.T @ scores, y.T @ scores)
+        sums = part if sums is None else tuple(a + b for a, b in zip(sums, part))
+    return sums
 
 
 def _sum_pattern_parts(parts):
@@ -336,10 +380,8 @@ def pattern_sums_graph(X, Y, stage_x, stage_y, mean_x, mean_y, U_x, U_y):
     """Delayed sums for the correlations of each field with the scores ``[Z̃x·U_x | Z̃y·U_y]``
     (one pass reading both fields): ``(n, Σz_x, Σz_y, Σs, Σz_x², Σz_y², Σs², Z̃xᵀS, Z̃yᵀS)``;
     :func:`correlations` finishes them."""
-    parts = map_row_blocks(
-        joint_rows(X, Y), _pattern_block, "mca-patterns-chunk", X.shape[1], mean_x, mean_y,
-        stage_x.factor, stage_y.factor, stage_x.keep, stage_y.keep, U_x, U_y,
-    )
+    parts = map_row_blocks(joint_rows(X, Y), _pattern_block, "mca-patterns-chunk",
+                           joint_stage(stage_x, stage_y, mean_x, mean_y), U_x, U_y)
     return tree_reduce(parts, _sum_pattern_parts, "mca-patterns-merge")
 
 
@@ -367,6 +409,44 @@ def correlations(sums) -> tuple[np.ndarray, np.ndarray]:
 #: Reads the Krylov path makes (its statistics pass included) when neither ``tol`` nor
 #: ``max_passes`` is given.
 DEFAULT_MAX_PASSES = 20
+
+
+def krylov_budget(max_passes) -> int:
+    """The Krylov passes the read budget leaves after the statistics' pass (at least 1)."""
+    return max((max_passes or DEFAULT_MAX_PASSES) - 1, 1)
+
+
+def predicted_krylov_passes(tol, max_passes=None) -> int:
+    """The Krylov passes the planner expects for ``tol`` before any read (without one: the
+    budget, which the path then runs), capped by the budget.
+
+    PCA's block Krylov model (:func:`.krylov.predicted_passes`: the bound at
+    ``PREDICTED_BOUND_AT_3`` after 3 passes, then falling at the Chebyshev rate of
+    λ_k/λ_{ℓ+1} = ``PREDICTED_GAP_RATIO``) at the square root of that rate: a pass here applies C
+    once, so the degree in CCᵀ of the two chains grows by one every two passes (on singular values
+    σ = √λ the Chebyshev growth per application of C is the square root of PCA's per pass). For
+    tol 1e-3 / 1e-4 / 1e-6 / 1e-7 that is 6 / 8 / 11 / 13 Krylov passes, where drawn operators of
+    2000 × 1200 and 900 × 2400 took (geometric means over six kinds, six draws each:
+    ``benchmarks/mca_bound.py``'s fast decay, power law, near-tie, plateau, continuum, spikes over
+    a bulk) 7.2 / 8 / 9.5 / 10.6 — from 3 (fast decay) to 28 (the bulk) at the same tol: only the
+    fit's own bounds (or an earlier fit's, :func:`.krylov.passes_from_history`) tell which."""
+    budget = krylov_budget(max_passes)
+    if tol is None or not tol > 0:
+        return budget
+    extra = max(0.0, np.log(PREDICTED_BOUND_AT_3 / tol) / np.log(np.sqrt(chebyshev_rate(PREDICTED_GAP_RATIO))))
+    return int(min(budget, 3 + np.round(extra)))
+
+
+def planned_krylov_passes(tol, max_passes=None, earlier_bounds=None) -> tuple[int, bool]:
+    """``(passes, learnt)``: the Krylov path's reads in all (the statistics' pass included) the plan
+    and the progress line expect before the first — an earlier fit's count where its bounds after
+    each pass (``earlier_bounds``) give one for ``tol`` (``learnt`` True), else the planner's
+    (:func:`predicted_krylov_passes`)."""
+    budget = krylov_budget(max_passes)
+    earlier = None if tol is None else passes_from_history(earlier_bounds, tol)
+    if earlier is not None:
+        return 1 + min(earlier, budget), True
+    return 1 + predicted_krylov_passes(tol, max_passes), False
 
 
 @dataclass(frozen=True)
@@ -431,6 +511,7 @@ def solve_exact(X, Y, *, resolve, choose_k, random_state=None) -> CrossSolution:
     )
 
 
+@releases_slab_buffers  # the cross products' per-thread slab buffers go when the fit ends, also by an error
 def solve_krylov(X, Y, *, resolve, choose_k, random_state=None, tol=None, max_passes=None, n_oversamples=10,
                  earlier_bounds=None) -> CrossSolution:
     """The Krylov path: one pass for both fields' per-feature statistics (masks, weights, means),
@@ -444,13 +525,14 @@ def solve_krylov(X, Y, *, resolve, choose_k, random_state=None, tol=None, max_pa
 
     from ._iterative import column_stats_graph
 
-    budget = (max_passes or DEFAULT_MAX_PASSES) - 1
-    # The statistics' pass and the Krylov passes, reported as block Krylov's are (MCA's plan gives
-    # no count before: the passes shown come from the bounds' fall once it is informative).
-    passes = Passes("mca-krylov", 1 + max(budget, 1), at_most=True, tol=tol)
-    earlier = None if tol is None else passes_from_history(earlier_bounds, tol)
-    prior = None if earlier is None else 1 + min(earlier, max(budget, 1))  # the statistics' pass and the Krylov ones
-    passes.predict(prior, learnt=None if prior is None else 0, source=EARLIER_FIT)
+    budget = krylov_budget(max_passes)
+    # The statistics' pass and the Krylov passes, reported as block Krylov's are: the count the
+    # plan gives (an earlier fit's where its bounds tell, learnt before the first pass) until the
+    # bounds' fall is informative.
+    passes = Passes("mca-krylov", 1 + budget, at_most=True, tol=tol)
+    prior, from_earlier = planned_krylov_passes(tol, max_passes, earlier_bounds)
+    prior_learnt = 0 if from_earlier else None
+    passes.predict(prior, learnt=prior_learnt, source=EARLIER_FIT)
     with passes.read():
         (stats,) = dask.compute(column_stats_graph(joint_rows(X, Y)))
     n, dx = X.shape[0], X.shape[1]
@@ -471,7 +553,7 @@ def solve_krylov(X, Y, *, resolve, choose_k, random_state=None, tol=None, max_pa
     rng = np.random.default_rng(random_state)
     block = min(k + n_oversamples, stage_x.n_kept, stage_y.n_kept)
     found = krylov_svd(apply, stage_x.n_kept, stage_y.n_kept, k, block=block, tol=tol,
-                       max_passes=max(budget, 1), n_samples=n, rng=rng, passes=passes, prior=prior)
+                       max_passes=budget, n_samples=n, rng=rng, passes=passes, prior=prior, prior_learnt=prior_learnt)
     scale = max(n - 1, 1)
     return CrossSolution(
         found.left.T, found.right.T, found.singular_values / scale, n, mean_x, mean_y, (stage_x, stage_y),
@@ -512,21 +594,49 @@ def exact_cost(shape: PlanInput) -> Cost:
                 result_size=dx * dy + 3 * (dx + dy))
 
 
+def client_flops(dx: int, dy: int, k: int, ell: int, passes: int) -> float:
+    """The client's flops over ``passes`` Krylov passes of :func:`krylov_svd`, 2 a multiply-add:
+    after pass j each side's basis holds m = j·ℓ columns; B = UᵀCV (2·dx·m²) and its SVD
+    (≈ 22·m³); the Ritz vectors and residuals of t = min(k + NEXT_CLUSTER + 1, m) triplets
+    (4·(dx + dy)·m·t) and their Gram (2·(dx + dy)·t²); the next blocks orthonormalised against
+    the bases, two projections a side (8·(dx + dy)·m·ℓ)."""
+    total = 0.0
+    for j in range(1, passes + 1):
+        m = j * ell
+        t = min(k + NEXT_CLUSTER + 1, m)
+        total += 2.0 * dx * m * m + 22.0 * m**3 + (dx + dy) * (4.0 * m * t + 2.0 * t * t + 8.0 * m * ell)
+    return total
+
+
 def krylov_cost(shape: PlanInput) -> Cost:
-    """The statistics pass, then one pass per block: with ``tol`` until the bound is met (at most
-    the read budget: how many is not predicted — a text, so the plan gives no time), without it
-    the whole read budget (``max_passes``, default :data:`DEFAULT_MAX_PASSES`). A task holds its
-    block of both fields (as stored and in float64) and, with its result, the d×ℓ operands V, U
-    and their images, ℓ = k + n_oversamples. Flops: 4·n·(dx + dy)·ℓ a Krylov pass, at most the
-    budget's. Each task returns C·V and Cᵀ·U: (dx + dy)·ℓ."""
+    """The statistics' pass, then one pass per block: with ``tol`` the passes
+    :func:`planned_krylov_passes` expects (an earlier fit's count where ``options["earlier_bounds"]``,
+    its bound after each pass, gives one; else the planner's model), at most the read budget; without
+    it the whole budget (``max_passes``, default :data:`DEFAULT_MAX_PASSES`); ℓ = k + n_oversamples.
+    A task holds its block of both fields as stored, a copy of its kept columns
+    (counted: which are masked is known after the statistics' pass), one float64 slab
+    (:func:`daskpca.passes.staged_task_bytes`) and the d×ℓ operands V, U with its result.
+    Flops: 4·n·(dx + dy)·ℓ a Krylov pass; on the client
+    :func:`client_flops`. Each task returns C·V and Cᵀ·U: (dx + dy)·ℓ."""
     dx, dy = shape.fields
-    most = shape.max_passes or DEFAULT_MAX_PASSES
-    ell = shape.k + shape.n_oversamples
-    task = shape.row_block * (dx + dy) * (shape.itemsize + 8) + 2 * (dx + dy) * ell * 8
-    passes = f"1 (statistics) + block Krylov until the bound ≤ {shape.tol} (at most {most} in all)" \
-        if shape.tol is not None else f"{most} (1 for statistics, then block Krylov)"
-    # The read budget is in the passes' text (MCA's plans state no predicted count, hence no time).
-    return Cost(passes, 4 * shape.n * (dx + dy) * ell * max(most - 1, 1), task, result_size=(dx + dy) * ell)
+    most = 1 + krylov_budget(shape.max_passes)
+    ell = min(shape.k + shape.n_oversamples, dx, dy)
+    # The block, one float64 slab, a copy of the kept columns where some are masked (not known
+    # before the statistics' pass: counted), and V, U with the task's result.
+    task = staged_task_bytes(shape, ell) + shape.block_in + 2 * (dx + dy) * ell * 8
+    passes, learnt = planned_krylov_passes(shape.tol, shape.max_passes, shape.options.get("earlier_bounds"))
+    if shape.tol is None:
+        note = f"ℓ = {ell}; 1 pass for statistics, then the budget's {most - 1} Krylov passes; error bound reported"
+    elif learnt:
+        note = f"ℓ = {ell}; passes for tol = {shape.tol:g} from the earlier fit's bounds"
+    else:
+        # The fewest: the first pass's blocks span both fields' features (ℓ ≥ dx, dy), else
+        # FEWEST_PASSES as for PCA's Krylov (the first blocks' images complete the bases).
+        fewest = 1 + min(1 if ell >= max(dx, dy) else FEWEST_PASSES, most - 1)
+        note = (f"ℓ = {ell}; passes predicted for tol = {shape.tol:g} ({fewest}–{most} possible, "
+                "the spectrum decides; the fit predicts its own once its bound falls)")
+    return Cost(passes, 4 * shape.n * (dx + dy) * ell * (passes - 1), task, note, result_size=(dx + dy) * ell,
+                client_flops=client_flops(dx, dy, shape.k, ell, passes - 1), most_passes=most)
 
 
 #: The exact path: one pass, the dx×dy cross-covariance's SVD.

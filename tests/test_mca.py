@@ -568,6 +568,14 @@ def test_a_watched_krylov_refit_shows_its_last_fits_count_from_the_first_pass(tm
     loaded = MCA.load(tmp_path / "mca.zarr")
     assert loaded.solver_info_["bounds"] == pytest.approx(model.solver_info_["bounds"], rel=0, abs=0)
     assert loaded.plan(*fields[0]).passes == 1 + passes_from_history(model.solver_info_["bounds"], 1e-4)
+    # Other modes or another block converge otherwise: the planner's model again, not learnt.
+    for changed in (dict(n_components=3), dict(n_oversamples=4)):
+        other = MCA.load(tmp_path / "mca.zarr").set_params(**changed)
+        assert other.plan(*fields[0]).passes == 9
+        starts.clear()
+        with listen(lambda r: starts.append(r) if r.seconds is None else None):
+            other.fit(*fields[0])
+        assert (starts[0].predicted, starts[0].learnt) == (9, None)
     starts.clear()
     with listen(lambda r: starts.append(r) if r.seconds is None else None):
         loaded.fit(*fields[0])

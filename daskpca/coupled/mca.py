@@ -327,14 +327,20 @@ class MCA(Estimator):
 
     def _earlier_bounds(self, path: str, x: Field, y: Field) -> list | None:
         """The bound after each pass of this model's last fit when it took ``path`` on fields of the
-        same features as ``x`` and ``y`` (a refit, e.g. on the next version of the fields), else None:
-        what the plan and the progress line predict a refit's passes from
-        (:func:`~daskpca.solvers.krylov.passes_from_history`)."""
+        same features as ``x`` and ``y``, for the same k and block (a refit, e.g. on the next version
+        of the fields), else None: what the plan and the progress line predict a refit's passes from
+        (:func:`~daskpca.solvers.krylov.passes_from_history`). Other modes or another block converge
+        otherwise: their bounds would say nothing of this fit's."""
         if getattr(self, "solver_", None) != path or not hasattr(self, "n_features_x_"):
             return None
         if (self.n_features_x_, self.n_features_y_) != (x.matrix.shape[1], y.matrix.shape[1]):
             return None
-        return getattr(self, "solver_info_", {}).get("bounds")
+        info = getattr(self, "solver_info_", {})
+        block = info.get("sketch_size")  # absent from models saved before it was recorded
+        if self.n_components_ != self.n_components or block is not None and block != min(
+                self.n_components_ + self.n_oversamples, self.feature_stage_x_.n_kept, self.feature_stage_y_.n_kept):
+            return None
+        return info.get("bounds")
 
     def _warn_bound_missed(self, solution) -> None:
         """The Krylov path's bound stayed above ``tol``: say why it stopped and what to change."""

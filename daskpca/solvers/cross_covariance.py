@@ -558,7 +558,7 @@ def solve_krylov(X, Y, *, resolve, choose_k, random_state=None, tol=None, max_pa
     return CrossSolution(
         found.left.T, found.right.T, found.singular_values / scale, n, mean_x, mean_y, (stage_x, stage_y),
         n_passes=1 + found.n_passes, error_bound=found.error_bound, total_squared=np.nan, sum_values=np.nan,
-        info={"bounds": found.bounds, "stats_pass": "one read of both fields for the per-feature "
+        info={"bounds": found.bounds, "sketch_size": block, "stats_pass": "one read of both fields for the per-feature "
               "finite counts, means and variances before the Krylov passes",
               "total_variance_x": float(np.sum(variance[part_x][stage_x.keep] * stage_x.factor**2)),
               "total_variance_y": float(np.sum(variance[part_y][stage_y.keep] * stage_y.factor**2)),

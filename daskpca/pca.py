@@ -407,7 +407,8 @@ class BasePCA(Estimator):
             options["probed"] = plan.probe.history  # the ETA from the start (plan(X, probe=True))
             options["probed_converged"] = bool(plan.probe.earlier)  # a finished fit's spectrum: it stands on course
         learns = getattr(module, "earlier_bounds", None)  # a road that learns its count from its last fit's bounds
-        if learns and getattr(self, "solver_", None) == name and self.n_features_in_ == matrix.shape[1] and watched():
+        if learns and getattr(self, "solver_", None) == name and self.n_features_in_ == matrix.shape[1] and (
+                self.n_components_ == request.most_components) and watched():  # other modes converge otherwise
             options[learns] = self.solver_info_.get("bound_history")  # a refit of the same field: its own last fit's
         try:
             with tuned_for_tasks(), PassClock() as clock, for_fit([matrix], plan.cache) as cache:

@@ -457,3 +457,8 @@ def test_a_watched_krylov_refit_shows_its_last_fits_count_from_the_first_pass():
     with listen(lambda r: starts.append(r) if r.seconds is None else None):
         model.fit(fast_spectrum(400, 100, 4, 0.9, seed=1))
     assert starts[0].learnt is None
+    # Other modes converge otherwise: a refit for another k does not take the last fit's count.
+    starts.clear()
+    with listen(lambda r: starts.append(r) if r.seconds is None else None):
+        model.set_params(n_components=3).fit(fast_spectrum(400, 100, 4, 0.9, seed=1))
+    assert starts[0].learnt is None

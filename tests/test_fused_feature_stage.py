@@ -146,3 +146,32 @@ def test_fused_fit_resumes_from_its_checkpoint_with_the_resolved_stage(tmp_path,
     np.testing.assert_array_equal(resumed.components, full.components)
     np.testing.assert_array_equal(resumed.mean, full.mean)
     np.testing.assert_allclose(resumed.total_variance, full.total_variance, rtol=1e-14)
+
+
+def test_the_statistics_pass_takes_a_block_a_few_rows_at_a_time_and_merges_them_exactly(monkeypatch):
+    """The feature stage's statistics (also MCA's Krylov path's first read) are taken a few rows of
+    a block at a time (``STATS_SLAB_BYTES``) and merged exactly: the counts, means and variances of
+    every column — one missing in the first rows only, one missing wholly, one around 1e8 — are
+    NumPy's; a ±inf counts as missing, as before, in whichever piece it falls."""
+    import dask
+
+    from daskpca.solvers import _iterative
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((300, 6)) * [1, 2, 3, 4, 5, 6] + [0, 1, 2, 3, 1e8, 5]
+    X[:70, 1] = np.nan  # absent from the first pieces of the first block
+    X[:, 2] = np.nan
+    X[[5, 140, 299], 3] = np.nan
+    monkeypatch.setattr(_iterative, "STATS_SLAB_BYTES", 8 * 6 * 16)  # 16 rows a piece: 10 pieces a block
+    (stats,) = dask.compute(_iterative.column_stats_graph(da.from_array(X, chunks=(150, 6))))
+    np.testing.assert_array_equal(stats.count, np.sum(~np.isnan(X), axis=0))
+    with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning):
+        mean, var = np.nanmean(X, axis=0), np.nanvar(X, axis=0, ddof=1)
+    observed = stats.count > 0
+    np.testing.assert_allclose(stats.mean[observed], mean[observed], rtol=1e-14, atol=1e-12)
+    np.testing.assert_allclose(stats.variance()[observed], var[observed], rtol=1e-12)
+    X[213, 4] = np.inf
+    (with_inf,) = dask.compute(_iterative.column_stats_graph(da.from_array(X, chunks=(150, 6))))
+    assert with_inf.count[4] == 299 and not with_inf.nonfinite.count
+    kept = np.delete(X[:, 4], 213)
+    np.testing.assert_allclose([with_inf.mean[4], with_inf.variance()[4]], [kept.mean(), kept.var(ddof=1)], rtol=1e-12)

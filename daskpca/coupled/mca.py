@@ -337,8 +337,9 @@ class MCA(Estimator):
             return None
         info = getattr(self, "solver_info_", {})
         block = info.get("sketch_size")  # absent from models saved before it was recorded
-        if self.n_components_ != self.n_components or block is not None and block != min(
-                self.n_components_ + self.n_oversamples, self.feature_stage_x_.n_kept, self.feature_stage_y_.n_kept):
+        k = getattr(self, "n_components_", None)
+        if k is None or k != self.n_components or block is not None and block != min(
+                k + self.n_oversamples, self.feature_stage_x_.n_kept, self.feature_stage_y_.n_kept):
             return None
         return info.get("bounds")
 

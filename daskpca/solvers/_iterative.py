@@ -18,7 +18,7 @@ from functools import reduce
 import numpy as np
 
 from ._base import SolverResult, open_checkpoint
-from ..passes import (SizedByArrays, map_row_blocks, merge_shifted_means, namespace, row_shift,
+from ..passes import (SizedByArrays, backend_of, map_row_blocks, merge_shifted_means, namespace, row_shift,
                       tall_norm2, tall_qr, tree_reduce)
 from .._validation import NonFinite, find_nonfinite
 from ..exceptions import InputError
@@ -125,9 +125,28 @@ def column_stats_graph(X):
     return tree_reduce(parts, combine_column_moments, "feature-stats-merge")
 
 
+#: Rows of a host block whose statistics are taken at a time (:func:`_column_stats_block`): ~4 MiB
+#: of float64, so the elementwise steps (convert, mask, shift, square: ten or so) run on
+#: cache-sized temporaries instead of as many whole-block float64 copies, the pieces merged
+#: exactly (Chan). Measured on 40 000 × 5000 float32 in 2000-row blocks (MCA's statistics' pass):
+#: 5.3 s a pass against a 0.6 s read before.
+STATS_SLAB_BYTES = 4 * 2**20
+
+
 def _column_stats_block(block: np.ndarray, row_offset: int) -> ColumnMoments:
-    xp = namespace(block)
-    x = xp.asarray(block, dtype=xp.float64)
+    n_rows, n_features = block.shape
+    step = max(1, STATS_SLAB_BYTES // (8 * max(n_features, 1)))
+    if n_rows > step and backend_of(block).on_host:  # a device block: whole (its kernels are its own)
+        return combine_column_moments(_column_stats_rows(block[start:start + step], row_offset + start)
+                                      for start in range(0, n_rows, step))
+    return _column_stats_rows(block, row_offset)
+
+
+def _column_stats_rows(rows: np.ndarray, row_offset: int) -> ColumnMoments:
+    xp = namespace(rows)
+    x = xp.asarray(rows, dtype=xp.float64)
+    if bool(xp.isfinite(x).all()):  # nothing missing (the common case): the same moments in fewer steps
+        return column_moments(x, row_offset)
     # ±inf counts as missing too: such a feature is dropped if it is never finite.
     return column_moments(xp.where(xp.isfinite(x), x, xp.nan), row_offset, missing=True)
 

@@ -49,7 +49,7 @@ import numpy as np
 from scipy.linalg import blas, svd
 
 from ._base import Cost, PlanInput, SolverDeclaration
-from ..passes import (EARLIER_FIT, MERGE_SPLIT_EVERY, Passes, SizedByArrays, backend_of, center_block, format_bytes, like,
+from ..passes import (EARLIER_FIT, MERGE_SPLIT_EVERY, SKETCH_FLOPS_PER_SECOND, Passes, SizedByArrays, backend_of, center_block, format_bytes, like,
                       map_row_blocks, namespace, orthonormal_extension, releases_slab_buffers, staged_slabs, staged_task_bytes,
                       tall_norm2, tree_reduce)
 from ._bounds import NEXT_CLUSTER, ROUNDOFF_RESIDUAL, exact_bound, split_wedin, wedin
@@ -651,6 +651,10 @@ EXACT = SolverDeclaration(
 #: does not fit (and n_components is given: it finds the leading modes only).
 KRYLOV = SolverDeclaration(
     "krylov", solve_krylov, cost=krylov_cost, summary="block Krylov on the cross products (Wedin's bound)",
+    # Thin products of float64 slabs with ℓ columns, as the sketch kernel's: a pass over 40 000 ×
+    # (3000 + 2000) held in memory took 0.58–0.9 s for its 1.28e10 flops (14–22 GF/s; the dense
+    # rate's 0.19 s was 3× short, which priced the pass cache's gain 3× too high).
+    flop_rate=SKETCH_FLOPS_PER_SECOND,
     options=("tol", "max_passes", "n_oversamples"), fallback="instead",
     check_options=lambda options: check_read_budget(options.get("max_passes")), earlier_bounds="earlier_bounds",
 )

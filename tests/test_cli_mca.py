@@ -107,3 +107,29 @@ def test_inspect_and_transform_accept_the_mca_models_fit_writes(fields, tmp_path
     assert main(["transform", str(out), str(root / "x.zarr"), "--var", "sst", "--field", "Y",
                  "--out", str(tmp_path / "bad.zarr")]) == 2
     capsys.readouterr()
+
+
+def test_a_krylov_refit_over_its_own_model_plans_its_passes_from_that_models_bounds(fields, tmp_path, capsys):
+    """`fit --mca --out MODEL --overwrite` (a scheduled refit of the same fields) takes the Krylov
+    path's count from the bounds of the model it replaces, reading nothing more, and says so; a
+    first fit says the planner's model. A damaged model there is only a hint gone: the refit runs
+    and replaces it."""
+    from daskpca.solvers.krylov import passes_from_history
+
+    root, _, _ = fields
+    model = tmp_path / "mca.zarr"
+    argv = ["fit", str(root / "x.zarr"), "--var", "sst", "--mca", "--with", str(root / "y.zarr"), "--var2", "slp",
+            "-k", "2", "--solver", "krylov", "--tol", "1e-6", "--random-state", "0", "--out", str(model), "--json"]
+    assert main(argv) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["predicted_from"] == "the planner's model" and first["predicted_passes"] == 12
+    bounds = load(model).solver_info_["bounds"]
+    assert main([*argv, "--overwrite"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["predicted_from"] == "an earlier fit's bounds"
+    assert second["predicted_passes"] == 1 + passes_from_history(bounds, 1e-6) == second["n_passes"]
+
+    (model / "model_components_x" / "c" / "0" / "0").write_bytes(b"damaged")
+    assert main([*argv, "--overwrite"]) == 0
+    assert json.loads(capsys.readouterr().out)["predicted_from"] == "the planner's model"
+    assert load(model).n_passes_ == second["n_passes"]  # replaced whole

@@ -568,6 +568,25 @@ def test_a_watched_krylov_refit_shows_its_last_fits_count_from_the_first_pass(tm
     loaded = MCA.load(tmp_path / "mca.zarr")
     assert loaded.solver_info_["bounds"] == pytest.approx(model.solver_info_["bounds"], rel=0, abs=0)
     assert loaded.plan(*fields[0]).passes == 1 + passes_from_history(model.solver_info_["bounds"], 1e-4)
+    # An earlier fit given (a fitted MCA, or the path of a saved one: the version a scheduled
+    # refit replaces) plans and watches a new MCA's first fit the same way, and says so.
+    fresh = MCA(4, solver="krylov", tol=1e-4, random_state=3)
+    for earlier in (model, tmp_path / "mca.zarr", str(tmp_path / "mca.zarr")):
+        assert fresh.plan(*fields[0], earlier=earlier).passes == 1 + passes_from_history(model.solver_info_["bounds"], 1e-4)
+    starts.clear()
+    with listen(lambda r: starts.append(r) if r.seconds is None else None):
+        fresh.fit(*fields[0], earlier=tmp_path / "mca.zarr")
+    assert (starts[0].predicted, starts[0].learnt, starts[0].source) == (
+        fresh.solver_info_["planned_passes"], 0, "an earlier fit")
+    assert fresh.solver_info_["planned_from"] == "an earlier fit's bounds"
+    assert MCA(4, solver="krylov", tol=1e-4).fit(*fields[0]).solver_info_["planned_from"] == "the planner's model"
+    PCA(3).fit(np.random.default_rng(0).standard_normal((50, 8)) * np.arange(1, 9)).save(tmp_path / "pca.zarr")
+    for wrong, error, message in ((42, daskpca.exceptions.InputError, "earlier=42: expected an earlier fit"),
+                                  (MCA(4), daskpca.exceptions.NotFittedError, "not fitted"),
+                                  (tmp_path / "pca.zarr", Exception, "PCA"),
+                                  (tmp_path / "missing.zarr", Exception, "missing.zarr")):
+        with pytest.raises(error, match=message):
+            fresh.plan(*fields[0], earlier=wrong)
     # Other modes or another block converge otherwise: the planner's model again, not learnt.
     for changed in (dict(n_components=3), dict(n_oversamples=4)):
         other = MCA.load(tmp_path / "mca.zarr").set_params(**changed)

@@ -226,14 +226,34 @@ def _fit_mca(args, n_components) -> dict:
         io.check_writable(args.out, overwrite=args.overwrite)
         fields = [open_source(args.source, args.var), open_source(args.with_source, args.var2, "var2")]
         sample_dims = _sample_dims(args, fields[0])
-        mca.plan(*fields, sample_dims=sample_dims)  # the pair, k and parameters checked; nothing read
+        dims = {} if sample_dims is None else {"sample_dims": sample_dims}
+        mca.plan(*fields, **dims)  # the pair, k and parameters checked; nothing read
+        earlier = _replaced_mca(args)
         with runner(args, fields[0].nbytes + fields[1].nbytes):
             start = time.perf_counter()
-            mca.fit(*fields, **({} if sample_dims is None else {"sample_dims": sample_dims}))
+            mca.fit(*fields, earlier=earlier, **dims)
             fit_s = time.perf_counter() - start
             mca.save(args.out, overwrite=args.overwrite)
     _say(args, coupled_table(mca) + f"\nwrote the MCA model to {args.out} ({passes_text(mca.n_passes_)} over both fields)")
     return coupled_summary(mca, args, model=args.out, timings={"fit_s": fit_s})
+
+
+def _replaced_mca(args):
+    """The MCA model ``--out --overwrite`` replaces (a scheduled refit of the same fields), loaded
+    and verified, whose bounds predict the Krylov path's passes (:meth:`daskpca.MCA.fit`'s
+    ``earlier``: where it took that path on fields of the same features, for the same k and
+    block), reading nothing of the data; else None. Only a hint, as PCA's replaced spectrum
+    (:func:`_with_earlier_spectrum`): a model that cannot be read, or of another kind, is said in
+    the log and the fit goes on without it."""
+    from .. import MCA
+
+    if not (args.overwrite and _is_saved_model(args.out)):
+        return None
+    try:
+        return MCA.load(args.out)
+    except Exception as error:  # noqa: BLE001 — a damaged, foreign or vanished model: a hint lost, not the job's error
+        log.info("the model %s replaces gives no bounds to predict the passes from (%s)", args.out, error)
+        return None
 
 
 def cmd_transform(args) -> dict:

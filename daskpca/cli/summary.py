@@ -119,6 +119,9 @@ def coupled_summary(fitted, args=None, **extra) -> dict:
             "solver": fitted.solver_, "n_components": int(fitted.n_components_), "n_samples": int(fitted.n_samples_),
             "n_features": [int(fitted.feature_stage_x_.n_input), int(fitted.feature_stage_y_.n_input)],
             "n_passes": int(fitted.n_passes_),
+            # A road that stops on its bound: the passes planned before the first, and from what.
+            **{key: info[name] for key, name in (("predicted_passes", "planned_passes"), ("predicted_from", "planned_from"))
+               if name in (info := getattr(fitted, "solver_info_", {}))},
             **{name.rstrip("_"): [float(v) for v in getattr(fitted, name)] for _, name in COUPLED_VALUES
                if hasattr(fitted, name)},
             **({"error_bound": float(fitted.error_bound_)} if hasattr(fitted, "error_bound_") else {}),

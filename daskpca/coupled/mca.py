@@ -36,6 +36,7 @@ when its largest task fits the task memory budget, else the Krylov path (n_compo
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from dataclasses import replace
 from functools import partial
@@ -50,7 +51,7 @@ from ..exceptions import AccuracyWarning, InputError, InvalidParameterError
 from ..models import (BOOL, NONE, RANDOM_STATE, WEIGHTS, Estimator, Interval, Options, PerField, Predicate, info_json,
                       read_field, stored_params, write_field)
 from ..solvers import cross_covariance as cc
-from ..passes import flip_signs, for_fit, releases_slab_buffers, tuned_for_tasks, watched
+from ..passes import flip_signs, for_fit, releases_slab_buffers, tuned_for_tasks
 from ..solvers.krylov import check_accuracy_options
 from ..pca import PCA, PRECISION_FLOOR
 from .fields import Field, fields, model_field, project_field, resolve
@@ -206,7 +207,7 @@ class MCA(Estimator):
 
     # ------------------------------------------------------------------ fitting
 
-    def fit(self, X, Y, *, sample_dims=None):
+    def fit(self, X, Y, *, sample_dims=None, earlier=None):
         """Fit the coupled modes of ``X`` and ``Y``.
 
         Parameters
@@ -216,6 +217,13 @@ class MCA(Estimator):
             same sample dims, whose samples are aligned by coordinate.
         sample_dims : str or sequence of str, optional
             Labeled input only (and required there), as for :meth:`daskpca.PCA.fit`.
+        earlier : MCA, str or os.PathLike, optional
+            An earlier fit of the same fields (a fitted MCA, or the path of a saved one: the
+            version a scheduled refit replaces), as for :meth:`plan`: a watched fit's progress line
+            shows the Krylov passes its bounds give from the first pass, and
+            ``solver_info_["planned_passes"]`` is that count (``"planned_from"`` says whose). A
+            refit of this MCA itself needs none (its own last fit is used). Only the prediction
+            reads it.
 
         Raises
         ------
@@ -225,14 +233,15 @@ class MCA(Estimator):
             either field. After the one statistics pass: a field all NaN, or partly missing.
         """
         fields = self._fields(X, Y, sample_dims)
-        plan = self._plan(fields)
+        reference = self._earlier_model(earlier)
+        plan = self._plan(fields, reference)
         x, y = fields
         stored = (x.matrix.dtype, y.matrix.dtype)  # the values as stored: their rounding (_add_input_precision)
         declaration = PATH_DECLARATIONS[plan.path]
         options = {option: getattr(self, option) for option in declaration.options}
         learns = declaration.earlier_bounds  # a road that learns its count from its last fit's bounds
-        if learns and watched():  # only the progress line reads it
-            options[learns] = self._earlier_bounds(plan.path, x, y)
+        if learns:  # the progress line's count from the first pass, and solver_info_'s planned_passes
+            options[learns] = self._earlier_bounds(plan.path, x, y, reference)
         with tuned_for_tasks(), for_fit([x.matrix, y.matrix], plan.cache) as cache:
             x, y = (replace(f, matrix=cache.input(f.matrix)) for f in (x, y))
             solution = declaration.solve(x.matrix, y.matrix, resolve=(partial(resolve, x), partial(resolve, y)),
@@ -297,16 +306,23 @@ class MCA(Estimator):
         if self.solver == "krylov" and self.n_components is None:
             raise InvalidParameterError("solver='krylov' computes the leading modes only: give n_components.")
 
-    def plan(self, X, Y, *, sample_dims=None) -> _plan.Plan:
+    def plan(self, X, Y, *, sample_dims=None, earlier=None) -> _plan.Plan:
         """What :meth:`fit` would do — path, passes, largest task against the budget — reading nothing.
         Raises what ``fit`` raises before any read (a knob the path ignores, e.g. ``max_passes``
-        with ``solver="exact"``: :meth:`~daskpca.models.Estimator.refuse_ignored_knobs`)."""
-        return self._plan(self._fields(X, Y, sample_dims))
+        with ``solver="exact"``: :meth:`~daskpca.models.Estimator.refuse_ignored_knobs`).
 
-    def _plan(self, fields) -> _plan.Plan:
+        The Krylov path's passes are the planner's model's, or — for a refit of this MCA, or given
+        ``earlier``, an earlier fit of the same fields (a fitted MCA or the path of a saved one,
+        loaded and verified) that took that path for the same k and block — those its bounds
+        give for ``tol`` (:func:`~daskpca.solvers.krylov.passes_from_history`), and the plan says
+        "from the earlier fit's bounds"."""
+        return self._plan(self._fields(X, Y, sample_dims), self._earlier_model(earlier))
+
+    def _plan(self, fields, earlier=None) -> _plan.Plan:
         """The one planner's plan (:func:`daskpca._plan.make_plan`) of the two fields read together,
         among the paths these parameters allow (the Krylov path finds the leading modes only: it
-        needs n_components); the pass cache priced for both fields; the knobs refused."""
+        needs n_components); the pass cache priced for both fields; the knobs refused. ``earlier``:
+        a fitted MCA whose bounds predict the Krylov path's passes (None: this one, if fitted)."""
         x, y = fields
         (n, dx), dy = x.matrix.shape, y.matrix.shape[1]
         itemsize = max(x.matrix.dtype.itemsize, y.matrix.dtype.itemsize)
@@ -314,7 +330,7 @@ class MCA(Estimator):
         # A refit of the same fields: a path that learns its count from its last fit's bounds (the
         # Krylov path's) is planned from them.
         learnt = {path.earlier_bounds: bounds for name, path in PATH_DECLARATIONS.items()
-                  if path.earlier_bounds and (bounds := self._earlier_bounds(name, x, y)) is not None}
+                  if path.earlier_bounds and (bounds := self._earlier_bounds(name, x, y, earlier)) is not None}
         plan = _plan.make_plan(
             n, dx + dy, self._rank_bound(n, dx, dy) if self.n_components is None else int(self.n_components),
             (x.matrix.chunks[0], x.matrix.chunks[1] + y.matrix.chunks[1]), itemsize,
@@ -325,21 +341,36 @@ class MCA(Estimator):
         self.refuse_ignored_knobs(plan.path, PATH_DECLARATIONS)
         return plan
 
-    def _earlier_bounds(self, path: str, x: Field, y: Field) -> list | None:
-        """The bound after each pass of this model's last fit when it took ``path`` on fields of the
-        same features as ``x`` and ``y``, for the same k and block (a refit, e.g. on the next version
-        of the fields), else None: what the plan and the progress line predict a refit's passes from
-        (:func:`~daskpca.solvers.krylov.passes_from_history`). Other modes or another block converge
-        otherwise: their bounds would say nothing of this fit's."""
-        if getattr(self, "solver_", None) != path or not hasattr(self, "n_features_x_"):
+    @staticmethod
+    def _earlier_model(earlier):
+        """``earlier`` (:meth:`plan`) as a fitted MCA: one as it is, a path loaded and verified
+        (:meth:`load` refuses a store of another kind by name); anything else refused by name."""
+        if earlier is None or isinstance(earlier, MCA):
+            if earlier is not None:
+                earlier.check_fitted()
+            return earlier
+        if isinstance(earlier, (str, os.PathLike)):
+            return MCA.load(earlier)
+        raise InputError(f"earlier={earlier!r}: expected an earlier fit of the same fields — a fitted MCA, or the path "
+                         "of a saved one — whose bounds predict the Krylov path's passes; or None.")
+
+    def _earlier_bounds(self, path: str, x: Field, y: Field, earlier=None) -> list | None:
+        """The bound after each pass of ``earlier``'s fit (None: this model's last fit) when it
+        took ``path`` on fields of the same features as ``x`` and ``y``, for the k and block these
+        parameters ask (a refit, e.g. on the next version of the fields), else None: what the plan
+        and the progress line predict a refit's passes from
+        (:func:`~daskpca.solvers.krylov.passes_from_history`). Other modes or another block
+        converge otherwise: their bounds would say nothing of this fit's."""
+        model = self if earlier is None else earlier
+        if getattr(model, "solver_", None) != path or not hasattr(model, "n_features_x_"):
             return None
-        if (self.n_features_x_, self.n_features_y_) != (x.matrix.shape[1], y.matrix.shape[1]):
+        if (model.n_features_x_, model.n_features_y_) != (x.matrix.shape[1], y.matrix.shape[1]):
             return None
-        info = getattr(self, "solver_info_", {})
+        info = getattr(model, "solver_info_", {})
         block = info.get("sketch_size")  # absent from models saved before it was recorded
-        k = getattr(self, "n_components_", None)
+        k = getattr(model, "n_components_", None)
         if k is None or k != self.n_components or block is not None and block != min(
-                k + self.n_oversamples, self.feature_stage_x_.n_kept, self.feature_stage_y_.n_kept):
+                k + self.n_oversamples, model.feature_stage_x_.n_kept, model.feature_stage_y_.n_kept):
             return None
         return info.get("bounds")
 

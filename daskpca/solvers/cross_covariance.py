@@ -428,7 +428,7 @@ def predicted_krylov_passes(tol, max_passes=None) -> int:
     tol 1e-3 / 1e-4 / 1e-6 / 1e-7 that is 6 / 8 / 11 / 13 Krylov passes, where drawn operators of
     2000 × 1200 and 900 × 2400 took (geometric means over six kinds, six draws each:
     ``benchmarks/mca_bound.py``'s fast decay, power law, near-tie, plateau, continuum, spikes over
-    a bulk) 7.2 / 8 / 9.5 / 10.6 — from 3 (fast decay) to 28 (the bulk) at the same tol: only the
+    a bulk) 7.2 / 8 / 9.5 / 10.6, single fits from 2 (fast decay) to 31 (the bulk): only the
     fit's own bounds (or an earlier fit's, :func:`.krylov.passes_from_history`) tell which."""
     budget = krylov_budget(max_passes)
     if tol is None or not tol > 0:
@@ -558,7 +558,8 @@ def solve_krylov(X, Y, *, resolve, choose_k, random_state=None, tol=None, max_pa
     return CrossSolution(
         found.left.T, found.right.T, found.singular_values / scale, n, mean_x, mean_y, (stage_x, stage_y),
         n_passes=1 + found.n_passes, error_bound=found.error_bound, total_squared=np.nan, sum_values=np.nan,
-        info={"bounds": found.bounds, "sketch_size": block, "stats_pass": "one read of both fields for the per-feature "
+        info={"bounds": found.bounds, "sketch_size": block, "planned_passes": prior,
+              "planned_from": EARLIER_FIT + "'s bounds" if from_earlier else "the planner's model", "stats_pass": "one read of both fields for the per-feature "
               "finite counts, means and variances before the Krylov passes",
               "total_variance_x": float(np.sum(variance[part_x][stage_x.keep] * stage_x.factor**2)),
               "total_variance_y": float(np.sum(variance[part_y][stage_y.keep] * stage_y.factor**2)),

@@ -907,6 +907,21 @@ def pricing(array, cache="auto") -> dict:
                 chunk_seconds=chunk_seconds(geometry, bool(facts.stored), processes))
 
 
+def joint_pricing(arrays, cache="auto") -> dict:
+    """:func:`make_plan`'s ``cache_for`` and ``chunk_seconds`` for fields read together in every
+    pass (MCA's two): the pass cache priced for all of them at once (:func:`cache_pricing`), and
+    what a pass over the source spends on each one's storage chunks (:func:`chunk_seconds`, summed:
+    every pass reads them all). Reads no data."""
+    from .passes import gather, geometry_of, worker_infos
+
+    arrays = list(arrays)
+    runner = what_runs()
+    facts = gather(arrays, cache, runner=runner)
+    processes = 1 if runner[0] is None else max(len(worker_infos(runner[0])), 1)
+    seconds = sum(chunk_seconds(geometry_of(array), any(array is s for s in facts.stored), processes) for array in arrays)
+    return dict(cache_for=cache_pricing(arrays, cache, facts=facts), chunk_seconds=seconds)
+
+
 def chunk_seconds(geometry: Geometry | None, stored: bool, processes: int = 1) -> float:
     """Seconds one pass over the source spends on its storage chunks beyond its bytes and tasks
     (:data:`CHUNK_CALL_SECONDS`): by how its tasks read them (``geometry``, None: as stored),

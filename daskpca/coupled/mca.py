@@ -336,8 +336,8 @@ class MCA(Estimator):
             (x.matrix.chunks[0], x.matrix.chunks[1] + y.matrix.chunks[1]), itemsize,
             needs_spectrum=self.n_components is None, available=available, n_oversamples=self.n_oversamples,
             tol=self.tol, max_passes=self.max_passes, requested=None if self.solver == "auto" else self.solver,
-            cache_for=_plan.cache_pricing([x.matrix, y.matrix], self.cache), declarations=PATH_DECLARATIONS,
-            fields=(dx, dy), options=learnt)
+            declarations=PATH_DECLARATIONS, fields=(dx, dy), options=learnt,
+            **_plan.joint_pricing([x.matrix, y.matrix], self.cache))  # both fields' pass cache and storage chunks
         self.refuse_ignored_knobs(plan.path, PATH_DECLARATIONS)
         return plan
 

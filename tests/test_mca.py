@@ -338,7 +338,7 @@ def test_both_paths_on_worker_processes_agree_with_the_threaded_fit(tmp_path):
     assert sin_theta(krylov.components_x_, exact.components_x_) <= krylov.error_bound_ and krylov.n_passes_ == 3
 
 
-def test_a_field_stored_one_sample_per_chunk_is_read_in_tasks_of_whole_chunks(tmp_path):
+def test_a_field_stored_one_sample_per_chunk_is_read_in_tasks_of_whole_chunks(tmp_path, monkeypatch):
     # Both fields stored one row per chunk (the archives' layout): the exact pass reads every
     # storage chunk of each once, in far fewer tasks than chunks, with the same answer.
     import dask
@@ -356,6 +356,19 @@ def test_a_field_stored_one_sample_per_chunk_is_read_in_tasks_of_whole_chunks(tm
     assert max(store_x.chunk_reads().values()) == 1 and len(store_x.chunk_reads()) == 240
     assert max(store_y.chunk_reads().values()) == 1 and len(store_y.chunk_reads()) == 240
     np.testing.assert_allclose(mca.singular_values_, MCA(3).fit(X, Y).singular_values_, rtol=1e-12)
+    # The plan prices both fields' 480 storage chunks a pass (each field's, as PCA's plan does for
+    # one): its time is the time without them plus their chunk_seconds on every pass.
+    from daskpca import _plan
+    from daskpca.passes import geometry_of as geometry
+
+    per_pass = sum(_plan.chunk_seconds(geometry(field(name, a, None, None, False).matrix), True)
+                   for name, a in (("X", array_x), ("Y", array_y)))
+    for estimator in (MCA(3, cache=False), MCA(3, solver="krylov", tol=1e-4, cache=False)):
+        stored = estimator.plan(array_x, array_y)
+        with monkeypatch.context() as patch:
+            patch.setattr(_plan, "chunk_seconds", lambda *args, **kwargs: 0.0)
+            unpriced = estimator.plan(array_x, array_y)
+        assert per_pass > 0 and stored.seconds == pytest.approx(unpriced.seconds + stored.passes * per_pass, rel=1e-9)
 
 
 def test_krylov_is_exact_with_bound_zero_when_k_is_the_smaller_field_and_says_why_it_stopped():

@@ -156,7 +156,8 @@ class CCA(Estimator):
         plan = _plan.make_plan(
             n, dx + dy, self.n_components, (x.matrix.chunks[0], x.matrix.chunks[1] + y.matrix.chunks[1]), itemsize,
             available=tuple(CCA_PATHS), requested=None if self.solver == "auto" else self.solver,
-            declarations=CCA_PATHS, fields=(dx, dy), options={"n_pca_modes": self._modes})
+            declarations=CCA_PATHS, fields=(dx, dy), options={"n_pca_modes": self._modes},
+            chunk_seconds=_plan.joint_pricing([x.matrix, y.matrix], False)["chunk_seconds"])  # both fields' storage chunks
         self.refuse_ignored_knobs(plan.path, CCA_PATHS)
         return plan
 

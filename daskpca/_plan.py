@@ -896,15 +896,22 @@ def pricing(array, cache="auto") -> dict:
     """:func:`make_plan`'s keywords that come from one input's dask ``array`` and from what will
     run it — its ``geometry``, what runs the tasks (``runner``), the ``device`` its chunks live on
     and each solver's pass cache (``cache_for``) — each fact asked once for the whole plan."""
-    from .passes import gather, geometry_of, on_device, worker_infos
+    from .passes import gather, geometry_of, on_device
 
     geometry, runner, backend = geometry_of(array), what_runs(), on_device(array)
     device = device_pricing(array, backend)
     facts = gather(array, cache, device=backend, runner=runner)
-    processes = 1 if runner[0] is None else max(len(worker_infos(runner[0])), 1)
     return dict(geometry=geometry, runner=runner, device=device, priced_for=facts.job,
                 cache_for=cache_pricing(array, cache, facts=facts),
-                chunk_seconds=chunk_seconds(geometry, bool(facts.stored), processes))
+                chunk_seconds=chunk_seconds(geometry, bool(facts.stored), reading_processes(runner)))
+
+
+def reading_processes(runner: tuple) -> int:
+    """The processes whose zarr event loops read a pass's storage chunks (:func:`chunk_seconds`):
+    the threaded scheduler's one, or a cluster's workers (``runner``: :func:`what_runs`)."""
+    from .passes import worker_infos
+
+    return 1 if runner[0] is None else max(len(worker_infos(runner[0])), 1)
 
 
 def joint_pricing(arrays, cache="auto") -> dict:
@@ -912,12 +919,12 @@ def joint_pricing(arrays, cache="auto") -> dict:
     pass (MCA's two): the pass cache priced for all of them at once (:func:`cache_pricing`), and
     what a pass over the source spends on each one's storage chunks (:func:`chunk_seconds`, summed:
     every pass reads them all). Reads no data."""
-    from .passes import gather, geometry_of, worker_infos
+    from .passes import gather, geometry_of
 
     arrays = list(arrays)
     runner = what_runs()
     facts = gather(arrays, cache, runner=runner)
-    processes = 1 if runner[0] is None else max(len(worker_infos(runner[0])), 1)
+    processes = reading_processes(runner)
     seconds = sum(chunk_seconds(geometry_of(array), any(array is s for s in facts.stored), processes) for array in arrays)
     return dict(cache_for=cache_pricing(arrays, cache, facts=facts), chunk_seconds=seconds)
 

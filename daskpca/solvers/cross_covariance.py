@@ -195,9 +195,10 @@ def _staged_slabs(block, stage: JointStage, sketch_size: int):
     """The analysed values of a row block of ``[X | Y]`` as ``(x, y)`` float64 slabs of rows: on the
     host a cache-sized slab at a time in the thread's buffer (:func:`daskpca.passes.staged_slabs`:
     no float64 copy of the whole block, each slab used before the next is made); on a device the
-    whole block, the operands moved there."""
+    whole block, the operands moved there. A block of no rows (a dask chunk of length 0) is one
+    empty slab: its sums are zeros of the right shapes, not none."""
     kept = block if stage.all_kept else block[:, like(stage.keep, block)]
-    if backend_of(block).on_host:
+    if backend_of(block).on_host and kept.shape[0]:
         slabs = staged_slabs(kept, stage.shift, stage.scale, sketch_size)
     else:
         xp = namespace(block)
